@@ -1,0 +1,80 @@
+"""Broker configuration: defaults < TOML file < KIPPER_* environment < command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class BrokerConfig:
+    node_id: int = 0
+    # host:port to bind; port 0 picks a free port (the chosen one is logged and advertised).
+    listener: str = "127.0.0.1:9092"
+    advertised_listener: str | None = None
+    rack: str | None = None
+    data_dir: Path = Path("data/broker-0")
+    cluster_id: str = "kipper-cluster"
+    max_request_bytes: int = 100 * 1024 * 1024
+    connections_max_idle_ms: int = 600_000
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    default_storage_mode: str = "classic"
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_interval_ms: int = 1_000
+    # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return split_host_port(self.listener)
+
+    def topic_config_defaults(self) -> dict[str, str]:
+        return {"kipper.storage.mode": self.default_storage_mode, **self.topic_defaults}
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"listener {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _coerce(kind: str, raw: Any) -> Any:
+    """Convert a TOML/env/CLI value to the field's declared type (annotations are strings)."""
+    if kind == "int":
+        return int(raw)
+    if kind == "bool":
+        return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+    if kind == "Path":
+        return Path(raw)
+    if kind.startswith("dict"):
+        return {str(k): str(v) for k, v in dict(raw).items()}
+    return None if raw is None else str(raw)
+
+
+def load_config(config_file: Path | None = None, overrides: dict[str, Any] | None = None,
+                environ: dict[str, str] | None = None) -> BrokerConfig:
+    environ = os.environ if environ is None else environ
+    kinds = {f.name: f.type for f in dataclasses.fields(BrokerConfig)}
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        with open(config_file, "rb") as f:
+            for key, raw in tomllib.load(f).items():
+                name = key.replace("-", "_").replace(".", "_")
+                if name not in kinds:
+                    raise ValueError(f"{config_file}: unknown broker setting {key!r}")
+                values[name] = raw
+    for name in kinds:
+        env_key = "KIPPER_" + name.upper()
+        if env_key in environ:
+            values[name] = environ[env_key]
+    for name, raw in (overrides or {}).items():
+        if raw is not None:
+            values[name] = raw
+    return BrokerConfig(**{name: _coerce(kinds[name], raw) for name, raw in values.items()})

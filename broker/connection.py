@@ -1,0 +1,116 @@
+"""One client connection: read size-prefixed requests, run them, answer in request order.
+
+Requests are pipelined: each becomes a task as soon as it is read, and a sender writes
+the responses strictly in arrival order. Tasks start in arrival order and handlers do
+their order-sensitive work (appending to a log or a WAL buffer) before their first
+suspension point, so a producer's pipelined batches keep their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING
+
+from protocol.apis import VERSION_RANGES, ApiKey
+from protocol.framing import (
+    MalformedRequest,
+    RequestHeader,
+    UnsupportedVersion,
+    encode_response,
+    parse_request,
+)
+
+from .handlers import HANDLERS, RequestContext
+from .handlers.api_versions import unsupported_version_response
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+# Requests read ahead of their responses; past this the reader waits (back-pressure).
+MAX_IN_FLIGHT = 64
+SUPPORTED = {int(k): v for k, v in VERSION_RANGES.items() if k in HANDLERS}
+
+
+class Connection:
+    def __init__(self, broker: "Broker", reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
+
+    async def run(self) -> None:
+        sender = asyncio.create_task(self._send_responses())
+        try:
+            await self._read_requests()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await self._responses.put(None)
+            await sender
+            self.writer.close()
+
+    async def _read_requests(self) -> None:
+        idle_timeout = self.broker.config.connections_max_idle_ms / 1000
+        max_size = self.broker.config.max_request_bytes
+        while not self.writer.is_closing():
+            try:
+                prefix = await asyncio.wait_for(self.reader.readexactly(4), idle_timeout)
+                (size,) = _SIZE.unpack(prefix)
+                if size <= 0 or size > max_size:
+                    log.warning("closing %s: request size %d outside 1..%d bytes",
+                                self.peer, size, max_size)
+                    return
+                frame = await self.reader.readexactly(size)
+            except asyncio.TimeoutError:
+                log.info("closing %s: idle for %.0f s", self.peer, idle_timeout)
+                return
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            try:
+                header, body = parse_request(frame, SUPPORTED)
+            except UnsupportedVersion as e:
+                if e.api_key == ApiKey.API_VERSIONS:
+                    await self._queue_ready(unsupported_version_response(e.correlation_id))
+                    continue
+                log.warning("closing %s: %s", self.peer, e)
+                return
+            except MalformedRequest as e:
+                log.warning("closing %s: malformed request: %s", self.peer, e)
+                return
+            await self._responses.put(asyncio.ensure_future(self._handle(header, body)))
+
+    async def _queue_ready(self, data: bytes) -> None:
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(data)
+        await self._responses.put(done)
+
+    async def _handle(self, header: RequestHeader, body: object) -> bytes | None:
+        context = RequestContext(header, self.broker, self.peer)
+        try:
+            response = await HANDLERS[ApiKey(header.api_key)](context, body)
+        except Exception:
+            log.exception("closing %s: %s v%d handler failed", self.peer,
+                          ApiKey(header.api_key).name, header.api_version)
+            self.writer.close()
+            return None
+        if response is None:  # acks=0 produce: no response at all
+            return None
+        return encode_response(header, response)
+
+    async def _send_responses(self) -> None:
+        while (pending := await self._responses.get()) is not None:
+            data = await pending
+            if data is None or self.writer.is_closing():
+                continue  # keep draining so the reader never blocks on a full queue
+            try:
+                self.writer.write(data)
+                await self.writer.drain()
+            except ConnectionError:
+                self.writer.close()

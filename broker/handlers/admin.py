@@ -1,0 +1,179 @@
+"""Topic administration and cluster description."""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.controller import ControllerError
+from protocol.apis import ApiKey
+from storage.config import TOPIC_CONFIGS
+
+from .metadata import AUTHORIZED_OPERATIONS_OMITTED
+from .registry import RequestContext, handles
+
+log = logging.getLogger(__name__)
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+TYPE_STRING = 2
+TYPE_LONG = 5
+
+
+def _topic_configs(ctx: RequestContext, topic: str) -> list[tuple[str, str, int]]:
+    """(name, value, source) for every topic config, explicit values first in precedence."""
+    explicit = ctx.broker.image.topics[topic].configs
+    broker_defaults = ctx.broker.config.topic_config_defaults()
+    out = []
+    for name, definition in TOPIC_CONFIGS.items():
+        if name in explicit:
+            out.append((name, explicit[name], SOURCE_DYNAMIC_TOPIC))
+        elif name in broker_defaults:
+            out.append((name, broker_defaults[name], SOURCE_STATIC_BROKER))
+        else:
+            out.append((name, definition.default, SOURCE_DEFAULT))
+    return out
+
+
+def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
+    config = ctx.broker.config
+    values = {
+        "broker.id": config.node_id,
+        "broker.rack": config.rack,
+        "log.dirs": config.data_dir,
+        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
+        "num.partitions": config.default_partitions,
+        "default.replication.factor": config.default_replication_factor,
+        "socket.request.max.bytes": config.max_request_bytes,
+        "connections.max.idle.ms": config.connections_max_idle_ms,
+        "kipper.default.storage.mode": config.default_storage_mode,
+    }
+    return [(name, None if value is None else str(value), SOURCE_STATIC_BROKER)
+            for name, value in values.items()]
+
+
+@handles(ApiKey.CREATE_TOPICS)
+async def create_topics(ctx: RequestContext, request) -> object:
+    results = []
+    for topic in request.topics:
+        try:
+            if topic.assignments:
+                raise ControllerError(ErrorCode.invalid_request,
+                                      "Manual replica assignment is not supported by kipper; "
+                                      "leave assignments empty")
+            created = ctx.broker.controller.create_topic(
+                topic.name, topic.num_partitions, topic.replication_factor,
+                {c.name: c.value for c in topic.configs}, request.validate_only)
+        except ControllerError as e:
+            log.info("create topic %r refused: %s", topic.name, e.message)
+            results.append(ctx.response(
+                "CreatableTopicResult", name=topic.name, topic_id=None, error_code=e.error_code,
+                error_message=e.message, topic_config_error_code=0, num_partitions=-1,
+                replication_factor=-1, configs=None))
+            continue
+        configs = tuple(
+            ctx.response("CreatableTopicConfigs", name=name, value=value, read_only=False,
+                         config_source=source, is_sensitive=False)
+            for name, value, source in (_topic_configs(ctx, topic.name) if created else ()))
+        results.append(ctx.response(
+            "CreatableTopicResult", name=topic.name,
+            topic_id=created.topic_id if created else None, error_code=ErrorCode.none,
+            error_message=None, topic_config_error_code=0,
+            num_partitions=len(created.partitions) if created else topic.num_partitions,
+            replication_factor=(len(created.partitions[0].replicas) if created
+                                else topic.replication_factor),
+            configs=configs))
+    return ctx.response("CreateTopicsResponse", throttle_time=0, topics=tuple(results))
+
+
+@handles(ApiKey.DELETE_TOPICS)
+async def delete_topics(ctx: RequestContext, request) -> object:
+    image = ctx.broker.image
+    if hasattr(request, "topic_names"):
+        asked = [(name, None) for name in request.topic_names]
+    else:
+        asked = [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in asked:
+        if name is None and topic_id is not None:
+            found = image.topics_by_id.get(topic_id)
+            name = found.name if found else None
+        try:
+            if name is None:
+                raise ControllerError(ErrorCode.unknown_topic_id, "Topic id is unknown")
+            deleted = ctx.broker.controller.delete_topic(name)
+            results.append(ctx.response("DeletableTopicResult", name=name,
+                                        topic_id=deleted.topic_id, error_code=ErrorCode.none,
+                                        error_message=None))
+        except ControllerError as e:
+            results.append(ctx.response("DeletableTopicResult", name=name, topic_id=topic_id,
+                                        error_code=e.error_code, error_message=e.message))
+    return ctx.response("DeleteTopicsResponse", throttle_time=0, responses=tuple(results))
+
+
+@handles(ApiKey.CREATE_PARTITIONS)
+async def create_partitions(ctx: RequestContext, request) -> object:
+    results = []
+    for topic in request.topics:
+        try:
+            if topic.assignments:
+                raise ControllerError(ErrorCode.invalid_request,
+                                      "Manual replica assignment is not supported by kipper")
+            ctx.broker.controller.create_partitions(topic.name, topic.count, request.validate_only)
+            error, message = ErrorCode.none, None
+        except ControllerError as e:
+            error, message = e.error_code, e.message
+        results.append(ctx.response("CreatePartitionsTopicResult", name=topic.name,
+                                    error_code=error, error_message=message))
+    return ctx.response("CreatePartitionsResponse", throttle_time=0, results=tuple(results))
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS)
+async def describe_configs(ctx: RequestContext, request) -> object:
+    results = []
+    for resource in request.resources:
+        error, message, configs = ErrorCode.none, None, []
+        if resource.resource_type == TOPIC_RESOURCE:
+            if resource.resource_name in ctx.broker.image.topics:
+                configs = _topic_configs(ctx, resource.resource_name)
+            else:
+                error, message = ErrorCode.unknown_topic_or_partition, "Topic does not exist"
+        elif resource.resource_type == BROKER_RESOURCE:
+            if resource.resource_name in ("", str(ctx.broker.config.node_id)):
+                configs = _broker_configs(ctx)
+            else:
+                error, message = ErrorCode.invalid_request, "Broker id is not this broker"
+        else:
+            error, message = ErrorCode.invalid_request, "Unsupported resource type"
+        if resource.configuration_keys is not None:
+            keys = set(resource.configuration_keys)
+            configs = [c for c in configs if c[0] in keys]
+        entries = tuple(
+            ctx.response("DescribeConfigsResourceResult", name=name, value=value,
+                         read_only=resource.resource_type == BROKER_RESOURCE,
+                         config_source=source, is_default=source == SOURCE_DEFAULT,
+                         is_sensitive=False, synonyms=(),
+                         config_type=TYPE_LONG if (value or "").lstrip("-").isdigit() else TYPE_STRING,
+                         documentation=TOPIC_CONFIGS[name].doc if name in TOPIC_CONFIGS else None)
+            for name, value, source in configs)
+        results.append(ctx.response("DescribeConfigsResult", error_code=error,
+                                    error_message=message, resource_type=resource.resource_type,
+                                    resource_name=resource.resource_name, configs=entries))
+    return ctx.response("DescribeConfigsResponse", throttle_time=0, results=tuple(results))
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER)
+async def describe_cluster(ctx: RequestContext, request) -> object:
+    brokers = tuple(
+        ctx.response("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port,
+                     rack=b.rack)
+        for b in sorted(ctx.broker.image.brokers.values(), key=lambda b: b.node_id))
+    return ctx.response("DescribeClusterResponse", throttle_time=0, error_code=ErrorCode.none,
+                        error_message=None, endpoint_type=1,
+                        cluster_id=ctx.broker.config.cluster_id,
+                        controller_id=ctx.broker.controller_id, brokers=brokers,
+                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

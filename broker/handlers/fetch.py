@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kio.schema.errors import ErrorCode
+
+from broker.partition import Partition, PartitionError
+from protocol.apis import ApiKey
+from protocol.build import millis
+from storage.log import KafkaStorageError, OffsetOutOfRange
+
+from .registry import RequestContext, handles
+
+READ_COMMITTED = 1
+
+
+async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budget: int,
+                          first_data: bool) -> tuple[object, int, Partition | None]:
+    """One partition's response entry, the record bytes it carries, and the partition to
+    watch for new data (None when the entry is an error)."""
+    index = fetch.partition
+    try:
+        partition = ctx.broker.replicas.get(topic, index)
+        partition.check_leader(getattr(fetch, "current_leader_epoch", -1))
+        upper = (partition.last_stable_offset if request.isolation_level == READ_COMMITTED
+                 else partition.high_watermark)
+        if fetch.fetch_offset > partition.log.log_end_offset:
+            raise OffsetOutOfRange()
+        if fetch.fetch_offset >= upper:
+            records = b""
+            # An offset below the log start is out of range even when nothing is readable.
+            if fetch.fetch_offset < partition.log.log_start_offset:
+                raise OffsetOutOfRange()
+        else:
+            result = await partition.log.read(
+                fetch.fetch_offset, min(fetch.partition_max_bytes, budget),
+                max_offset=upper, min_one_batch=first_data)
+            records = result.records
+        error = ErrorCode.none
+    except PartitionError as e:
+        return _entry(ctx, request, index, e.error_code), 0, None
+    except OffsetOutOfRange:
+        return _entry(ctx, request, index, ErrorCode.offset_out_of_range,
+                      hw=partition.high_watermark,
+                      log_start=partition.log.log_start_offset), 0, None
+    except KafkaStorageError:
+        return _entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None
+    entry = _entry(ctx, request, index, error, hw=partition.high_watermark,
+                   lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
+                   records=records)
+    return entry, len(records), partition
+
+
+def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,
+           lso: int = -1, log_start: int = -1, records: bytes = b"") -> object:
+    return ctx.response(
+        "PartitionData", partition_index=index, error_code=error, high_watermark=hw,
+        last_stable_offset=lso, log_start_offset=log_start,
+        aborted_transactions=() if request.isolation_level == READ_COMMITTED else None,
+        preferred_read_replica=-1, records=records)
+
+
+async def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool, list[Partition]]:
+    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    has_error = False
+    watched: list[Partition] = []
+    topics = []
+    for fetch_topic in request.topics:
+        entries = []
+        for fetch in fetch_topic.partitions:
+            entry, size, partition = await _read_partition(
+                ctx, request, fetch_topic.topic, fetch, max(budget - total, 0), total == 0)
+            entries.append(entry)
+            total += size
+            if partition is None:
+                has_error = True
+            else:
+                watched.append(partition)
+        topics.append(ctx.response("FetchableTopicResponse", topic=fetch_topic.topic,
+                                   partitions=tuple(entries)))
+    return topics, total, has_error, watched
+
+
+@handles(ApiKey.FETCH)
+async def fetch(ctx: RequestContext, request) -> object:
+    deadline = time.monotonic() + millis(request.max_wait) / 1000
+    while True:
+        topics, total, has_error, watched = await _read_all(ctx, request)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or has_error or remaining <= 0 or not watched:
+            break
+        # Long poll: sleep until any watched partition's high watermark moves.
+        woken = asyncio.get_running_loop().create_future()
+        for partition in watched:
+            partition.add_waiter(woken)
+        try:
+            await asyncio.wait_for(woken, remaining)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for partition in watched:
+                partition.remove_waiter(woken)
+    # Fetch sessions (KIP-227) are answered sessionless: id 0 means "send full requests".
+    return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
+                        session_id=0, responses=tuple(topics))

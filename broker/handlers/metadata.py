@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.controller import ControllerError, validate_topic_name
+from coordinator.metadata import TopicInfo
+from protocol.apis import ApiKey
+
+from .registry import RequestContext, handles
+
+log = logging.getLogger(__name__)
+# Kafka's "authorized operations not requested" marker.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def broker_entries(ctx: RequestContext, entity: str) -> tuple:
+    return tuple(ctx.response(entity, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in sorted(ctx.broker.image.brokers.values(), key=lambda b: b.node_id))
+
+
+def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
+    partitions = tuple(
+        ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
+                     partition_index=p.partition, leader_id=p.leader,
+                     leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
+                     isr_nodes=tuple(p.isr), offline_replicas=())
+        for p in sorted(topic.partitions.values(), key=lambda p: p.partition))
+    return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
+                        topic_id=topic.topic_id, is_internal=topic.name.startswith("__"),
+                        partitions=partitions,
+                        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _error_entry(ctx: RequestContext, name: str | None, error: ErrorCode, topic_id=None) -> object:
+    return ctx.response("MetadataResponseTopic", error_code=error, name=name,
+                        topic_id=topic_id, is_internal=False, partitions=(),
+                        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+@handles(ApiKey.METADATA)
+async def metadata(ctx: RequestContext, request) -> object:
+    image = ctx.broker.image
+    # v0 asks for all topics with an empty list; v1+ with null.
+    wants_all = request.topics is None or (ctx.version == 0 and not request.topics)
+    allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
+    topics = []
+    if wants_all:
+        topics = [_topic_entry(ctx, t) for t in sorted(image.topics.values(), key=lambda t: t.name)]
+    else:
+        for requested in request.topics:
+            name = requested.name
+            topic_id = getattr(requested, "topic_id", None)
+            if name is None and topic_id is not None:
+                found = image.topics_by_id.get(topic_id)
+                topics.append(_topic_entry(ctx, found) if found else
+                              _error_entry(ctx, None, ErrorCode.unknown_topic_id, topic_id))
+                continue
+            topics.append(_lookup_or_create(ctx, name, allow_auto_create))
+    return ctx.response("MetadataResponse", throttle_time=0,
+                        brokers=broker_entries(ctx, "MetadataResponseBroker"),
+                        cluster_id=ctx.broker.config.cluster_id,
+                        controller_id=ctx.broker.controller_id, topics=tuple(topics),
+                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> object:
+    topic = ctx.broker.image.topics.get(name)
+    if topic is not None:
+        return _topic_entry(ctx, topic)
+    try:
+        validate_topic_name(name)
+    except ControllerError:
+        return _error_entry(ctx, name, ErrorCode.invalid_topic_exception)
+    if not (allow_auto_create and ctx.broker.config.auto_create_topics):
+        return _error_entry(ctx, name, ErrorCode.unknown_topic_or_partition)
+    try:
+        ctx.broker.controller.create_topic(name, -1, -1, {})
+    except ControllerError as e:
+        if e.error_code != ErrorCode.topic_already_exists:
+            log.warning("auto-creating topic %r failed: %s", name, e.message)
+            return _error_entry(ctx, name, e.error_code)
+    log.info("auto-created topic %r", name)
+    # Kafka answers LEADER_NOT_AVAILABLE right after creation; the client retries.
+    return _error_entry(ctx, name, ErrorCode.leader_not_available)

@@ -1,0 +1,101 @@
+"""ListOffsets, DeleteRecords and OffsetForLeaderEpoch: per-partition offset questions."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from broker.partition import PartitionError
+from protocol.apis import ApiKey
+from storage.log import OffsetOutOfRange
+
+from .registry import RequestContext, handles
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
+
+
+async def _list_offset(ctx: RequestContext, request, topic: str, asked) -> object:
+    def answer(error=ErrorCode.none, timestamp=-1, offset=-1, epoch=-1) -> object:
+        return ctx.response("ListOffsetsPartitionResponse", partition_index=asked.partition_index,
+                            error_code=error, timestamp=timestamp, offset=offset,
+                            leader_epoch=epoch, old_style_offsets=())
+    try:
+        partition = ctx.broker.replicas.get(topic, asked.partition_index)
+        partition.check_leader(getattr(asked, "current_leader_epoch", -1))
+    except PartitionError as e:
+        return answer(e.error_code)
+    log = partition.log
+    if asked.timestamp == LATEST:
+        end = (partition.last_stable_offset if getattr(request, "isolation_level", 0) == READ_COMMITTED
+               else partition.high_watermark)
+        return answer(offset=end, epoch=partition.leader_epoch)
+    if asked.timestamp == EARLIEST:
+        return answer(offset=log.log_start_offset, epoch=partition.leader_epoch)
+    found = await (log.max_timestamp() if asked.timestamp == MAX_TIMESTAMP
+                   else log.offset_for_timestamp(asked.timestamp))
+    if found is None or found.offset >= partition.high_watermark:
+        return answer()
+    return answer(timestamp=found.timestamp, offset=found.offset, epoch=found.leader_epoch)
+
+
+@handles(ApiKey.LIST_OFFSETS)
+async def list_offsets(ctx: RequestContext, request) -> object:
+    topics = []
+    for topic in request.topics:
+        entries = [await _list_offset(ctx, request, topic.name, p) for p in topic.partitions]
+        topics.append(ctx.response("ListOffsetsTopicResponse", name=topic.name,
+                                   partitions=tuple(entries)))
+    return ctx.response("ListOffsetsResponse", throttle_time=0, topics=tuple(topics))
+
+
+async def _delete_records(ctx: RequestContext, topic: str, asked) -> object:
+    def answer(error=ErrorCode.none, low_watermark=-1) -> object:
+        return ctx.response("DeleteRecordsPartitionResult", partition_index=asked.partition_index,
+                            low_watermark=low_watermark, error_code=error)
+    try:
+        partition = ctx.broker.replicas.get(topic, asked.partition_index)
+        partition.check_leader()
+    except PartitionError as e:
+        return answer(e.error_code)
+    # -1 means "up to the high watermark", as in Kafka's DeleteRecordsRequest.HIGH_WATERMARK.
+    offset = partition.high_watermark if asked.offset == -1 else asked.offset
+    if offset < 0 or offset > partition.high_watermark:
+        return answer(ErrorCode.offset_out_of_range)
+    try:
+        return answer(low_watermark=await partition.log.delete_records_before(offset))
+    except OffsetOutOfRange:
+        return answer(ErrorCode.offset_out_of_range)
+
+
+@handles(ApiKey.DELETE_RECORDS)
+async def delete_records(ctx: RequestContext, request) -> object:
+    topics = []
+    for topic in request.topics:
+        entries = [await _delete_records(ctx, topic.name, p) for p in topic.partitions]
+        topics.append(ctx.response("DeleteRecordsTopicResult", name=topic.name,
+                                   partitions=tuple(entries)))
+    return ctx.response("DeleteRecordsResponse", throttle_time=0, topics=tuple(topics))
+
+
+def _epoch_end_offset(ctx: RequestContext, topic: str, asked) -> object:
+    def answer(error=ErrorCode.none, epoch=-1, end_offset=-1) -> object:
+        return ctx.response("EpochEndOffset", error_code=error, partition=asked.partition,
+                            leader_epoch=epoch, end_offset=end_offset)
+    try:
+        partition = ctx.broker.replicas.get(topic, asked.partition)
+        partition.check_leader(asked.current_leader_epoch)
+    except PartitionError as e:
+        return answer(e.error_code)
+    found = partition.log.end_offset_for_epoch(asked.leader_epoch)
+    return answer(epoch=found.leader_epoch, end_offset=found.end_offset)
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+async def offset_for_leader_epoch(ctx: RequestContext, request) -> object:
+    topics = tuple(
+        ctx.response("OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(
+            _epoch_end_offset(ctx, topic.topic, p) for p in topic.partitions))
+        for topic in request.topics)
+    return ctx.response("OffsetForLeaderEpochResponse", throttle_time=0, topics=topics)

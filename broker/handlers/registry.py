@@ -1,0 +1,49 @@
+"""Request handler registry and the context every handler receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from protocol.apis import ApiKey
+from protocol.build import make
+from protocol.framing import RequestHeader
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+HANDLERS: dict[ApiKey, Handler] = {}
+
+
+def handles(api_key: ApiKey) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        HANDLERS[api_key] = handler
+        return handler
+    return register
+
+
+@lru_cache(maxsize=None)
+def response_module(api_key: int, api_version: int) -> ModuleType:
+    return load_payload_module(api_key, api_version, EntityType.response)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: RequestHeader
+    broker: "Broker"
+    peer: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    def response(self, entity_name: str, **fields: Any) -> Any:
+        """An entity of this request's response schema, at the request's version."""
+        module = response_module(self.header.api_key, self.header.api_version)
+        return make(getattr(module, entity_name), **fields)

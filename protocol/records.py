@@ -1,0 +1,209 @@
+"""Record batches (magic v2) handled as bytes.
+
+The broker never decodes individual records on the produce or fetch path: it reads the
+61-byte batch header, checks the CRC-32C, and rewrites the few header fields a broker
+owns (base offset, partition leader epoch, and for LogAppendTime topics the timestamp
+type and max timestamp, which are covered by the CRC and so force a re-checksum).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+HEADER_SIZE = 61
+# baseOffset and batchLength precede the part of the header the batch length counts.
+LOG_OVERHEAD = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+# The CRC covers everything from the attributes field to the end of the batch.
+CRC_COVERED_FROM = 21
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+PARTITION_LEADER_EPOCH_OFFSET = 12
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_LOG_APPEND = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+
+class InvalidRecordBatch(ValueError):
+    """The bytes are not a well-formed v2 record batch (maps to INVALID_RECORD)."""
+
+
+class CorruptRecordBatch(InvalidRecordBatch):
+    """The batch's CRC-32C does not match its contents (maps to CORRUPT_MESSAGE)."""
+
+
+class UnsupportedMagic(InvalidRecordBatch):
+    """A batch with magic < 2 (maps to UNSUPPORTED_FOR_MESSAGE_FORMAT)."""
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The header fields of one batch, plus where the batch sits in its buffer."""
+
+    position: int
+    size: int
+    base_offset: int
+    partition_leader_epoch: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_LOG_APPEND)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        # Sequences wrap at Int32.MaxValue, as in Kafka's DefaultRecordBatch.
+        return (self.base_sequence + self.last_offset_delta) % 0x80000000
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the header at ``position``; raise InvalidRecordBatch if it cannot be a batch."""
+    if len(buf) - position < HEADER_SIZE:
+        raise InvalidRecordBatch(
+            f"record batch truncated: {len(buf) - position} bytes left, header needs {HEADER_SIZE}"
+        )
+    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+     base_ts, max_ts, producer_id, producer_epoch, base_sequence, record_count) = _HEADER.unpack_from(buf, position)
+    if magic != 2:
+        raise UnsupportedMagic(f"record batch magic {magic} is not supported (only v2)")
+    size = batch_length + LOG_OVERHEAD
+    if size < HEADER_SIZE:
+        raise InvalidRecordBatch(f"record batch length {batch_length} is smaller than its header")
+    if position + size > len(buf):
+        raise InvalidRecordBatch(
+            f"record batch declares {size} bytes but only {len(buf) - position} remain"
+        )
+    if last_offset_delta < 0 or record_count < 0:
+        raise InvalidRecordBatch("record batch has a negative offset delta or record count")
+    return BatchHeader(position, size, base_offset, leader_epoch, crc, attributes,
+                       last_offset_delta, base_ts, max_ts, producer_id, producer_epoch,
+                       base_sequence, record_count)
+
+
+def iter_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = False,
+                 allow_partial_tail: bool = False) -> Iterator[BatchHeader]:
+    """Yield the header of every batch in ``buf``.
+
+    ``allow_partial_tail`` stops quietly at an incomplete last batch, which is what a
+    fetch response or a torn log tail may legitimately contain.
+    """
+    position = 0
+    end = len(buf)
+    while position < end:
+        try:
+            header = read_header(buf, position)
+        except InvalidRecordBatch:
+            if allow_partial_tail and _is_partial(buf, position):
+                return
+            raise
+        if verify_crc:
+            verify_batch_crc(buf, header)
+        yield header
+        position += header.size
+
+
+def _is_partial(buf: bytes | bytearray | memoryview, position: int) -> bool:
+    remaining = len(buf) - position
+    if remaining < HEADER_SIZE:
+        return True
+    batch_length = _LEADER_EPOCH.unpack_from(buf, position + 8)[0]
+    return batch_length + LOG_OVERHEAD > remaining
+
+
+def verify_batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    start = header.position + CRC_COVERED_FROM
+    end = header.position + header.size
+    actual = crc32c(memoryview(buf)[start:end])
+    if actual != header.crc:
+        raise CorruptRecordBatch(
+            f"record batch at base offset {header.base_offset} has CRC {header.crc:#010x}, "
+            f"computed {actual:#010x}"
+        )
+
+
+def validate_produce_records(records: bytes) -> list[BatchHeader]:
+    """Check a produce request's record set: whole v2 batches with correct CRCs."""
+    if not records:
+        raise InvalidRecordBatch("produce request carries no record batch")
+    return list(iter_batches(records, verify_crc=True))
+
+
+def assign_offsets(buf: bytearray, batches: list[BatchHeader], first_offset: int,
+                   leader_epoch: int, log_append_time_ms: int | None = None) -> int:
+    """Stamp offsets (and the leader epoch) into ``buf`` in place; return the next offset.
+
+    With ``log_append_time_ms`` the batches become LogAppendTime batches whose max
+    timestamp is the broker's clock, which changes CRC-covered bytes.
+    """
+    next_offset = first_offset
+    for batch in batches:
+        _BASE_OFFSET.pack_into(buf, batch.position, next_offset)
+        _LEADER_EPOCH.pack_into(buf, batch.position + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+        batch.base_offset = next_offset
+        batch.partition_leader_epoch = leader_epoch
+        if log_append_time_ms is not None:
+            batch.attributes |= TIMESTAMP_TYPE_LOG_APPEND
+            batch.max_timestamp = log_append_time_ms
+            _ATTRIBUTES.pack_into(buf, batch.position + ATTRIBUTES_OFFSET, batch.attributes)
+            _TIMESTAMP.pack_into(buf, batch.position + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+            crc = crc32c(memoryview(buf)[batch.position + CRC_COVERED_FROM:batch.position + batch.size])
+            _CRC.pack_into(buf, batch.position + CRC_OFFSET, crc)
+            batch.crc = crc
+        next_offset = batch.next_offset
+    return next_offset
+
+
+def rebase(buf: bytearray, position: int, base_offset: int) -> None:
+    """Overwrite one batch's base offset (not CRC-covered), e.g. when serving diskless reads."""
+    _BASE_OFFSET.pack_into(buf, position, base_offset)

@@ -1,0 +1,137 @@
+"""Topic-level log configuration: the names, defaults and validation Kafka users know.
+
+One table serves CreateTopics validation, DescribeConfigs, and the engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+STORAGE_MODES = ("classic", "active-tiered", "diskless")
+
+
+class InvalidConfig(ValueError):
+    """A topic config value Kafka would reject with INVALID_CONFIG."""
+
+
+def _int(lo: int | None = None) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidConfig(f"{raw!r} is not an integer") from None
+        if lo is not None and value < lo:
+            raise InvalidConfig(f"{value} is below the minimum {lo}")
+        return value
+    return parse
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in allowed:
+            raise InvalidConfig(f"{raw!r} is not one of {', '.join(allowed)}")
+        return raw
+    return parse
+
+
+def _cleanup_policy(raw: str) -> str:
+    if raw != "delete":
+        raise InvalidConfig(
+            f"cleanup.policy={raw!r} is not supported by kipper yet: only 'delete' "
+            "(log compaction is not implemented)"
+        )
+    return raw
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    default: str
+    parse: Callable[[str], object]
+    doc: str
+
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
+    ConfigDef("kipper.storage.mode", "classic", _choice(*STORAGE_MODES),
+              "storage engine of the topic: classic, active-tiered or diskless"),
+    ConfigDef("cleanup.policy", "delete", _cleanup_policy, "only delete is supported"),
+    ConfigDef("retention.ms", str(7 * 24 * 3600 * 1000), _int(-1), "time retention, -1 = forever"),
+    ConfigDef("retention.bytes", "-1", _int(-1), "size retention per partition, -1 = unbounded"),
+    ConfigDef("segment.bytes", str(1 << 30), _int(14), "segment file size before rolling"),
+    ConfigDef("segment.ms", str(7 * 24 * 3600 * 1000), _int(1), "segment age before rolling"),
+    ConfigDef("segment.index.bytes", str(10 << 20), _int(8), "maximum index file size"),
+    ConfigDef("index.interval.bytes", "4096", _int(0), "bytes between offset index entries"),
+    ConfigDef("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
+              "timestamp kept in batches"),
+    ConfigDef("max.message.bytes", str(1048588), _int(0), "largest record batch accepted"),
+    ConfigDef("min.insync.replicas", "1", _int(1), "replicas needed for acks=all"),
+    ConfigDef("flush.messages", str(2**63 - 1), _int(1), "messages between fsyncs"),
+    ConfigDef("flush.ms", str(2**63 - 1), _int(0), "milliseconds between fsyncs"),
+    ConfigDef("unclean.leader.election.enable", "false", _choice("true", "false"),
+              "allow electing an out-of-sync replica"),
+    ConfigDef("file.delete.delay.ms", "60000", _int(0), "delay before deleting removed segments"),
+)}
+
+
+def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Return the explicit configs, normalised; raise InvalidConfig naming the bad key."""
+    clean: dict[str, str] = {}
+    for name, raw in configs.items():
+        definition = TOPIC_CONFIGS.get(name)
+        if definition is None:
+            raise InvalidConfig(f"Unknown topic config name: {name}")
+        if raw is None:
+            continue
+        try:
+            definition.parse(raw)
+        except InvalidConfig as e:
+            raise InvalidConfig(f"Invalid value {raw!r} for configuration {name}: {e}") from None
+        clean[name] = raw
+    return clean
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Typed view of a topic's effective configs, as the engines use them."""
+
+    storage_mode: str = "classic"
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_index_bytes: int = 10 << 20
+    index_interval_bytes: int = 4096
+    log_append_time: bool = False
+    max_message_bytes: int = 1048588
+    min_insync_replicas: int = 1
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    unclean_leader_election: bool = False
+    file_delete_delay_ms: int = 60000
+    explicit: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_topic_configs(cls, explicit: dict[str, str],
+                           broker_defaults: dict[str, str] | None = None) -> "LogConfig":
+        merged = {name: d.default for name, d in TOPIC_CONFIGS.items()}
+        merged.update(broker_defaults or {})
+        merged.update(explicit)
+        value = {name: TOPIC_CONFIGS[name].parse(raw) for name, raw in merged.items()}
+        return cls(
+            storage_mode=value["kipper.storage.mode"],
+            retention_ms=value["retention.ms"],
+            retention_bytes=value["retention.bytes"],
+            segment_bytes=value["segment.bytes"],
+            segment_ms=value["segment.ms"],
+            segment_index_bytes=value["segment.index.bytes"],
+            index_interval_bytes=value["index.interval.bytes"],
+            log_append_time=value["message.timestamp.type"] == "LogAppendTime",
+            max_message_bytes=value["max.message.bytes"],
+            min_insync_replicas=value["min.insync.replicas"],
+            flush_messages=value["flush.messages"],
+            flush_ms=value["flush.ms"],
+            unclean_leader_election=value["unclean.leader.election.enable"] == "true",
+            file_delete_delay_ms=value["file.delete.delay.ms"],
+            explicit=dict(explicit),
+        )

@@ -1,0 +1,134 @@
+"""The one partition-log interface every storage engine implements.
+
+Request handlers and replication talk only to ``PartitionLog``; which engine sits behind
+it (classic, active-tiered, diskless) is chosen per topic by ``kipper.storage.mode`` and
+resolved once, in ``storage.manager``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from protocol.records import BatchHeader
+
+from .config import LogConfig
+
+
+class StorageError(Exception):
+    """Base of the storage errors a handler maps to a Kafka error code."""
+
+
+class OffsetOutOfRange(StorageError):
+    """OFFSET_OUT_OF_RANGE: the requested offset is outside [log start, log end]."""
+
+
+class RecordTooLarge(StorageError):
+    """MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE."""
+
+
+class KafkaStorageError(StorageError):
+    """KAFKA_STORAGE_ERROR: the engine could not persist or read (disk, object store)."""
+
+
+@dataclass(slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    # -1 unless the topic uses LogAppendTime.
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class ReadResult:
+    # Whole batches, starting with the batch that contains the requested offset.
+    records: bytes
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(slots=True, frozen=True)
+class TimestampOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+@dataclass(slots=True, frozen=True)
+class EpochEndOffset:
+    leader_epoch: int
+    end_offset: int
+
+
+class PartitionLog(abc.ABC):
+    """One topic-partition's log, whatever the engine."""
+
+    def __init__(self, topic: str, partition: int, config: LogConfig) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+
+    @property
+    @abc.abstractmethod
+    def log_start_offset(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def log_end_offset(self) -> int: ...
+
+    @abc.abstractmethod
+    async def append(self, records: bytearray, batches: list[BatchHeader],
+                     leader_epoch: int) -> AppendResult:
+        """Assign offsets to validated batches (rewriting ``records`` in place) and store them."""
+
+    @abc.abstractmethod
+    async def append_as_follower(self, records: bytes) -> None:
+        """Store batches that already carry offsets (replication)."""
+
+    @abc.abstractmethod
+    async def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                   min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from ``offset``, at most ``max_bytes`` unless the first batch alone is
+        larger and ``min_one_batch`` (KIP-74); never past ``max_offset`` (exclusive, e.g. the
+        high watermark). Raises OffsetOutOfRange."""
+
+    @abc.abstractmethod
+    async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
+        """The earliest batch whose max timestamp >= ``timestamp_ms`` (ListOffsets)."""
+
+    @abc.abstractmethod
+    async def max_timestamp(self) -> TimestampOffset | None:
+        """The record with the largest timestamp (ListOffsets -3, MAX_TIMESTAMP)."""
+
+    @abc.abstractmethod
+    async def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset (DeleteRecords); return the new log start offset."""
+
+    @abc.abstractmethod
+    async def enforce_retention(self, now_ms: int) -> int:
+        """Delete what retention.ms / retention.bytes allow; return bytes freed."""
+
+    @abc.abstractmethod
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        """OffsetForLeaderEpoch: the end offset of ``leader_epoch`` (or the largest smaller one)."""
+
+    @abc.abstractmethod
+    def latest_epoch(self) -> int: ...
+
+    @abc.abstractmethod
+    async def truncate_to(self, offset: int) -> None:
+        """Drop everything at and above ``offset`` (follower truncation)."""
+
+    @abc.abstractmethod
+    async def flush(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def delete(self) -> None:
+        """Remove the partition's data (topic deletion)."""
+
+    def reconfigure(self, config: LogConfig) -> None:
+        self.config = config

@@ -1,0 +1,77 @@
+import pytest
+from kafka.record.default_records import DefaultRecordBatch
+
+from batches import build_batch
+from protocol.records import (
+    CorruptRecordBatch,
+    InvalidRecordBatch,
+    UnsupportedMagic,
+    assign_offsets,
+    iter_batches,
+    validate_produce_records,
+)
+
+
+def test_header_fields_of_a_client_built_batch():
+    raw = build_batch(count=5, producer_id=7, producer_epoch=1, base_sequence=10)
+    (header,) = validate_produce_records(raw)
+    assert header.size == len(raw)
+    assert header.record_count == 5
+    assert header.last_offset_delta == 4
+    assert header.max_timestamp == 1_700_000_000_004
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 1, 10)
+    assert header.last_sequence == 14
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compressed_batches_parse_without_decompressing(codec):
+    (header,) = validate_produce_records(build_batch(count=50, compression=codec))
+    assert header.compression == codec
+    assert header.record_count == 50
+
+
+def test_assign_offsets_keeps_the_crc_valid_for_clients():
+    raw = bytearray(build_batch(count=3) + build_batch(count=2))
+    batches = validate_produce_records(bytes(raw))
+    assert assign_offsets(raw, batches, first_offset=100, leader_epoch=4) == 105
+    decoded = [DefaultRecordBatch(bytes(raw[b.position:b.position + b.size])) for b in batches]
+    assert [d.base_offset for d in decoded] == [100, 103]
+    assert all(d.validate_crc() for d in decoded)
+    assert [r.offset for r in decoded[1]] == [103, 104]
+
+
+def test_log_append_time_rewrites_timestamp_and_crc():
+    raw = bytearray(build_batch(count=2))
+    batches = validate_produce_records(bytes(raw))
+    assign_offsets(raw, batches, 0, 0, log_append_time_ms=1_800_000_000_000)
+    decoded = DefaultRecordBatch(bytes(raw))
+    assert decoded.validate_crc()
+    assert decoded.timestamp_type == 1
+    assert [r.timestamp for r in decoded] == [1_800_000_000_000] * 2
+    validate_produce_records(bytes(raw))  # our own check agrees
+
+
+def test_flipped_byte_is_a_crc_error():
+    raw = bytearray(build_batch())
+    raw[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordBatch):
+        validate_produce_records(bytes(raw))
+
+
+def test_truncated_and_garbage_input():
+    raw = build_batch()
+    with pytest.raises(InvalidRecordBatch):
+        validate_produce_records(raw[:-3])
+    with pytest.raises(InvalidRecordBatch):
+        validate_produce_records(b"")
+    old_magic = bytearray(raw)
+    old_magic[16] = 1
+    with pytest.raises(UnsupportedMagic):
+        validate_produce_records(bytes(old_magic))
+
+
+def test_partial_tail_is_tolerated_only_when_asked():
+    raw = build_batch() + build_batch()[:30]
+    assert len(list(iter_batches(raw, allow_partial_tail=True))) == 1
+    with pytest.raises(InvalidRecordBatch):
+        list(iter_batches(raw))
