@@ -1,0 +1,44 @@
+"""Small durable files in a partition directory (checkpoints and the clean-shutdown marker).
+
+They are rewritten whole through a temporary file and a rename, so a crash leaves either the
+old or the new content, never a torn mix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_dir(directory: Path) -> None:
+    # Makes file creations, renames and deletions in the directory durable.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def read_offset(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        # A checkpoint is an optimisation or a lower bound; an unreadable one is ignored
+        # rather than keeping the partition offline.
+        return None
+
+
+def write_offset(path: Path, offset: int) -> None:
+    write_atomically(path, f"{offset}\n")

@@ -1,0 +1,206 @@
+"""The segments of one partition directory (Kafka's ``LocalLog`` plus its ``LogLoader``).
+
+The last segment is the active one and the log end offset is always its next offset.
+Durability bookkeeping:
+
+* ``recovery-point``: every offset below it was fsynced by ``flush``. After a crash only the
+  segments from the one holding the recovery point onwards are recovered (CRC-checked,
+  indexes rebuilt, torn tail cut); when one of them loses bytes, the later segments are
+  deleted, as their offsets would no longer follow on.
+* ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
+  on open means no recovery is needed. It is removed as soon as the log is loaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+from bisect import bisect_right
+from collections.abc import Callable
+from pathlib import Path
+
+from protocol.records import BatchHeader
+
+from ..config import LogConfig
+from .checkpoint import fsync_dir, read_offset, write_atomically, write_offset
+from .segment import INT32_MAX, LogSegment, index_files, log_file
+
+CLEAN_SHUTDOWN_FILE = ".kipper_clean_shutdown"
+RECOVERY_POINT_FILE = "recovery-point"
+
+
+class LocalLog:
+    def __init__(self, directory: Path, config: LogConfig, *, start_offset: int = 0,
+                 on_recovered_batch: Callable[[BatchHeader], None] | None = None) -> None:
+        """Load (and if needed recover) the segments in ``directory``; an empty log starts at
+        ``start_offset``. ``on_recovered_batch`` sees every batch of a recovered segment, in
+        offset order, so state derived from batches (leader epochs) can be rebuilt."""
+        self.dir = directory
+        self.config = config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._recovery_point_file = directory / RECOVERY_POINT_FILE
+        self.recovery_point = read_offset(self._recovery_point_file) or 0
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._load(start_offset, on_recovered_batch)
+
+    def _load(self, start_offset: int,
+              on_recovered_batch: Callable[[BatchHeader], None] | None) -> None:
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
+        for index_path in (*self.dir.glob("*.index"), *self.dir.glob("*.timeindex")):
+            if not index_path.with_suffix(".log").exists():
+                index_path.unlink()
+        if clean:
+            first_unflushed = len(bases)
+        else:
+            first_unflushed = max(bisect_right(bases, self.recovery_point) - 1, 0)
+        for i, base in enumerate(bases):
+            segment = self._new_segment(base)
+            self._segments.append(segment)
+            if (i >= first_unflushed or not segment.load()) and segment.recover(on_recovered_batch):
+                for later in bases[i + 1:]:
+                    later_log = log_file(self.dir, later)
+                    for path in (later_log, *index_files(later_log)):
+                        path.unlink(missing_ok=True)
+                break
+        if not self._segments:
+            self._segments.append(self._new_segment(start_offset))
+        self._bases = [s.base_offset for s in self._segments]
+        if clean:
+            marker.unlink()
+            fsync_dir(self.dir)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.dir, base_offset,
+                          index_interval_bytes=self.config.index_interval_bytes,
+                          index_max_bytes=self.config.segment_index_bytes)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments in offset order (read-only for callers)."""
+        return self._segments
+
+    @property
+    def active(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def next_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
+               now_ms: int) -> None:
+        segment = self.active
+        if segment.size and self._should_roll(segment, len(records), batches, now_ms):
+            segment = self.roll()
+        segment.append(records, batches)
+
+    def _should_roll(self, segment: LogSegment, size: int, batches: list[BatchHeader],
+                     now_ms: int) -> bool:
+        max_timestamp = max(b.max_timestamp for b in batches)
+        return (segment.size + size > self.config.segment_bytes
+                or segment.time_waited_for_roll(now_ms, max_timestamp) > self.config.segment_ms
+                or segment.index_full
+                or batches[-1].last_offset - segment.base_offset > INT32_MAX)
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op on an empty one)."""
+        if self.active.size == 0:
+            return self.active
+        self.active.seal()
+        segment = self._new_segment(self.next_offset)
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    def delete_oldest_segments(self, count: int) -> int:
+        """Delete the ``count`` oldest segments; return the bytes freed."""
+        if count >= len(self._segments):
+            # Keep the log end offset: it lives on in a new, empty active segment.
+            self.roll()
+            count = min(count, len(self._segments) - 1)
+        victims = self._segments[:count]
+        del self._segments[:count], self._bases[:count]
+        for segment in victims:
+            segment.delete()
+        return sum(s.size for s in victims)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the batch holding ``offset`` (at or above the first segment's base offset)
+        and everything after it: the log end offset becomes a batch boundary <= ``offset``."""
+        while self._segments[-1].base_offset > offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        self.active.truncate_to(offset)
+        if self.next_offset < self.recovery_point:
+            self._set_recovery_point(self.next_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self._set_recovery_point(offset)
+
+    def _set_recovery_point(self, offset: int) -> None:
+        # Written at once, also when truncation lowers it: a later crash must recover the
+        # data appended in place of what was truncated, even below the old recovery point.
+        self.recovery_point = offset
+        write_offset(self._recovery_point_file, offset)
+
+    def flush(self) -> None:
+        for segment in self._segments:
+            segment.flush()
+        self._advance_recovery_point()
+
+    def _advance_recovery_point(self) -> None:
+        # A segment created since the last flush is only durable once the directory is.
+        if self.active.base_offset >= self.recovery_point:
+            fsync_dir(self.dir)
+        if self.recovery_point != self.next_offset:
+            self._set_recovery_point(self.next_offset)
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        self._advance_recovery_point()
+        write_atomically(self.dir / CLEAN_SHUTDOWN_FILE, "")
+
+    def delete(self) -> None:
+        for segment in self._segments:
+            segment.delete()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None,
+             min_one_batch: bool) -> bytes:
+        """Whole batches from the one holding ``offset``, within a single segment (the next
+        read continues in the next one, as in Kafka), below ``max_offset``."""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        for segment in self._segments[i:]:
+            batch = segment.find(offset)
+            if batch is not None:
+                break
+        else:
+            return b""
+        end = segment.size
+        if max_offset is not None and max_offset < segment.next_offset:
+            # A batch straddling max_offset is left out: its records are not all visible.
+            limit = segment.find(max_offset)
+            if limit is not None:
+                end = limit.position
+        if end <= batch.position:
+            return b""
+        if batch.size > max_bytes:
+            return segment.read(batch.position, batch.size) if min_one_batch else b""
+        if batch.position + max_bytes < end:
+            end = segment.whole_batches_end(batch.position, batch.position + max_bytes)
+        return segment.read(batch.position, end - batch.position)

@@ -1,0 +1,286 @@
+"""The classic engine: today's Kafka log (Kafka's ``UnifiedLog`` over ``LocalLog``).
+
+``LocalLog`` holds the segments; this layer adds what Kafka keeps above them: the log start
+offset (checkpointed in ``log-start-offset``), the leader epoch cache, append validation and
+offset assignment, the flush policy, retention and DeleteRecords.
+
+The high watermark is not tracked here: the broker's partition object owns it and passes it
+to ``read`` as ``max_offset``.
+
+Every method runs to completion without awaiting (page-cache I/O is fast), so calls on one
+log never interleave and need no lock. ``flush`` and ``close`` fsync, which does block the
+event loop for as long as the disk takes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from protocol.records import BatchHeader, assign_offsets, iter_batches
+
+from ..config import LogConfig
+from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
+                   PartitionLog, ReadResult, RecordTooLarge, StorageError, TimestampOffset)
+from .checkpoint import read_offset, write_offset
+from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
+from .local_log import LocalLog
+from .segment import LogSegment
+
+LOG_START_OFFSET_FILE = "log-start-offset"
+
+
+class UnexpectedAppendOffset(StorageError):
+    """A follower append whose batches do not continue the log end offset contiguously."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ClassicLog(PartitionLog):
+    def __init__(self, topic: str, partition: int, config: LogConfig,
+                 directory: Path | str) -> None:
+        super().__init__(topic, partition, config)
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._log_start_file = self.directory / LOG_START_OFFSET_FILE
+        self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
+        checkpointed_start = read_offset(self._log_start_file) or 0
+        try:
+            self._local = LocalLog(self.directory, config, start_offset=checkpointed_start,
+                                   on_recovered_batch=self._on_recovered_batch)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot load {self.directory}: {e}") from e
+        self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
+        if self._local.next_offset < self._log_start:
+            # Data up to the checkpointed log start is gone (lost or never written here).
+            self._local.truncate_fully_and_start_at(self._log_start)
+        self._epochs.truncate_from_end(self._local.next_offset)
+        self._epochs.truncate_from_start(self._log_start)
+        self._unflushed_messages = 0
+        self._last_flush_ms = _now_ms()
+
+    def _on_recovered_batch(self, batch: BatchHeader) -> None:
+        if batch.partition_leader_epoch >= 0:
+            self._epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+
+    def __repr__(self) -> str:
+        return (f"ClassicLog({self.topic}-{self.partition}, "
+                f"[{self._log_start}, {self.log_end_offset}))")
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._local.next_offset
+
+    def reconfigure(self, config: LogConfig) -> None:
+        # Segment-level settings (index interval and size) apply from the next segment.
+        super().reconfigure(config)
+        self._local.config = config
+
+    # -- appends -------------------------------------------------------------------------
+
+    async def append(self, records: bytearray, batches: list[BatchHeader],
+                     leader_epoch: int) -> AppendResult:
+        for batch in batches:
+            if batch.size > self.config.max_message_bytes:
+                raise RecordTooLarge(
+                    f"record batch of {batch.size} bytes exceeds max.message.bytes="
+                    f"{self.config.max_message_bytes} of {self.topic}")
+        if len(records) > self.config.segment_bytes:
+            raise RecordTooLarge(
+                f"{len(records)} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+        duplicate = self._check_producer_state(batches)
+        if duplicate is not None:
+            return duplicate
+        now = _now_ms()
+        append_time = now if self.config.log_append_time else None
+        base_offset = self._local.next_offset
+        next_offset = assign_offsets(records, batches, base_offset, leader_epoch, append_time)
+        self._write(records, batches, now)
+        if leader_epoch >= 0:
+            self._epochs.assign(leader_epoch, base_offset)
+        self._maybe_flush(batches, now)
+        return AppendResult(base_offset, next_offset - 1,
+                            -1 if append_time is None else append_time, self._log_start)
+
+    def _check_producer_state(self, batches: list[BatchHeader]) -> AppendResult | None:
+        """The idempotent-producer checks belong here, before offsets are assigned: return
+        the original result of a duplicate batch, or raise on an out-of-order sequence or a
+        fenced producer epoch. Producer state is not implemented yet."""
+        return None
+
+    async def append_as_follower(self, records: bytes) -> None:
+        # A fetch response may end with a partial batch; only whole batches are stored.
+        batches = list(iter_batches(records, verify_crc=True, allow_partial_tail=True))
+        if not batches:
+            return
+        expected = self._local.next_offset
+        for batch in batches:
+            if batch.base_offset != expected:
+                raise UnexpectedAppendOffset(
+                    f"{self.topic}-{self.partition}: batch at offset {batch.base_offset} "
+                    f"does not follow offset {expected - 1}")
+            expected = batch.next_offset
+        end = batches[-1].position + batches[-1].size
+        now = _now_ms()
+        self._write(memoryview(records)[:end], batches, now)
+        for batch in batches:
+            if batch.partition_leader_epoch >= 0:
+                self._epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+        self._maybe_flush(batches, now)
+
+    def _write(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
+               now: int) -> None:
+        try:
+            self._local.append(records, batches, now)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot append to {self.directory}: {e}") from e
+
+    def _maybe_flush(self, batches: list[BatchHeader], now: int) -> None:
+        self._unflushed_messages += sum(b.record_count for b in batches)
+        if self._unflushed_messages >= self.config.flush_messages \
+                or now - self._last_flush_ms >= self.config.flush_ms:
+            self._flush(now)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                   min_one_batch: bool = True) -> ReadResult:
+        log_end = self._local.next_offset
+        if offset < self._log_start or offset > log_end:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{self._log_start}, {log_end}] "
+                f"of {self.topic}-{self.partition}")
+        if offset == log_end or (max_offset is not None and offset >= max_offset):
+            records = b""
+        else:
+            try:
+                records = self._local.read(offset, max_bytes, max_offset, min_one_batch)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot read {self.directory}: {e}") from e
+        return ReadResult(records, self._log_start, log_end)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
+        for segment in self._local.segments:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_by_timestamp(timestamp_ms, self._log_start)
+                if found is not None:
+                    return found
+        return None
+
+    async def max_timestamp(self) -> TimestampOffset | None:
+        # max() keeps the first of equal maxima: the earliest record wins, as in Kafka.
+        segment = max(self._local.segments, key=lambda s: s.max_timestamp)
+        return segment.max_timestamp_record()
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        return self._epochs.end_offset_for(leader_epoch, self._local.next_offset)
+
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch
+
+    # -- deletion ------------------------------------------------------------------------
+
+    async def delete_records_before(self, offset: int) -> int:
+        """Also how a follower whose log ends below the leader's log start catches up: an
+        ``offset`` above the log end empties the log and restarts it there."""
+        if offset > self._local.next_offset:
+            self._local.truncate_fully_and_start_at(offset)
+            self._epochs.clear()
+            self._set_log_start(offset)
+        elif offset > self._log_start:
+            self._set_log_start(offset)
+            self._delete_segments(lambda segment, following: following is not None
+                                  and following.base_offset <= self._log_start)
+        return self._log_start
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole segments, oldest first, that retention.ms or retention.bytes allow,
+        and those entirely below the log start offset.
+
+        The log does not know the high watermark, so unlike Kafka it cannot spare data that
+        is not yet replicated; with retention in hours or days this does not arise."""
+        freed = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            freed += self._delete_segments(
+                lambda segment, _: now_ms - segment.largest_timestamp > retention_ms)
+        if self.config.retention_bytes >= 0:
+            excess = self._local.size - self.config.retention_bytes
+
+            def over_size(segment: LogSegment, _: LogSegment | None) -> bool:
+                nonlocal excess
+                if excess < segment.size:
+                    return False
+                excess -= segment.size
+                return True
+
+            freed += self._delete_segments(over_size)
+        freed += self._delete_segments(lambda segment, following: following is not None
+                                       and following.base_offset <= self._log_start)
+        return freed
+
+    def _delete_segments(self, deletable: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        """Delete the oldest segments for which ``deletable(segment, following_segment)``
+        holds, stopping at the first that it rejects; return the bytes freed."""
+        segments = self._local.segments
+        count = 0
+        for i, segment in enumerate(segments):
+            following = segments[i + 1] if i + 1 < len(segments) else None
+            if following is None and segment.size == 0:
+                break
+            if not deletable(segment, following):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        freed = self._local.delete_oldest_segments(count)
+        first_offset = self._local.segments[0].base_offset
+        if first_offset > self._log_start:
+            self._set_log_start(first_offset)
+        return freed
+
+    def _set_log_start(self, offset: int) -> None:
+        self._log_start = offset
+        write_offset(self._log_start_file, offset)
+        self._epochs.truncate_from_start(offset)
+
+    async def truncate_to(self, offset: int) -> None:
+        if offset >= self._local.next_offset:
+            return
+        if offset < self._log_start:
+            self._local.truncate_fully_and_start_at(offset)
+            self._epochs.clear()
+            self._set_log_start(offset)
+            return
+        self._local.truncate_to(offset)
+        log_end = self._local.next_offset
+        if log_end < self._log_start:
+            # The batch holding the log start was cut: the log is empty and starts there.
+            self._set_log_start(log_end)
+        self._epochs.truncate_from_end(log_end)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        self._flush(_now_ms())
+
+    def _flush(self, now: int) -> None:
+        try:
+            self._local.flush()
+        except OSError as e:
+            raise KafkaStorageError(f"cannot flush {self.directory}: {e}") from e
+        self._unflushed_messages = 0
+        self._last_flush_ms = now
+
+    async def close(self) -> None:
+        self._local.close()
+
+    async def delete(self) -> None:
+        self._local.delete()

@@ -1,0 +1,424 @@
+"""One segment of a classic partition log.
+
+A segment is a ``%020d.log`` file of whole v2 record batches, named by the offset of its
+first batch, plus two sparse indexes in Kafka's layouts:
+
+* ``.index``: (4-byte offset relative to the segment base, 4-byte file position), one entry
+  per ``index.interval.bytes`` of log, keyed by the base offset of the batch at that position;
+* ``.timeindex``: (8-byte timestamp, 4-byte relative offset), added next to an offset-index
+  entry when the segment's largest timestamp has grown, and once more when the segment is
+  sealed, so that its last entry is the exact maximum.
+
+The indexes live in memory as arrays, which gives O(log n) bisection followed by a scan of at
+most about ``index.interval.bytes`` of batch headers, and are written to their files when
+the segment is sealed or flushed. They are derived data: on open they are trusted only if
+they agree with the log, otherwise the segment is recovered from the batches themselves.
+
+Data goes through plain ``pwrite``/``pread`` on one file descriptor, so it lives in the page
+cache until ``flush`` fsyncs it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from crc32c import crc32c
+
+from protocol.records import CRC_COVERED_FROM, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+
+from ..log import TimestampOffset
+
+NO_TIMESTAMP = -1
+INT32_MAX = 2**31 - 1
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+# The v2 batch header, parsed here without the rest of the batch (which
+# protocol.records.read_header requires) so that lookups read headers only.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LOOKUP_CHUNK = 16 << 10
+_RECOVERY_CHUNK = 1 << 20
+
+
+def log_file(directory: Path, base_offset: int) -> Path:
+    return directory / f"{base_offset:020d}.log"
+
+
+def index_files(log_path: Path) -> tuple[Path, Path]:
+    return log_path.with_suffix(".index"), log_path.with_suffix(".timeindex")
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
+                 index_max_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.path = log_file(directory, base_offset)
+        self._index_path, self._time_index_path = index_files(self.path)
+        self._index_interval = index_interval_bytes
+        # At least one entry, or a tiny segment.index.bytes would roll on every append.
+        self._max_index_entries = max(1, index_max_bytes // _OFFSET_ENTRY.size)
+        self._max_time_entries = max(1, index_max_bytes // _TIME_ENTRY.size)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        # Base offset of the first batch that reached max_timestamp.
+        self._offset_of_max_timestamp = base_offset
+        self._first_batch_timestamp: int | None = None
+        self._created_ms = time.time_ns() // 1_000_000
+        self._index_offsets = array("i")
+        self._index_positions = array("i")
+        self._time_stamps = array("q")
+        self._time_offsets = array("i")
+        # Entries already in the index files; later ones are appended on the next write.
+        self._persisted_index = 0
+        self._persisted_time_index = 0
+        self._index_files_current = False
+        self._unflushed = False
+
+    # -- opening -------------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Read the index files; False when they are missing or disagree with the log, in
+        which case the caller must ``recover`` the segment."""
+        try:
+            index = self._index_path.read_bytes()
+            time_index = self._time_index_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        if len(index) % _OFFSET_ENTRY.size or len(time_index) % _TIME_ENTRY.size:
+            return False
+        if index:
+            offsets, positions = zip(*_OFFSET_ENTRY.iter_unpack(index))
+            self._index_offsets, self._index_positions = array("i", offsets), array("i", positions)
+        if time_index:
+            stamps, offsets = zip(*_TIME_ENTRY.iter_unpack(time_index))
+            self._time_stamps, self._time_offsets = array("q", stamps), array("i", offsets)
+            self.max_timestamp = self._time_stamps[-1]
+            self._offset_of_max_timestamp = self.base_offset + self._time_offsets[-1]
+        self._persisted_index = len(self._index_offsets)
+        self._persisted_time_index = len(self._time_stamps)
+        self._index_files_current = True
+        start = self._last_indexed_position()
+        if self._index_positions:
+            first = next(self._scan(start), None)
+            if first is None or first.base_offset != self.base_offset + self._index_offsets[-1]:
+                return False
+        if self._scan_tail(start) != self.size:
+            return False
+        return not self._time_offsets or \
+            self.base_offset + self._time_offsets[-1] < self.next_offset
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Rebuild the indexes from the batches that pass their CRC check, cut the log after
+        the last of them, and return the number of bytes cut (a torn or corrupt tail)."""
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
+        self._first_batch_timestamp = None
+        for entries in (self._index_offsets, self._index_positions,
+                        self._time_stamps, self._time_offsets):
+            del entries[:]
+        self._persisted_index = self._persisted_time_index = 0
+        valid = 0
+        for batch in self._scan(0, _RECOVERY_CHUNK):
+            if batch.base_offset < self.next_offset \
+                    or batch.last_offset - self.base_offset > INT32_MAX:
+                break
+            data = os.pread(self._fd, batch.size, batch.position)
+            if crc32c(memoryview(data)[CRC_COVERED_FROM:]) != batch.crc:
+                break
+            self._add_batch(batch, batch.position)
+            if on_batch is not None:
+                on_batch(batch)
+            valid = batch.position + batch.size
+        truncated = self.size - valid
+        if truncated:
+            os.ftruncate(self._fd, valid)
+            self.size = valid
+        self._index_files_current = False
+        self._unflushed = True
+        return truncated
+
+    # -- writing -------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader]) -> None:
+        """Write whole batches; ``batches`` are their headers, positioned within ``records``."""
+        position = self.size
+        view = memoryview(records)
+        written = os.pwrite(self._fd, view, position)
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], position + written)
+        for batch in batches:
+            self._add_batch(batch, position + batch.position)
+        self.size += len(view)
+        self._unflushed = True
+
+    def _add_batch(self, batch: BatchHeader, position: int) -> None:
+        if position == 0:
+            self._first_batch_timestamp = batch.max_timestamp
+        if batch.max_timestamp > self.max_timestamp:
+            self.max_timestamp = batch.max_timestamp
+            self._offset_of_max_timestamp = batch.base_offset
+        if position - self._last_indexed_position() > self._index_interval and not self.index_full:
+            self._index_offsets.append(batch.base_offset - self.base_offset)
+            self._index_positions.append(position)
+            self._index_files_current = False
+            self._maybe_add_time_entry()
+        self.next_offset = batch.next_offset
+
+    def _maybe_add_time_entry(self) -> None:
+        if self.max_timestamp > (self._time_stamps[-1] if self._time_stamps else NO_TIMESTAMP):
+            self._time_stamps.append(self.max_timestamp)
+            self._time_offsets.append(self._offset_of_max_timestamp - self.base_offset)
+            self._index_files_current = False
+
+    def _last_indexed_position(self) -> int:
+        return self._index_positions[-1] if self._index_positions else 0
+
+    @property
+    def index_full(self) -> bool:
+        return len(self._index_offsets) >= self._max_index_entries \
+            or len(self._time_stamps) >= self._max_time_entries
+
+    def time_waited_for_roll(self, now_ms: int, new_max_timestamp: int) -> int:
+        """Kafka's segment.ms clock: the age of the segment measured in record time (from its
+        first batch's max timestamp), or in wall time when records carry no timestamp."""
+        if self._first_batch_timestamp is None and self.size:
+            first = next(self._scan(0), None)
+            self._first_batch_timestamp = first.max_timestamp if first else NO_TIMESTAMP
+        if self._first_batch_timestamp is not None and self._first_batch_timestamp >= 0:
+            return new_max_timestamp - self._first_batch_timestamp
+        return now_ms - self._created_ms
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batch holding ``offset`` and every later one; return the bytes dropped."""
+        batch = self.find(offset)
+        if batch is None:
+            return 0
+        dropped = self.size - batch.position
+        os.ftruncate(self._fd, batch.position)
+        self.size = batch.position
+        keep = bisect_left(self._index_positions, batch.position)
+        del self._index_offsets[keep:], self._index_positions[keep:]
+        keep = bisect_left(self._time_offsets, batch.base_offset - self.base_offset)
+        del self._time_stamps[keep:], self._time_offsets[keep:]
+        self._persisted_index = min(self._persisted_index, len(self._index_offsets))
+        self._persisted_time_index = min(self._persisted_time_index, len(self._time_stamps))
+        # Surviving time-index entries are exact claims about surviving batches; the batches
+        # after the last offset-index entry are rescanned for the rest.
+        if self._time_stamps:
+            self.max_timestamp = self._time_stamps[-1]
+            self._offset_of_max_timestamp = self.base_offset + self._time_offsets[-1]
+        else:
+            self.max_timestamp = NO_TIMESTAMP
+            self._offset_of_max_timestamp = self.base_offset
+        if batch.position == 0:
+            self._first_batch_timestamp = None
+        self.next_offset = self.base_offset
+        self._scan_tail(self._last_indexed_position())
+        self._index_files_current = False
+        self._unflushed = True
+        return dropped
+
+    def seal(self) -> None:
+        """Make the time index end with the exact maximum and write both index files (the
+        segment stops being the active one, or the log is closing)."""
+        self._maybe_add_time_entry()
+        self._write_indexes(fsync=False)
+
+    def flush(self) -> None:
+        if self._unflushed:
+            self._write_indexes(fsync=True)
+            os.fsync(self._fd)
+            self._unflushed = False
+
+    def _write_indexes(self, *, fsync: bool) -> None:
+        if self._index_files_current and not fsync:
+            return
+        self._persisted_index = _write_entries(
+            self._index_path, _OFFSET_ENTRY, self._index_offsets, self._index_positions,
+            self._persisted_index, fsync)
+        self._persisted_time_index = _write_entries(
+            self._time_index_path, _TIME_ENTRY, self._time_stamps, self._time_offsets,
+            self._persisted_time_index, fsync)
+        self._index_files_current = True
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.seal()
+        self.flush()
+        os.close(self._fd)
+        # Never close a number the OS may have handed out again; later I/O fails with EBADF.
+        self._fd = -1
+
+    def delete(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        for path in (self.path, self._index_path, self._time_index_path):
+            path.unlink(missing_ok=True)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def find(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= ``offset``: the batch holding it, if any."""
+        for batch in self._scan(self._index_position(offset)):
+            if batch.last_offset >= offset:
+                return batch
+        return None
+
+    def whole_batches_end(self, start: int, limit: int) -> int:
+        """Where the last batch that ends by ``limit`` ends, counting from the batch at
+        ``start``; found from the closest indexed batch, so at most one index interval of
+        headers is read."""
+        i = bisect_right(self._index_positions, limit) - 1
+        position = max(self._index_positions[i] if i >= 0 else 0, start)
+        for batch in self._scan(position):
+            if batch.position + batch.size > limit:
+                break
+            position = batch.position + batch.size
+        return position
+
+    def _index_position(self, offset: int) -> int:
+        # Entries are keyed by batch base offsets, so the batch holding `offset` starts at
+        # or after the position of the last entry not above it.
+        i = bisect_right(self._index_offsets, offset - self.base_offset) - 1
+        return self._index_positions[i] if i >= 0 else 0
+
+    def find_by_timestamp(self, timestamp: int, min_offset: int) -> TimestampOffset | None:
+        """The first record at or above ``min_offset`` whose timestamp is >= ``timestamp``."""
+        # Every batch before a time-index entry's offset has a smaller max timestamp than
+        # the entry, so the scan may start at the last entry not above `timestamp`.
+        i = bisect_right(self._time_stamps, timestamp) - 1
+        start = self.base_offset + self._time_offsets[i] if i >= 0 else self.base_offset
+        for batch in self._scan(self._index_position(max(start, min_offset))):
+            if batch.max_timestamp >= timestamp and batch.last_offset >= min_offset:
+                return self._first_record(
+                    batch, lambda offset, ts: ts >= timestamp and offset >= min_offset,
+                    max(batch.base_offset, min_offset))
+        return None
+
+    def max_timestamp_record(self) -> TimestampOffset | None:
+        if self.max_timestamp == NO_TIMESTAMP:
+            return None
+        batch = self.find(self._offset_of_max_timestamp)
+        if batch is None:
+            return None
+        # Compressed records are not decoded: answer with the batch's last offset, as
+        # Kafka's shallow offset-of-max-timestamp did.
+        fallback = batch.base_offset if batch.is_log_append_time else batch.last_offset
+        return self._first_record(batch, lambda _, ts: ts == batch.max_timestamp, fallback)
+
+    def _first_record(self, batch: BatchHeader, match: Callable[[int, int], bool],
+                      fallback_offset: int) -> TimestampOffset:
+        epoch = batch.partition_leader_epoch if batch.partition_leader_epoch >= 0 else -1
+        # LogAppendTime records all carry the batch's timestamp; compressed ones would need
+        # decompressing, so both are answered at batch granularity.
+        if not batch.is_log_append_time and not batch.compression:
+            try:
+                for offset, ts in _record_timestamps(self.read(batch.position, batch.size), batch):
+                    if match(offset, ts):
+                        return TimestampOffset(ts, offset, epoch)
+            except (IndexError, ValueError):
+                pass  # the CRC covers records we never validated; answer for the batch
+        return TimestampOffset(batch.max_timestamp, fallback_offset, epoch)
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What time retention compares: the max record timestamp, else the file's mtime."""
+        if self.max_timestamp != NO_TIMESTAMP:
+            return self.max_timestamp
+        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+
+    def _scan(self, position: int, chunk: int = _LOOKUP_CHUNK) -> Iterator[BatchHeader]:
+        """Headers of the batches from file position ``position`` on, stopping at the first
+        bytes that cannot start a whole batch (the end, or a torn or corrupt tail)."""
+        end = self.size
+        buf = b""
+        buf_start = position
+        while position + HEADER_SIZE <= end:
+            at = position - buf_start
+            if at + HEADER_SIZE > len(buf):
+                buf = os.pread(self._fd, min(chunk, end - position), position)
+                buf_start, at = position, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            base_offset, length, epoch, magic, *rest = _HEADER.unpack_from(buf, at)
+            size = length + LOG_OVERHEAD
+            batch = BatchHeader(position, size, base_offset, epoch, *rest)
+            if magic != 2 or size < HEADER_SIZE or position + size > end \
+                    or batch.last_offset_delta < 0:
+                return
+            yield batch
+            position += size
+
+    def _scan_tail(self, position: int) -> int:
+        """Account for the batches from ``position`` on (next offset, max timestamp) and
+        return where the last whole one ends."""
+        end = position
+        for batch in self._scan(position):
+            if batch.max_timestamp > self.max_timestamp:
+                self.max_timestamp = batch.max_timestamp
+                self._offset_of_max_timestamp = batch.base_offset
+            self.next_offset = batch.next_offset
+            end = batch.position + batch.size
+        return end
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
+
+
+def _write_entries(path: Path, entry: struct.Struct, first: array, second: array,
+                   persisted: int, fsync: bool) -> int:
+    """Bring an index file in line with its in-memory entries; return how many it holds."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if persisted < len(first):
+            data = b"".join(map(entry.pack, first[persisted:], second[persisted:]))
+            os.pwrite(fd, data, persisted * entry.size)
+        # Truncation may have removed entries the file still holds.
+        os.ftruncate(fd, len(first) * entry.size)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return len(first)
+
+
+def _record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of an uncompressed batch, decoding only the
+    record fields that precede the key."""
+    position = HEADER_SIZE
+    for _ in range(header.record_count):
+        length, position = _varint(batch, position)
+        body = position
+        timestamp_delta, position = _varint(batch, position + 1)  # after the attributes byte
+        offset_delta, _ = _varint(batch, position)
+        yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
+        position = body + length
+
+
+def _varint(buf: bytes, position: int) -> tuple[int, int]:
+    """A zigzag-encoded varint/varlong and the position after it."""
+    value = shift = 0
+    while True:
+        byte = buf[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value >> 1) ^ -(value & 1), position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")

@@ -1,0 +1,119 @@
+"""The embedded S3 server: moto's server mode on 127.0.0.1, reached over real HTTP.
+
+Two ways to run it:
+- ``EmbeddedS3``: on a thread of this process, owned by whoever starts it (an
+  ObjectStore without an endpoint starts one).
+- ``EmbeddedS3Process`` / ``python -m storage.objectstore.embedded --port 0``: a process
+  of its own, which several brokers share and whose CPU work does not compete with a
+  broker's event loop for the GIL. It prints ``LISTENING_LINE`` + URL and runs until
+  SIGTERM or SIGINT.
+
+moto keeps its buckets in memory, per process: everything is gone when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from moto.server import ThreadedMotoServer
+
+LISTENING_LINE = "kipper embedded S3 listening on "
+# moto accepts any credentials; these make the signed requests look ordinary.
+ACCESS_KEY = "kipper"
+SECRET_KEY = "kipper-secret"
+
+
+class EmbeddedS3:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+        self.endpoint_url: str | None = None
+
+    def start(self) -> str:
+        # werkzeug logs every request at INFO; at S3 request rates that drowns the log.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        return self.endpoint_url
+
+    def stop(self) -> None:
+        if self.endpoint_url is not None:
+            self._server.stop()
+            self.endpoint_url = None
+
+    def __enter__(self) -> EmbeddedS3:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class EmbeddedS3Process:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._command = [
+            sys.executable, "-m", "storage.objectstore.embedded", "--host", host, "--port", str(port),
+        ]
+        self._process: subprocess.Popen[str] | None = None
+        self.endpoint_url: str | None = None
+
+    def start(self) -> str:
+        # The child must import this package even when it is not installed (a checkout).
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+        self._process = subprocess.Popen(self._command, stdout=subprocess.PIPE, text=True, env=env)
+        line = self._process.stdout.readline()  # type: ignore[union-attr]
+        match = re.match(re.escape(LISTENING_LINE) + r"(http://\S+)", line)
+        if match is None:
+            self.stop()
+            raise RuntimeError(f"embedded S3 did not start; it printed {line!r}")
+        self.endpoint_url = match.group(1)
+        return self.endpoint_url
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()  # type: ignore[union-attr]
+        self._process = None
+        self.endpoint_url = None
+
+    def __enter__(self) -> EmbeddedS3Process:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run kipper's embedded S3 server (moto).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    args = parser.parse_args(argv)
+
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    with EmbeddedS3(args.host, args.port) as server:
+        print(LISTENING_LINE + server.endpoint_url, flush=True)
+        stopping.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""LogManager: engine registry, partition directories, lifecycle and background loops."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from storage import manager
+from storage.classic import ClassicLog
+from storage.config import InvalidConfig, LogConfig
+from storage.manager import LogManager
+
+
+async def test_open_uses_the_engine_of_the_storage_mode(tmp_path, produce):
+    logs = LogManager(tmp_path)
+    log = logs.open("orders", 3, LogConfig())
+    assert isinstance(log, ClassicLog)
+    assert log.directory == tmp_path / "orders-3"
+    assert logs.open("orders", 3, LogConfig()) is log
+    assert logs.get("orders", 3) is log and logs.get("orders", 4) is None
+    assert logs.logs() == [log]
+    await produce(log, [b"a", b"b"])
+    await logs.close_all()
+    assert logs.get("orders", 3) is None
+
+    reopened = LogManager(tmp_path).open("orders", 3, LogConfig())
+    assert reopened.log_end_offset == 2
+
+
+async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path, monkeypatch):
+    logs = LogManager(tmp_path)
+    with pytest.raises(InvalidConfig, match="diskless"):
+        logs.open("t", 0, LogConfig(storage_mode="diskless"))
+
+    opened = []
+
+    def fake_engine(topic, partition, config, directory):
+        opened.append((topic, partition, directory))
+        return ClassicLog(topic, partition, config, directory)
+
+    monkeypatch.setitem(manager.ENGINES, "diskless", fake_engine)
+    logs.open("t", 0, LogConfig(storage_mode="diskless"))
+    assert opened == [("t", 0, tmp_path / "t-0")]
+
+
+async def test_delete_partition_open_or_not(tmp_path, produce):
+    logs = LogManager(tmp_path)
+    await produce(logs.open("a", 0, LogConfig()), [b"x"])
+    await logs.delete_partition("a", 0)
+    assert not (tmp_path / "a-0").exists() and logs.get("a", 0) is None
+
+    await produce(logs.open("b", 0, LogConfig()), [b"x"])
+    await logs.close_all()
+    await LogManager(tmp_path).delete_partition("b", 0)
+    assert not (tmp_path / "b-0").exists()
+
+
+async def test_retention_and_flush_loops(tmp_path, produce):
+    logs = LogManager(tmp_path)
+    expiring = logs.open("old", 0, LogConfig(retention_ms=1000, segment_ms=1))
+    await produce(expiring, [b"x"], timestamps=[1])
+    await produce(expiring, [b"y"], timestamps=[2])
+    # flush.ms elapses after the append, so only the flush loop can flush this one.
+    flushed = logs.open("flushed", 0, LogConfig(flush_ms=50))
+    await produce(flushed, [b"z"])
+    assert not (tmp_path / "flushed-0" / "recovery-point").exists()
+    unflushed = logs.open("unflushed", 0, LogConfig())
+    await produce(unflushed, [b"z"])
+
+    tasks = [asyncio.create_task(logs.run_retention(0.01)),
+             asyncio.create_task(logs.run_flush(0.01))]
+    await asyncio.sleep(0.2)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert expiring.log_start_offset == 2 == expiring.log_end_offset
+    assert (tmp_path / "flushed-0" / "recovery-point").read_text().strip() == "1"
+    assert not (tmp_path / "unflushed-0" / "recovery-point").exists()
+    await logs.flush_all()
+    assert (tmp_path / "unflushed-0" / "recovery-point").read_text().strip() == "1"
+    await logs.close_all()
