@@ -44,13 +44,16 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._in_flight: set[asyncio.Future] = set()
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_responses())
         try:
             await self._read_requests()
         except asyncio.CancelledError:
-            pass
+            # Broker shutdown: long polls and waits for replicas end now, unanswered.
+            for task in self._in_flight:
+                task.cancel()
         finally:
             await self._responses.put(None)
             await sender
@@ -84,7 +87,10 @@ class Connection:
             except MalformedRequest as e:
                 log.warning("closing %s: malformed request: %s", self.peer, e)
                 return
-            await self._responses.put(asyncio.ensure_future(self._handle(header, body)))
+            task = asyncio.ensure_future(self._handle(header, body))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+            await self._responses.put(task)
 
     async def _queue_ready(self, data: bytes) -> None:
         done = asyncio.get_running_loop().create_future()
@@ -106,7 +112,12 @@ class Connection:
 
     async def _send_responses(self) -> None:
         while (pending := await self._responses.get()) is not None:
-            data = await pending
+            try:
+                data = await pending
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise
+                continue
             if data is None or self.writer.is_closing():
                 continue  # keep draining so the reader never blocks on a full queue
             try:

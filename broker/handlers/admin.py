@@ -78,7 +78,9 @@ async def create_topics(ctx: RequestContext, request) -> object:
         configs = tuple(
             ctx.response("CreatableTopicConfigs", name=name, value=value, read_only=False,
                          config_source=source, is_sensitive=False)
-            for name, value, source in (_topic_configs(ctx, topic.name) if created else ()))
+            # Configs are returned from v5 on.
+            for name, value, source in (_topic_configs(ctx, topic.name)
+                                        if created and ctx.version >= 5 else ()))
         results.append(ctx.response(
             "CreatableTopicResult", name=topic.name,
             topic_id=created.topic_id if created else None, error_code=ErrorCode.none,
