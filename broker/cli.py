@@ -11,6 +11,8 @@ from pathlib import Path
 
 import uvloop
 
+from storage.objectstore import cli as objectstore_cli
+
 from .config import load_config
 
 log = logging.getLogger("kipper")
@@ -64,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["classic", "active-tiered", "diskless"])
     broker.add_argument("--num-partitions", type=int, help="default partition count")
     broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)))
+
+    objectstore_cli.add_subcommands(commands)
     return parser
 
 

@@ -102,7 +102,7 @@ class ObjectStore:
             retries={"total_max_attempts": 1},
             s3={"addressing_style": self.config.addressing_style},
             # Checksums only where S3 requires them: MinIO and LocalStack versions differ
-            # in the newer checksum headers, and hashing every payload costs CPU.
+            # in the newer checksum headers, and the SigV4 signature already hashes payloads.
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Self
 
 from moto.server import ThreadedMotoServer
 
@@ -31,7 +32,24 @@ ACCESS_KEY = "kipper"
 SECRET_KEY = "kipper-secret"
 
 
-class EmbeddedS3:
+class _Server:
+    """Start and stop, or use as a context manager."""
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class EmbeddedS3(_Server):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
         self.endpoint_url: str | None = None
@@ -49,15 +67,8 @@ class EmbeddedS3:
             self._server.stop()
             self.endpoint_url = None
 
-    def __enter__(self) -> EmbeddedS3:
-        self.start()
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-class EmbeddedS3Process:
+class EmbeddedS3Process(_Server):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._command = [
             sys.executable, "-m", "storage.objectstore.embedded", "--host", host, "--port", str(port),
@@ -91,13 +102,6 @@ class EmbeddedS3Process:
         self._process.stdout.close()  # type: ignore[union-attr]
         self._process = None
         self.endpoint_url = None
-
-    def __enter__(self) -> EmbeddedS3Process:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
