@@ -8,11 +8,16 @@ type and max timestamp, which are covered by the CRC and so force a re-checksum)
 
 from __future__ import annotations
 
+import datetime
+import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
+from kio.records.schema import NewRecordBatch, Record
+from kio.records.writers import write_new_batch
+from kio.static.primitive import i8, i16, i32, i64
 
 HEADER_SIZE = 61
 # baseOffset and batchLength precede the part of the header the batch length counts.
@@ -207,3 +212,17 @@ def assign_offsets(buf: bytearray, batches: list[BatchHeader], first_offset: int
 def rebase(buf: bytearray, position: int, base_offset: int) -> None:
     """Overwrite one batch's base offset (not CRC-covered), e.g. when serving diskless reads."""
     _BASE_OFFSET.pack_into(buf, position, base_offset)
+
+
+def build_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: int) -> bytearray:
+    """One uncompressed v2 batch of key/value records with offsets 0..n-1 (kipper's own
+    internal records: metadata log, consumer offsets)."""
+    out = io.BytesIO()
+    timestamp = datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.timezone.utc)
+    write_new_batch(out, NewRecordBatch(
+        producer_id=i64(NO_PRODUCER_ID), producer_epoch=i16(-1), base_sequence=i32(NO_SEQUENCE),
+        attributes=i16(0),
+        records=tuple(Record(attributes=i8(0), timestamp=timestamp, offset=i64(i), key=key,
+                             value=value, headers=())
+                      for i, (key, value) in enumerate(records))))
+    return bytearray(out.getvalue())
