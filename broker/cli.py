@@ -32,6 +32,7 @@ async def _run_broker(args: argparse.Namespace) -> int:
         "data_dir": args.data_dir, "auto_create_topics": args.auto_create_topics,
         "default_storage_mode": args.default_storage_mode,
         "default_partitions": args.num_partitions,
+        "controller": args.controller, "broker_role": args.broker_role,
     })
     broker = Broker(config)
     await broker.start()
@@ -41,7 +42,8 @@ async def _run_broker(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     host, _ = config.host_port
     # Tests and the cluster launcher read this line to learn the bound port.
-    print(f"kipper broker {config.node_id} listening on {host}:{broker.bound_port}", flush=True)
+    role = "broker" if config.broker_role else "controller"
+    print(f"kipper {role} {config.node_id} listening on {host}:{broker.bound_port}", flush=True)
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
@@ -54,21 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     broker = commands.add_parser("broker", help="run one broker")
-    broker.add_argument("--config", type=Path, help="TOML file with broker settings")
-    broker.add_argument("--node-id", type=int)
-    broker.add_argument("--listener", help="host:port to bind (port 0 = any free port)")
-    broker.add_argument("--advertised-listener", help="host:port given to clients")
-    broker.add_argument("--rack", help="availability zone of this broker")
-    broker.add_argument("--data-dir", type=Path)
+    controller = commands.add_parser("controller", help="run a controller-only node")
+    for command in (broker, controller):
+        _add_node_arguments(command)
+    broker.add_argument("--controller",
+                        help="host:port of the controller (default: this broker runs it)")
     broker.add_argument("--auto-create-topics", action="store_true", default=None,
                         help="create unknown topics on Metadata requests")
     broker.add_argument("--default-storage-mode",
                         choices=["classic", "active-tiered", "diskless"])
     broker.add_argument("--num-partitions", type=int, help="default partition count")
-    broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)))
+    broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=None)
+    controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False,
+                            controller=None, auto_create_topics=None,
+                            default_storage_mode=None, num_partitions=None)
 
     objectstore_cli.add_subcommands(commands)
     return parser
+
+
+def _add_node_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", type=Path, help="TOML file with node settings")
+    command.add_argument("--node-id", type=int)
+    command.add_argument("--listener", help="host:port to bind (port 0 = any free port)")
+    command.add_argument("--advertised-listener", help="host:port given to clients")
+    command.add_argument("--rack", help="availability zone of this node")
+    command.add_argument("--data-dir", type=Path)
 
 
 def main(argv: list[str] | None = None) -> int:

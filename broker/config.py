@@ -27,6 +27,14 @@ class BrokerConfig:
     default_storage_mode: str = "classic"
     log_retention_check_interval_ms: int = 300_000
     log_flush_interval_ms: int = 1_000
+    # host:port of the controller; none means this process runs it (like broker 0 by default).
+    controller: str | None = None
+    # False for `kipper controller`: a controller-only process serving no partitions.
+    broker_role: bool = True
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 500
+    replica_lag_time_max_ms: int = 30_000
+    unclean_leader_election: bool = False
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

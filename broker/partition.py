@@ -1,19 +1,27 @@
-"""A partition as this broker sees it: its log, its leadership, its high watermark.
+"""A partition as this broker sees it: its log, its role, its high watermark.
 
-The log (any engine) stores batches; the Partition decides what is committed. With the
-broker as sole ISR member the high watermark follows the log end offset; replication
-moves it with the followers' fetch positions.
+The log (any engine) stores batches; the Partition decides what is committed. As leader it
+tracks each follower's fetch position: the high watermark is the smallest log end offset
+in the ISR, followers that keep up join the ISR, followers that fall behind for
+``replica.lag.time.max.ms`` leave it. ISR changes go to the controller (AlterPartition)
+and take effect once it accepts them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.metadata import PartitionInfo
+from coordinator.metadata import NO_LEADER, PartitionInfo
 from protocol.records import BatchHeader
 from storage.log import AppendResult, PartitionLog
+
+# (partition, proposed ISR) -> the controller's answer, applied by the caller.
+IsrProposer = Callable[["Partition", list[int]], Awaitable[None]]
 
 
 class PartitionError(Exception):
@@ -22,21 +30,44 @@ class PartitionError(Exception):
         self.error_code = error_code
 
 
+@dataclass
+class FollowerState:
+    log_end_offset: int = -1
+    # When the follower last fetched at (or past) the leader's log end offset.
+    caught_up_at: float = 0.0
+
+
 class Partition:
-    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo) -> None:
+    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
+                 propose_isr: IsrProposer | None = None) -> None:
         self.node_id = node_id
         self.log = log
         self.topic = info.topic
         self.index = info.partition
+        self.propose_isr = propose_isr
         self._waiters: set[asyncio.Future] = set()
+        self._followers: dict[int, FollowerState] = {}
+        self._isr_change: asyncio.Task | None = None
+        self.high_watermark = log.log_start_offset
+        self.leader = NO_LEADER
+        self.leader_epoch = -1
         self.update_info(info)
-        self.high_watermark = log.log_end_offset if self.isr == [node_id] else log.log_start_offset
 
     def update_info(self, info: PartitionInfo) -> None:
+        became_leader = info.leader == self.node_id and (
+            self.leader != self.node_id or info.leader_epoch != self.leader_epoch)
         self.leader = info.leader
         self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
         self.replicas = list(info.replicas)
         self.isr = list(info.isr)
+        if became_leader:
+            now = time.monotonic()
+            self._followers = {r: FollowerState(caught_up_at=now)
+                               for r in self.replicas if r != self.node_id}
+        if self.is_leader:
+            self.maybe_advance_high_watermark()
+        self.notify_waiters()  # fetches waiting here re-check their leader/epoch
 
     @property
     def is_leader(self) -> bool:
@@ -49,34 +80,95 @@ class Partition:
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         """Raise the error Kafka gives a client that talks to the wrong replica or epoch."""
+        self.check_epoch(current_leader_epoch)
+        if not self.is_leader:
+            raise PartitionError(ErrorCode.not_leader_or_follower)
+
+    def check_epoch(self, current_leader_epoch: int) -> None:
         if current_leader_epoch >= 0:
             if current_leader_epoch < self.leader_epoch:
                 raise PartitionError(ErrorCode.fenced_leader_epoch)
             if current_leader_epoch > self.leader_epoch:
                 raise PartitionError(ErrorCode.unknown_leader_epoch)
-        if not self.is_leader:
-            raise PartitionError(ErrorCode.not_leader_or_follower)
+
+    # --- leader ---------------------------------------------------------------------------
 
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
-                               required_acks: int) -> AppendResult:
+                               required_acks: int, timeout_s: float = 30.0) -> AppendResult:
         self.check_leader()
-        if required_acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
+        min_isr = self.log.config.min_insync_replicas
+        if required_acks == -1 and len(self.isr) < min_isr:
             raise PartitionError(
                 ErrorCode.not_enough_replicas,
-                f"ISR has {len(self.isr)} members, min.insync.replicas is "
-                f"{self.log.config.min_insync_replicas}")
+                f"ISR {self.isr} is smaller than min.insync.replicas={min_isr}")
         result = await self.log.append(records, batches, self.leader_epoch)
         self.maybe_advance_high_watermark()
+        self.notify_waiters()  # followers long-polling for new data
+        if required_acks == -1:
+            await self._wait_committed(result.last_offset + 1, timeout_s, min_isr)
         return result
 
-    def maybe_advance_high_watermark(self) -> None:
-        if self.isr == [self.node_id]:
-            new_hw = self.log.log_end_offset
-        else:
+    async def _wait_committed(self, offset: int, timeout_s: float, min_isr: int) -> None:
+        deadline = time.monotonic() + timeout_s
+        epoch = self.leader_epoch
+        while self.high_watermark < offset:
+            if not self.is_leader or self.leader_epoch != epoch:
+                raise PartitionError(ErrorCode.not_leader_or_follower)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PartitionError(ErrorCode.request_timed_out,
+                                     "the ISR did not acknowledge the records in time")
+            await self.wait_for_change(remaining)
+        if len(self.isr) < min_isr:
+            raise PartitionError(ErrorCode.not_enough_replicas_after_append)
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything below it."""
+        state = self._followers.get(replica_id)
+        if state is None:
             return
+        state.log_end_offset = fetch_offset
+        if fetch_offset >= self.log.log_end_offset:
+            state.caught_up_at = time.monotonic()
+        if (replica_id not in self.isr and fetch_offset >= self.high_watermark
+                and fetch_offset >= self.log.log_end_offset):
+            self._propose(self.isr + [replica_id])
+        self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> None:
+        if not self.is_leader:
+            return
+        ends = [self.log.log_end_offset] + [
+            self._followers[r].log_end_offset if r in self._followers else -1
+            for r in self.isr if r != self.node_id]
+        new_hw = min(ends)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             self.notify_waiters()
+
+    def maybe_shrink_isr(self, max_lag_s: float) -> None:
+        if not self.is_leader:
+            return
+        now = time.monotonic()
+        lagging = [r for r in self.isr if r != self.node_id and
+                   now - self._followers.get(r, FollowerState()).caught_up_at > max_lag_s]
+        if lagging:
+            self._propose([r for r in self.isr if r not in lagging])
+
+    def _propose(self, new_isr: list[int]) -> None:
+        if self.propose_isr is None or (self._isr_change and not self._isr_change.done()):
+            return
+        self._isr_change = asyncio.ensure_future(self.propose_isr(self, new_isr))
+
+    # --- follower -------------------------------------------------------------------------
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        new_hw = min(leader_high_watermark, self.log.log_end_offset)
+        if new_hw != self.high_watermark:
+            self.high_watermark = new_hw
+            self.notify_waiters()
+
+    # --- waiting for change (long polls, acks=all) ----------------------------------------
 
     def notify_waiters(self) -> None:
         for waiter in self._waiters:
@@ -88,3 +180,13 @@ class Partition:
 
     def remove_waiter(self, waiter: asyncio.Future) -> None:
         self._waiters.discard(waiter)
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self.add_waiter(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.remove_waiter(waiter)

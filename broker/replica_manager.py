@@ -1,16 +1,26 @@
-"""Keeps this broker's Partitions in step with cluster metadata."""
+"""Keeps this broker's Partitions in step with cluster metadata: leads or follows each one."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
+from kio.schema.alter_partition.v3.request import (
+    AlterPartitionRequest,
+    BrokerState,
+)
+from kio.schema.alter_partition.v3.request import PartitionData as AlterPartitionData
+from kio.schema.alter_partition.v3.request import TopicData as AlterTopicData
 from kio.schema.errors import ErrorCode
 
-from coordinator.metadata import MetadataImage, PartitionInfo
+from coordinator.metadata import NO_LEADER, MetadataImage, PartitionInfo
+from protocol.apis import ApiKey
+from protocol.build import make
+from replication.fetcher import LeaderFetcher
 from storage.config import LogConfig
 from storage.manager import LogManager
 
+from .client import NodeClient, NodeConnection
 from .partition import Partition, PartitionError
 
 log = logging.getLogger(__name__)
@@ -18,27 +28,32 @@ log = logging.getLogger(__name__)
 
 class ReplicaManager:
     def __init__(self, node_id: int, image: MetadataImage, logs: LogManager,
-                 topic_defaults: dict[str, str]) -> None:
+                 topic_defaults: dict[str, str], nodes: NodeClient,
+                 controller: NodeConnection | None, replica_lag_time_max_ms: int = 30_000) -> None:
         self.node_id = node_id
         self.image = image
         self.logs = logs
         self.topic_defaults = topic_defaults
+        self.nodes = nodes
+        self.controller = controller
+        self.replica_lag_time_max_s = replica_lag_time_max_ms / 1000
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._fetchers: dict[int, LeaderFetcher] = {}
         self._pending_deletes: list[asyncio.Task] = []
+        self._isr_task: asyncio.Task | None = None
+        self.broker_epoch = -1
+
+    def start(self) -> None:
+        self._isr_task = asyncio.create_task(self._shrink_isr_loop())
 
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_topic_configs(self.image.topics[topic].configs, self.topic_defaults)
 
-    def load_all(self) -> None:
-        for topic in self.image.topics.values():
-            for info in topic.partitions.values():
-                self._ensure_partition(info)
-
     def on_metadata_record(self, record: dict) -> None:
-        """Controller listener: called after ``record`` was applied to the image."""
+        """Called after ``record`` was applied to the image."""
         kind = record["type"]
         if kind == "partition":
-            self._ensure_partition(self.image.topics[record["topic"]].partitions[record["partition"]])
+            self._apply_partition(self.image.topics[record["topic"]].partitions[record["partition"]])
         elif kind == "config":
             config = self.log_config(record["topic"])
             for (topic, _), partition in self.partitions.items():
@@ -46,21 +61,85 @@ class ReplicaManager:
                     partition.log.reconfigure(config)
         elif kind == "remove_topic":
             for key in [k for k in self.partitions if k[0] == record["name"]]:
+                self._stop_following(*key)
                 partition = self.partitions.pop(key)
                 partition.notify_waiters()
                 self._pending_deletes.append(asyncio.ensure_future(self.logs.delete_partition(*key)))
+        elif kind == "broker" and record["node_id"] in self._fetchers:
+            # The leader moved to a new address (restart): reconnect its fetcher.
+            for partition in list(self._fetchers[record["node_id"]].partitions.values()):
+                self._follow(partition)
 
-    def _ensure_partition(self, info: PartitionInfo) -> None:
+    def _apply_partition(self, info: PartitionInfo) -> None:
         key = (info.topic, info.partition)
         if self.node_id not in info.replicas:
             return
-        existing = self.partitions.get(key)
-        if existing is not None:
-            existing.update_info(info)
-            existing.maybe_advance_high_watermark()
+        partition = self.partitions.get(key)
+        if partition is None:
+            log_ = self.logs.open(info.topic, info.partition, self.log_config(info.topic))
+            partition = Partition(self.node_id, log_, info, self._propose_isr)
+            self.partitions[key] = partition
+        else:
+            partition.update_info(info)
+        if partition.is_leader or info.leader == NO_LEADER:
+            self._stop_following(*key)
+        else:
+            self._follow(partition)
+
+    def _follow(self, partition: Partition) -> None:
+        self._stop_following(partition.topic, partition.index)
+        leader = self.image.brokers.get(partition.leader)
+        if leader is None:
             return
-        log_ = self.logs.open(info.topic, info.partition, self.log_config(info.topic))
-        self.partitions[key] = Partition(self.node_id, log_, info)
+        fetcher = self._fetchers.get(leader.node_id)
+        if fetcher is None or (fetcher.connection.host, fetcher.connection.port) != (leader.host, leader.port):
+            if fetcher is not None:
+                asyncio.ensure_future(fetcher.stop())
+            fetcher = LeaderFetcher(self.node_id, leader.node_id,
+                                    self.nodes.connection(leader.host, leader.port))
+            self._fetchers[leader.node_id] = fetcher
+        fetcher.add(partition)
+
+    def _stop_following(self, topic: str, index: int) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.remove(topic, index)
+
+    async def _propose_isr(self, partition: Partition, new_isr: list[int]) -> None:
+        """Send an ISR change to the controller (KIP-497 AlterPartition)."""
+        if self.controller is None:
+            return
+        topic = self.image.topics.get(partition.topic)
+        if topic is None:
+            return
+        request = make(AlterPartitionRequest, broker_id=self.node_id, broker_epoch=self.broker_epoch,
+                       topics=(make(AlterTopicData, topic_id=topic.topic_id, partitions=(make(
+                           AlterPartitionData, partition_index=partition.index,
+                           leader_epoch=partition.leader_epoch,
+                           new_isr_with_epochs=tuple(make(BrokerState, broker_id=r, broker_epoch=-1)
+                                                     for r in new_isr),
+                           leader_recovery_state=0,
+                           partition_epoch=partition.partition_epoch),)),))
+        try:
+            response = await self.controller.call(ApiKey.ALTER_PARTITION, request, 10)
+        except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+            log.warning("ISR change for %s-%d not sent: %s", partition.topic, partition.index, e)
+            return
+        result = response.topics[0].partitions[0] if response.topics else None
+        if result is not None and result.error_code == ErrorCode.none:
+            log.info("ISR of %s-%d is now %s", partition.topic, partition.index, list(result.isr))
+            # Apply now rather than when the metadata log brings it: acks=all may be waiting.
+            partition.update_info(PartitionInfo(
+                partition.topic, partition.index, partition.replicas, list(result.isr),
+                result.leader_id, result.leader_epoch, result.partition_epoch))
+        elif result is not None:
+            log.info("ISR change for %s-%d refused: %s", partition.topic, partition.index,
+                     result.error_code.name)
+
+    async def _shrink_isr_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.replica_lag_time_max_s / 2)
+            for partition in list(self.partitions.values()):
+                partition.maybe_shrink_isr(self.replica_lag_time_max_s)
 
     def get(self, topic: str, partition: int) -> Partition:
         found = self.partitions.get((topic, partition))
@@ -70,6 +149,8 @@ class ReplicaManager:
         return found
 
     async def close(self) -> None:
-        if self._pending_deletes:
-            await asyncio.gather(*self._pending_deletes, return_exceptions=True)
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        await asyncio.gather(*(f.stop() for f in self._fetchers.values()),
+                             *self._pending_deletes, return_exceptions=True)
         await self.logs.close_all()

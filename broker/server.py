@@ -1,16 +1,29 @@
-"""The broker process: controller, logs, partitions and the Kafka listener."""
+"""A kipper node: the Kafka listener, and the broker and/or controller roles behind it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from typing import Any
 
-from coordinator.controller import Controller
+from kio.schema.create_topics.v7.request import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from kio.schema.errors import ErrorCode
+
+from coordinator.controller import Controller, ControllerError, ControllerSettings
+from coordinator.metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
+from protocol.apis import ApiKey
+from protocol.build import make
 from storage.manager import LogManager
 
+from .client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
+from .metadata_follower import MetadataFollower
+from .partition import Partition
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -20,41 +33,94 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.controller = Controller(config.data_dir / "__cluster_metadata",
-                                     config.default_partitions, config.default_replication_factor)
-        self.controller_id = config.node_id
+        self.nodes = NodeClient(f"kipper-node-{config.node_id}")
+        self.controller: Controller | None = None
+        if config.controller is None:
+            self.controller = Controller(config.data_dir, ControllerSettings(
+                default_partitions=config.default_partitions,
+                default_replication_factor=config.default_replication_factor,
+                session_timeout_ms=config.broker_session_timeout_ms,
+                unclean_leader_election=config.unclean_leader_election))
+        # What this broker knows of the cluster: applied from the controller's metadata log.
+        self.image = MetadataImage()
         self.logs = LogManager(config.data_dir)
-        self.replicas = ReplicaManager(config.node_id, self.image, self.logs,
-                                       config.topic_config_defaults())
-        self.controller.listeners.append(self.replicas.on_metadata_record)
+        self.replicas: ReplicaManager | None = None
+        self.follower: MetadataFollower | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._background: list[asyncio.Task] = []
         self.bound_port = 0
 
     @property
-    def image(self):
-        return self.controller.image
+    def controller_id(self) -> int:
+        live = self.image.live_brokers()
+        return live[0].node_id if live else self.config.node_id
 
     async def start(self) -> None:
         host, port = self.config.host_port
         self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
         self.bound_port = self._server.sockets[0].getsockname()[1]
-        advertised_host, advertised_port = split_host_port(
-            self.config.advertised_listener or f"{host}:{self.bound_port}")
-        if advertised_port == 0:
-            advertised_port = self.bound_port
-        self.controller.register_broker(self.config.node_id, advertised_host, advertised_port,
-                                        self.config.rack)
-        started = time.monotonic()
-        self.replicas.load_all()
-        log.info("loaded %d partitions in %.2f s", len(self.replicas.partitions),
-                 time.monotonic() - started)
+        controller_address = self.config.controller or f"{host}:{self.bound_port}"
+        controller_connection = self.nodes.connection(*split_host_port(controller_address))
+        self.replicas = ReplicaManager(
+            self.config.node_id, self.image, self.logs, self.config.topic_config_defaults(),
+            self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
+        if self.controller is not None:
+            await self.controller.start()
+            self._serve_metadata_log()
+        if self.config.broker_role:
+            advertised_host, advertised_port = split_host_port(
+                self.config.advertised_listener or f"{host}:{self.bound_port}")
+            self.follower = MetadataFollower(
+                self.config.node_id, controller_connection, self.image,
+                self.replicas.on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
+            await self.follower.start(advertised_host, advertised_port or self.bound_port,
+                                      self.config.rack)
+            self.replicas.broker_epoch = self.follower.epoch
+            self.replicas.start()
+            log.info("broker %d joined with %d partitions", self.config.node_id,
+                     len(self.replicas.partitions))
         self._background = [
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
         ]
+
+    def _serve_metadata_log(self) -> None:
+        """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
+        node = self.config.node_id
+        metadata = Partition(node, self.controller.log.log,
+                             PartitionInfo(METADATA_TOPIC, 0, [node], [node], node))
+        self.replicas.partitions[(METADATA_TOPIC, 0)] = metadata
+        self.controller.on_commit.append(metadata.maybe_advance_high_watermark)
+
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None) -> ErrorCode:
+        """Create a topic on the controller for the broker's own needs (auto-creation,
+        internal topics); return the outcome once this broker's metadata shows it."""
+        if self.controller is not None:
+            try:
+                await self.controller.create_topic(name, partitions, replication_factor,
+                                                   configs or {})
+                error = ErrorCode.none
+            except ControllerError as e:
+                error = e.error_code
+        else:
+            request = make(CreateTopicsRequest, timeout=30_000, validate_only=False, topics=(
+                make(CreatableTopic, name=name, num_partitions=partitions,
+                     replication_factor=replication_factor, assignments=(),
+                     configs=tuple(make(CreatableTopicConfig, name=k, value=v)
+                                   for k, v in (configs or {}).items())),))
+            connection = self.nodes.connection(*split_host_port(self.config.controller))
+            response = await connection.call(ApiKey.CREATE_TOPICS, request, 60)
+            error = response.topics[0].error_code
+        await self.follower.catch_up()
+        return error
+
+    async def forward_to_controller(self, header: Any, request: Any) -> Any:
+        """Send an admin request to the controller node unchanged; return its response."""
+        connection = self.nodes.connection(*split_host_port(self.config.controller))
+        return await connection.call(header.api_key, request, 60, header.api_version)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -65,11 +131,17 @@ class Broker:
             self._connections.discard(task)
 
     async def stop(self) -> None:
-        """Graceful shutdown: stop accepting, finish connections, close logs cleanly."""
+        """Graceful shutdown: hand leaderships over, stop accepting, close logs cleanly."""
+        if self.follower is not None:
+            await self.follower.shut_down()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections) + self._background:
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
-        await self.replicas.close()
-        log.info("broker %d stopped", self.config.node_id)
+        if self.replicas is not None:
+            await self.replicas.close()
+        if self.controller is not None:
+            await self.controller.stop()
+        await self.nodes.close()
+        log.info("node %d stopped", self.config.node_id)

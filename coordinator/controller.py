@@ -1,13 +1,18 @@
-"""The controller: a quorum of one that owns topics, configs and partition assignment.
+"""The controller: a quorum of one that owns brokers, topics, configs, leaders and ISRs.
 
-Every change is validated, written to the metadata log (fsync) and only then applied to
-the image and announced to listeners, so a restart replays exactly what was acknowledged.
+Every change is validated, appended to ``__cluster_metadata`` (fsync) and only then
+applied to the image, so a restart replays exactly what was acknowledged. Brokers learn
+every change by fetching that log.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import time
 import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +20,17 @@ from kio.schema.errors import ErrorCode
 
 from storage.config import InvalidConfig, validate_topic_configs
 
-from .metadata import MetadataImage, MetadataLog, TopicInfo
+from .metadata import (
+    NO_LEADER,
+    MetadataImage,
+    MetadataLog,
+    PartitionInfo,
+    TopicInfo,
+    partition_record,
+)
+from .placement import assign_replicas
+
+log = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -44,101 +59,246 @@ def validate_topic_name(name: str | None) -> None:
             "ASCII alphanumerics, '.', '_' and '-'")
 
 
+@dataclass
+class ControllerSettings:
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    # A broker whose last heartbeat is older than this is fenced (broker.session.timeout.ms).
+    session_timeout_ms: int = 9000
+    unclean_leader_election: bool = False
+
+
 class Controller:
-    """Single-voter controller persisted in ``<metadata_dir>/metadata.log``."""
-
-    def __init__(self, metadata_dir: Path, default_partitions: int = 1,
-                 default_replication_factor: int = 1) -> None:
-        self.log = MetadataLog(metadata_dir / "metadata.log")
+    def __init__(self, metadata_dir: Path, settings: ControllerSettings) -> None:
+        self.settings = settings
+        self.log = MetadataLog(metadata_dir)
         self.image = MetadataImage()
-        self.default_partitions = default_partitions
-        self.default_replication_factor = default_replication_factor
-        self.listeners: list[Callable[[dict], None]] = []
-        for record in self.log.load():
-            self.image.apply(record)
+        self.on_commit: list[Callable[[], None]] = []
+        self._last_heartbeat: dict[int, float] = {}
+        self._lock = asyncio.Lock()
+        self._fence_task: asyncio.Task | None = None
 
-    def _commit(self, records: list[dict]) -> None:
-        self.log.append(records)
+    async def start(self) -> None:
+        for _, record in await self.log.load():
+            self.image.apply(record)
+        self.image.next_offset = self.log.log.log_end_offset
+        # Brokers known from the log get one session to heartbeat before being fenced.
+        now = time.monotonic()
+        self._last_heartbeat = {node: now for node in self.image.brokers}
+        self._fence_task = asyncio.create_task(self._fence_expired_brokers())
+
+    async def stop(self) -> None:
+        if self._fence_task is not None:
+            self._fence_task.cancel()
+            await asyncio.gather(self._fence_task, return_exceptions=True)
+        await self.log.log.close()
+
+    async def _commit(self, records: list[dict]) -> int:
+        if not records:
+            return self.image.next_offset
+        offset = await self.log.append(records)
         for record in records:
             self.image.apply(record)
-            for listener in self.listeners:
-                listener(record)
+        self.image.next_offset = self.log.log.log_end_offset
+        for listener in self.on_commit:
+            listener()
+        return offset
 
-    def register_broker(self, node_id: int, host: str, port: int, rack: str | None) -> None:
-        known = self.image.brokers.get(node_id)
-        if known and (known.host, known.port, known.rack) == (host, port, rack):
-            return
-        self._commit([{"type": "broker", "node_id": node_id, "host": host, "port": port,
-                       "rack": rack}])
+    # --- brokers -------------------------------------------------------------------------
+
+    async def register_broker(self, node_id: int, host: str, port: int, rack: str | None) -> int:
+        """Register (or re-register after a restart); return the new broker epoch."""
+        async with self._lock:
+            records = []
+            if node_id in self.image.brokers and not self.image.brokers[node_id].fenced:
+                # A restarted broker lost its in-memory state: its leaderships move first.
+                records += self._fence_records(node_id)
+            epoch = self.image.next_offset + len(records)
+            registration = {"type": "broker", "node_id": node_id, "host": host, "port": port,
+                            "rack": rack, "epoch": epoch}
+            self._last_heartbeat[node_id] = time.monotonic()
+            await self._commit(records + [registration])
+            await self._commit(self._elect_leaderless())
+            log.info("registered broker %d at %s:%d rack %s (epoch %d)", node_id, host, port,
+                     rack, epoch)
+            return epoch
+
+    async def heartbeat(self, node_id: int, epoch: int, want_shut_down: bool) -> tuple[ErrorCode, bool]:
+        """Record a heartbeat; return (error, fenced)."""
+        async with self._lock:
+            broker = self.image.brokers.get(node_id)
+            if broker is None or broker.epoch != epoch:
+                return ErrorCode.stale_broker_epoch, True
+            self._last_heartbeat[node_id] = time.monotonic()
+            if want_shut_down:
+                if not broker.fenced:
+                    log.info("broker %d is shutting down: moving its leaderships", node_id)
+                    await self._commit(self._fence_records(node_id))
+                return ErrorCode.none, True
+            if broker.fenced:
+                await self._commit([{"type": "unfence_broker", "node_id": node_id}])
+                await self._commit(self._elect_leaderless())
+            return ErrorCode.none, False
+
+    async def _fence_expired_brokers(self) -> None:
+        timeout = self.settings.session_timeout_ms / 1000
+        while True:
+            await asyncio.sleep(min(0.25, timeout / 4))
+            now = time.monotonic()
+            for broker in list(self.image.brokers.values()):
+                if not broker.fenced and now - self._last_heartbeat.get(broker.node_id, 0) > timeout:
+                    async with self._lock:
+                        log.warning("fencing broker %d: no heartbeat for %.1f s",
+                                    broker.node_id, now - self._last_heartbeat.get(broker.node_id, 0))
+                        await self._commit(self._fence_records(broker.node_id))
+
+    def _fence_records(self, node_id: int) -> list[dict]:
+        """Fence ``node_id``: drop it from ISRs and move its leaderships to ISR members."""
+        live = {b.node_id for b in self.image.live_brokers()} - {node_id}
+        records: list[dict] = [{"type": "fence_broker", "node_id": node_id}]
+        for topic in self.image.topics.values():
+            for info in topic.partitions.values():
+                if node_id not in info.isr and info.leader != node_id:
+                    continue
+                isr = [r for r in info.isr if r != node_id] or info.isr
+                leader = info.leader
+                if leader == node_id:
+                    leader = self._choose_leader(info, isr, live)
+                    if leader not in isr and leader != NO_LEADER:
+                        isr = [leader]
+                records.append(self._changed(info, isr, leader))
+        return records
+
+    def _choose_leader(self, info: PartitionInfo, isr: list[int], live: set[int]) -> int:
+        for replica in isr:
+            if replica in live:
+                return replica
+        if self._unclean_allowed(info.topic):
+            for replica in info.replicas:
+                if replica in live:
+                    log.warning("unclean election of %d for %s-%d", replica, info.topic,
+                                info.partition)
+                    return replica
+        return NO_LEADER
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        configured = self.image.topics[topic].configs.get("unclean.leader.election.enable")
+        return (configured == "true" if configured is not None
+                else self.settings.unclean_leader_election)
+
+    def _elect_leaderless(self) -> list[dict]:
+        live = {b.node_id for b in self.image.live_brokers()}
+        records = []
+        for topic in self.image.topics.values():
+            for info in topic.partitions.values():
+                if info.leader != NO_LEADER:
+                    continue
+                leader = self._choose_leader(info, info.isr, live)
+                if leader != NO_LEADER:
+                    isr = info.isr if leader in info.isr else [leader]
+                    records.append(self._changed(info, isr, leader))
+        return records
+
+    @staticmethod
+    def _changed(info: PartitionInfo, isr: list[int], leader: int) -> dict:
+        epoch = info.leader_epoch + (1 if leader != info.leader else 0)
+        return partition_record(replace(info, isr=isr, leader=leader, leader_epoch=epoch,
+                                        partition_epoch=info.partition_epoch + 1))
+
+    # --- ISR changes from partition leaders (AlterPartition) -----------------------------
+
+    async def alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int,
+                              leader_epoch: int, new_isr: list[int],
+                              partition_epoch: int) -> tuple[ErrorCode, PartitionInfo | None]:
+        async with self._lock:
+            topic = self.image.topics_by_id.get(topic_id)
+            info = topic.partitions.get(partition) if topic else None
+            if info is None:
+                return ErrorCode.unknown_topic_or_partition, None
+            if info.leader != broker_id:
+                return ErrorCode.not_leader_or_follower, info
+            if leader_epoch != info.leader_epoch:
+                return ErrorCode.fenced_leader_epoch, info
+            if partition_epoch != info.partition_epoch:
+                return ErrorCode.invalid_update_version, info
+            live = {b.node_id for b in self.image.live_brokers()}
+            if broker_id not in new_isr or any(r not in live or r not in info.replicas
+                                               for r in new_isr):
+                return ErrorCode.ineligible_replica, info
+            await self._commit([self._changed(info, list(new_isr), info.leader)])
+            return ErrorCode.none, self.image.topics[info.topic].partitions[partition]
+
+    # --- topics -------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           configs: dict[str, str | None],
+                           validate_only: bool = False) -> TopicInfo | None:
+        async with self._lock:
+            validate_topic_name(name)
+            if name in self.image.topics:
+                raise ControllerError(ErrorCode.topic_already_exists,
+                                      f"Topic '{name}' already exists.")
+            if num_partitions == -1:
+                num_partitions = self.settings.default_partitions
+            if replication_factor == -1:
+                replication_factor = self.settings.default_replication_factor
+            if num_partitions <= 0:
+                raise ControllerError(ErrorCode.invalid_partitions,
+                                      "Number of partitions must be larger than 0.")
+            if replication_factor <= 0:
+                raise ControllerError(ErrorCode.invalid_replication_factor,
+                                      "Replication factor must be larger than 0.")
+            try:
+                clean_configs = validate_topic_configs(configs)
+            except InvalidConfig as e:
+                raise ControllerError(ErrorCode.invalid_config, str(e)) from None
+            assignment = self._assign(range(num_partitions), replication_factor)
+            if validate_only:
+                return None
+            records: list[dict] = [{"type": "topic", "name": name, "id": str(uuid.uuid4()),
+                                    "configs": clean_configs}]
+            records += [self._new_partition(name, p, replicas) for p, replicas in assignment.items()]
+            await self._commit(records)
+            return self.image.topics[name]
 
     def _assign(self, partitions: range, replication_factor: int) -> dict[int, list[int]]:
-        brokers = sorted(self.image.brokers)
+        brokers = self.image.live_brokers()
         if replication_factor > len(brokers):
             raise ControllerError(
                 ErrorCode.invalid_replication_factor,
                 f"Replication factor: {replication_factor} larger than available brokers: "
                 f"{len(brokers)}.")
-        return {p: [brokers[(p + i) % len(brokers)] for i in range(replication_factor)]
-                for p in partitions}
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str | None], validate_only: bool = False) -> TopicInfo | None:
-        validate_topic_name(name)
-        if name in self.image.topics:
-            raise ControllerError(ErrorCode.topic_already_exists,
-                                  f"Topic '{name}' already exists.")
-        if num_partitions == -1:
-            num_partitions = self.default_partitions
-        if replication_factor == -1:
-            replication_factor = self.default_replication_factor
-        if num_partitions <= 0:
-            raise ControllerError(ErrorCode.invalid_partitions,
-                                  "Number of partitions must be larger than 0.")
-        if replication_factor <= 0:
-            raise ControllerError(ErrorCode.invalid_replication_factor,
-                                  "Replication factor must be larger than 0.")
-        try:
-            clean_configs = validate_topic_configs(configs)
-        except InvalidConfig as e:
-            raise ControllerError(ErrorCode.invalid_config, str(e)) from None
-        assignment = self._assign(range(num_partitions), replication_factor)
-        if validate_only:
-            return None
-        topic_id = uuid.uuid4()
-        records: list[dict] = [{"type": "topic", "name": name, "id": str(topic_id),
-                                "configs": clean_configs}]
-        records += [self._partition_record(name, p, replicas) for p, replicas in assignment.items()]
-        self._commit(records)
-        return self.image.topics[name]
+        return assign_replicas({b.node_id: b.rack for b in brokers}, partitions,
+                               replication_factor)
 
     @staticmethod
-    def _partition_record(topic: str, partition: int, replicas: list[int]) -> dict:
-        return {"type": "partition", "topic": topic, "partition": partition,
-                "replicas": replicas, "isr": list(replicas), "leader": replicas[0],
-                "leader_epoch": 0}
+    def _new_partition(topic: str, partition: int, replicas: list[int]) -> dict:
+        return partition_record(PartitionInfo(topic, partition, replicas, list(replicas),
+                                              replicas[0]))
 
-    def delete_topic(self, name: str) -> TopicInfo:
-        topic = self.image.topics.get(name)
-        if topic is None:
-            raise ControllerError(ErrorCode.unknown_topic_or_partition,
-                                  "This server does not host this topic-partition.")
-        self._commit([{"type": "remove_topic", "name": name}])
-        return topic
+    async def delete_topic(self, name: str) -> TopicInfo:
+        async with self._lock:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise ControllerError(ErrorCode.unknown_topic_or_partition,
+                                      "This server does not host this topic-partition.")
+            await self._commit([{"type": "remove_topic", "name": name}])
+            return topic
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        topic = self.image.topics.get(name)
-        if topic is None:
-            raise ControllerError(ErrorCode.unknown_topic_or_partition,
-                                  f"The topic '{name}' does not exist.")
-        current = len(topic.partitions)
-        if count <= current:
-            raise ControllerError(
-                ErrorCode.invalid_partitions,
-                f"Topic currently has {current} partitions, which is higher than or equal "
-                f"to the requested {count}.")
-        replication_factor = len(topic.partitions[0].replicas)
-        assignment = self._assign(range(current, count), replication_factor)
-        if validate_only:
-            return
-        self._commit([self._partition_record(name, p, replicas)
-                      for p, replicas in assignment.items()])
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        async with self._lock:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise ControllerError(ErrorCode.unknown_topic_or_partition,
+                                      f"The topic '{name}' does not exist.")
+            current = len(topic.partitions)
+            if count <= current:
+                raise ControllerError(
+                    ErrorCode.invalid_partitions,
+                    f"Topic currently has {current} partitions, which is higher than or equal "
+                    f"to the requested {count}.")
+            assignment = self._assign(range(current, count), len(topic.partitions[0].replicas))
+            if validate_only:
+                return
+            await self._commit([self._new_partition(name, p, replicas)
+                                for p, replicas in assignment.items()])

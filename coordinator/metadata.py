@@ -1,16 +1,27 @@
-"""Cluster metadata: the records a controller writes and the image brokers build from them.
+"""Cluster metadata: the records the controller writes and the image every node builds.
 
-Like KRaft, the state is a log of small records (here JSON lines) replayed into an
-in-memory image; the controller appends, every reader applies the same records.
+As in KRaft, the state is a log of small records replayed into an in-memory image. The
+log is the classic partition ``__cluster_metadata-0`` (one JSON record per batch): the
+controller appends and fsyncs, brokers fetch it with ordinary Fetch requests and apply
+the same records.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kio.records.readers import read_batch
+
+from protocol.records import build_batch, iter_batches
+from storage.classic import ClassicLog
+from storage.config import LogConfig
+
+METADATA_TOPIC = "__cluster_metadata"
+NO_LEADER = -1
 
 
 @dataclass
@@ -38,6 +49,8 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    epoch: int = -1
+    fenced: bool = False
 
 
 class MetadataImage:
@@ -47,7 +60,11 @@ class MetadataImage:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.brokers: dict[int, BrokerInfo] = {}
-        self.offset = -1
+        # Offset of the next record to apply.
+        self.next_offset = 0
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        return sorted((b for b in self.brokers.values() if not b.fenced), key=lambda b: b.node_id)
 
     def apply(self, record: dict) -> None:
         kind = record["type"]
@@ -60,56 +77,65 @@ class MetadataImage:
             topic.partitions[record["partition"]] = PartitionInfo(
                 record["topic"], record["partition"], list(record["replicas"]),
                 list(record["isr"]), record["leader"], record["leader_epoch"],
-                record.get("partition_epoch", 0))
+                record["partition_epoch"])
         elif kind == "config":
-            topic = self.topics[record["topic"]]
-            topic.configs = dict(record["configs"])
+            self.topics[record["topic"]].configs = dict(record["configs"])
         elif kind == "remove_topic":
             topic = self.topics.pop(record["name"])
             self.topics_by_id.pop(topic.topic_id, None)
         elif kind == "broker":
             self.brokers[record["node_id"]] = BrokerInfo(
-                record["node_id"], record["host"], record["port"], record.get("rack"))
+                record["node_id"], record["host"], record["port"], record.get("rack"),
+                record["epoch"], fenced=False)
+        elif kind == "fence_broker":
+            self.brokers[record["node_id"]].fenced = True
+        elif kind == "unfence_broker":
+            self.brokers[record["node_id"]].fenced = False
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
-        self.offset += 1
+
+
+def partition_record(info: PartitionInfo) -> dict:
+    return {"type": "partition", "topic": info.topic, "partition": info.partition,
+            "replicas": info.replicas, "isr": info.isr, "leader": info.leader,
+            "leader_epoch": info.leader_epoch, "partition_epoch": info.partition_epoch}
+
+
+def encode_records(records: list[dict]) -> bytearray:
+    return build_batch([(None, json.dumps(r, sort_keys=True).encode()) for r in records],
+                       int(time.time() * 1000))
+
+
+def decode_records(data: bytes) -> list[tuple[int, dict]]:
+    """(offset, record) for every record in whole uncompressed batches of ``data``."""
+    out = []
+    for header in iter_batches(data, allow_partial_tail=True):
+        batch, _ = read_batch(data, header.position)
+        out += [(record.offset, json.loads(record.value)) for record in batch.records]
+    return out
 
 
 class MetadataLog:
-    """Append-only JSON-lines file of metadata records, fsynced on every append.
+    """The controller's copy of ``__cluster_metadata-0``."""
 
-    A torn last line (crash mid-write) is dropped on load: the controller never
-    acknowledged the change it carried.
-    """
+    def __init__(self, directory: Path) -> None:
+        config = LogConfig(retention_ms=-1, segment_bytes=64 << 20)
+        self.log = ClassicLog(METADATA_TOPIC, 0, config, directory / f"{METADATA_TOPIC}-0")
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def load(self) -> list[dict]:
-        if not self.path.exists():
-            return []
+    async def load(self) -> list[tuple[int, dict]]:
         records = []
-        good_bytes = 0
-        with open(self.path, "rb") as f:
-            for line in f:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break
-                good_bytes += len(line)
-        if good_bytes != self.path.stat().st_size:
-            with open(self.path, "r+b") as f:
-                f.truncate(good_bytes)
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            chunk = await self.log.read(offset, 1 << 20)
+            decoded = decode_records(chunk.records)
+            records += [(o, r) for o, r in decoded if o >= offset]
+            offset = decoded[-1][0] + 1
         return records
 
-    def append(self, records: list[dict]) -> None:
-        data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    async def append(self, records: list[dict], leader_epoch: int = 0) -> int:
+        """Append and fsync; return the offset of the first record."""
+        data = encode_records(records)
+        batches = list(iter_batches(data))
+        result = await self.log.append(data, batches, leader_epoch)
+        await self.log.flush()
+        return result.base_offset

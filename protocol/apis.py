@@ -34,7 +34,10 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
 
 
 VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
@@ -62,4 +65,8 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    # Controller APIs, answered by the node that runs the controller.
+    ApiKey.ALTER_PARTITION: (3, 3),
+    ApiKey.BROKER_REGISTRATION: (3, 3),
+    ApiKey.BROKER_HEARTBEAT: (1, 1),
 }

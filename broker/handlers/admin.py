@@ -7,6 +7,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError
+from coordinator.metadata import TopicInfo
 from protocol.apis import ApiKey
 from storage.config import TOPIC_CONFIGS
 
@@ -24,9 +25,9 @@ TYPE_STRING = 2
 TYPE_LONG = 5
 
 
-def _topic_configs(ctx: RequestContext, topic: str) -> list[tuple[str, str, int]]:
+def _topic_configs(ctx: RequestContext, topic: TopicInfo) -> list[tuple[str, str, int]]:
     """(name, value, source) for every topic config, explicit values first in precedence."""
-    explicit = ctx.broker.image.topics[topic].configs
+    explicit = topic.configs
     broker_defaults = ctx.broker.config.topic_config_defaults()
     out = []
     for name, definition in TOPIC_CONFIGS.items():
@@ -56,8 +57,23 @@ def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
             for name, value in values.items()]
 
 
+async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
+    """Run a topic change on the controller (here, or forwarded to it), then wait until this
+    broker's metadata shows the change so the client's next request finds it."""
+    if ctx.broker.controller is not None:
+        response = await handle_locally(ctx, request)
+    else:
+        response = await ctx.broker.forward_to_controller(ctx.header, request)
+    await ctx.broker.follower.catch_up()
+    return response
+
+
 @handles(ApiKey.CREATE_TOPICS)
 async def create_topics(ctx: RequestContext, request) -> object:
+    return await _on_controller(ctx, request, _create_topics)
+
+
+async def _create_topics(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
@@ -65,7 +81,7 @@ async def create_topics(ctx: RequestContext, request) -> object:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "Manual replica assignment is not supported by kipper; "
                                       "leave assignments empty")
-            created = ctx.broker.controller.create_topic(
+            created = await ctx.broker.controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,
                 {c.name: c.value for c in topic.configs}, request.validate_only)
         except ControllerError as e:
@@ -79,7 +95,7 @@ async def create_topics(ctx: RequestContext, request) -> object:
             ctx.response("CreatableTopicConfigs", name=name, value=value, read_only=False,
                          config_source=source, is_sensitive=False)
             # Configs are returned from v5 on.
-            for name, value, source in (_topic_configs(ctx, topic.name)
+            for name, value, source in (_topic_configs(ctx, created)
                                         if created and ctx.version >= 5 else ()))
         results.append(ctx.response(
             "CreatableTopicResult", name=topic.name,
@@ -94,7 +110,11 @@ async def create_topics(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.DELETE_TOPICS)
 async def delete_topics(ctx: RequestContext, request) -> object:
-    image = ctx.broker.image
+    return await _on_controller(ctx, request, _delete_topics)
+
+
+async def _delete_topics(ctx: RequestContext, request) -> object:
+    image = ctx.broker.controller.image
     if hasattr(request, "topic_names"):
         asked = [(name, None) for name in request.topic_names]
     else:
@@ -107,7 +127,7 @@ async def delete_topics(ctx: RequestContext, request) -> object:
         try:
             if name is None:
                 raise ControllerError(ErrorCode.unknown_topic_id, "Topic id is unknown")
-            deleted = ctx.broker.controller.delete_topic(name)
+            deleted = await ctx.broker.controller.delete_topic(name)
             results.append(ctx.response("DeletableTopicResult", name=name,
                                         topic_id=deleted.topic_id, error_code=ErrorCode.none,
                                         error_message=None))
@@ -119,13 +139,17 @@ async def delete_topics(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.CREATE_PARTITIONS)
 async def create_partitions(ctx: RequestContext, request) -> object:
+    return await _on_controller(ctx, request, _create_partitions)
+
+
+async def _create_partitions(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
             if topic.assignments:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "Manual replica assignment is not supported by kipper")
-            ctx.broker.controller.create_partitions(topic.name, topic.count, request.validate_only)
+            await ctx.broker.controller.create_partitions(topic.name, topic.count, request.validate_only)
             error, message = ErrorCode.none, None
         except ControllerError as e:
             error, message = e.error_code, e.message
@@ -141,7 +165,7 @@ async def describe_configs(ctx: RequestContext, request) -> object:
         error, message, configs = ErrorCode.none, None, []
         if resource.resource_type == TOPIC_RESOURCE:
             if resource.resource_name in ctx.broker.image.topics:
-                configs = _topic_configs(ctx, resource.resource_name)
+                configs = _topic_configs(ctx, ctx.broker.image.topics[resource.resource_name])
             else:
                 error, message = ErrorCode.unknown_topic_or_partition, "Topic does not exist"
         elif resource.resource_type == BROKER_RESOURCE:
@@ -173,7 +197,7 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
     brokers = tuple(
         ctx.response("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port,
                      rack=b.rack)
-        for b in sorted(ctx.broker.image.brokers.values(), key=lambda b: b.node_id))
+        for b in ctx.broker.image.live_brokers())
     return ctx.response("DescribeClusterResponse", throttle_time=0, error_code=ErrorCode.none,
                         error_message=None, endpoint_type=1,
                         cluster_id=ctx.broker.config.cluster_id,

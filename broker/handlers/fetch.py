@@ -13,6 +13,8 @@ from storage.log import KafkaStorageError, OffsetOutOfRange
 from .registry import RequestContext, handles
 
 READ_COMMITTED = 1
+# Fetch v11 (KIP-392) is the first version whose clients may fetch from followers.
+FOLLOWER_FETCH_MIN_VERSION = 11
 
 
 async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budget: int,
@@ -20,11 +22,27 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     """One partition's response entry, the record bytes it carries, and the partition to
     watch for new data (None when the entry is an error)."""
     index = fetch.partition
+    replica_id = getattr(request, "replica_id", -1)
     try:
         partition = ctx.broker.replicas.get(topic, index)
-        partition.check_leader(getattr(fetch, "current_leader_epoch", -1))
-        upper = (partition.last_stable_offset if request.isolation_level == READ_COMMITTED
-                 else partition.high_watermark)
+        current_epoch = getattr(fetch, "current_leader_epoch", -1)
+        if replica_id >= 0:
+            # A follower: its fetch offset is its log end offset; it may read to ours.
+            partition.check_leader(current_epoch)
+            partition.record_follower_fetch(replica_id, fetch.fetch_offset)
+            upper = partition.log.log_end_offset
+        else:
+            partition.check_epoch(current_epoch)
+            if not partition.is_leader and ctx.version < FOLLOWER_FETCH_MIN_VERSION:
+                raise PartitionError(ErrorCode.not_leader_or_follower)
+            preferred = _preferred_read_replica(ctx, partition, getattr(request, "rack_id", ""))
+            if preferred is not None:
+                return _entry(ctx, request, index, ErrorCode.none, hw=partition.high_watermark,
+                              lso=partition.last_stable_offset,
+                              log_start=partition.log.log_start_offset,
+                              preferred=preferred), 0, None
+            upper = (partition.last_stable_offset if request.isolation_level == READ_COMMITTED
+                     else partition.high_watermark)
         if fetch.fetch_offset > partition.log.log_end_offset:
             raise OffsetOutOfRange()
         if fetch.fetch_offset >= upper:
@@ -52,13 +70,29 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     return entry, len(records), partition
 
 
+def _preferred_read_replica(ctx: RequestContext, partition: Partition, client_rack: str) -> int | None:
+    """KIP-392: the leader sends a consumer that names its rack to an in-sync replica in
+    that rack, unless the leader is in it."""
+    if not client_rack or not partition.is_leader:
+        return None
+    brokers = ctx.broker.image.brokers
+    own = brokers.get(partition.node_id)
+    if own is not None and own.rack == client_rack:
+        return None
+    for replica in partition.isr:
+        broker = brokers.get(replica)
+        if broker is not None and not broker.fenced and broker.rack == client_rack:
+            return replica
+    return None
+
+
 def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,
-           lso: int = -1, log_start: int = -1, records: bytes = b"") -> object:
+           lso: int = -1, log_start: int = -1, records: bytes = b"", preferred: int = -1) -> object:
     return ctx.response(
         "PartitionData", partition_index=index, error_code=error, high_watermark=hw,
         last_stable_offset=lso, log_start_offset=log_start,
         aborted_transactions=() if request.isolation_level == READ_COMMITTED else None,
-        preferred_read_replica=-1, records=records)
+        preferred_read_replica=preferred, records=records)
 
 
 async def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool, list[Partition]]:

@@ -17,7 +17,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 def broker_entries(ctx: RequestContext, entity: str) -> tuple:
     return tuple(ctx.response(entity, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in sorted(ctx.broker.image.brokers.values(), key=lambda b: b.node_id))
+                 for b in ctx.broker.image.live_brokers())
 
 
 def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
@@ -57,7 +57,7 @@ async def metadata(ctx: RequestContext, request) -> object:
                 topics.append(_topic_entry(ctx, found) if found else
                               _error_entry(ctx, None, ErrorCode.unknown_topic_id, topic_id))
                 continue
-            topics.append(_lookup_or_create(ctx, name, allow_auto_create))
+            topics.append(await _lookup_or_create(ctx, name, allow_auto_create))
     return ctx.response("MetadataResponse", throttle_time=0,
                         brokers=broker_entries(ctx, "MetadataResponseBroker"),
                         cluster_id=ctx.broker.config.cluster_id,
@@ -65,7 +65,7 @@ async def metadata(ctx: RequestContext, request) -> object:
                         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
-def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> object:
+async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> object:
     topic = ctx.broker.image.topics.get(name)
     if topic is not None:
         return _topic_entry(ctx, topic)
@@ -75,12 +75,10 @@ def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -
         return _error_entry(ctx, name, ErrorCode.invalid_topic_exception)
     if not (allow_auto_create and ctx.broker.config.auto_create_topics):
         return _error_entry(ctx, name, ErrorCode.unknown_topic_or_partition)
-    try:
-        ctx.broker.controller.create_topic(name, -1, -1, {})
-    except ControllerError as e:
-        if e.error_code != ErrorCode.topic_already_exists:
-            log.warning("auto-creating topic %r failed: %s", name, e.message)
-            return _error_entry(ctx, name, e.error_code)
+    error = await ctx.broker.create_topic(name)
+    if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+        log.warning("auto-creating topic %r failed: %s", name, error.name)
+        return _error_entry(ctx, name, error)
     log.info("auto-created topic %r", name)
     # Kafka answers LEADER_NOT_AVAILABLE right after creation; the client retries.
     return _error_entry(ctx, name, ErrorCode.leader_not_available)

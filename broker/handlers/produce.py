@@ -7,6 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition import PartitionError
 from protocol.apis import ApiKey
+from protocol.build import millis
 from protocol.records import (
     CorruptRecordBatch,
     InvalidRecordBatch,
@@ -29,13 +30,13 @@ def _batch_error(error: InvalidRecordBatch) -> ErrorCode:
 
 
 async def _append(ctx: RequestContext, topic: str, partition_index: int, records: bytes | None,
-                  acks: int) -> AppendResult | tuple[ErrorCode, str | None]:
+                  acks: int, timeout_s: float) -> AppendResult | tuple[ErrorCode, str | None]:
     """Validate and append one partition's records; an error becomes (code, message)."""
     try:
         partition = ctx.broker.replicas.get(topic, partition_index)
         partition.check_leader()
         batches = validate_produce_records(records or b"")
-        return await partition.append_as_leader(bytearray(records), batches, acks)
+        return await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
     except PartitionError as e:
         return e.error_code, str(e)
     except InvalidRecordBatch as e:
@@ -66,7 +67,7 @@ async def produce(ctx: RequestContext, request) -> object | None:
         # gather starts the appends in request order before any of them can suspend,
         # which keeps pipelined requests' batches in order (see broker.connection).
         outcomes = await asyncio.gather(*(
-            _append(ctx, t.name, p.index, p.records, acks)
+            _append(ctx, t.name, p.index, p.records, acks, millis(request.timeout) / 1000)
             for t in request.topic_data for p in t.partition_data))
     if acks == 0:
         return None

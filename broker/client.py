@@ -1,0 +1,117 @@
+"""A small async Kafka client for broker-to-broker and broker-to-controller calls.
+
+It speaks only to kipper nodes, so it sends every API at kipper's own highest version.
+One pipelined connection per remote address; a broken connection fails its pending
+calls with ConnectionError and is replaced on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+from typing import Any
+
+from protocol.apis import VERSION_RANGES, ApiKey
+from protocol.framing import decode_response, encode_request
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+
+
+class NodeConnection:
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self._correlation = itertools.count(1)
+        self._reader_task: asyncio.Task | None = None
+        self._connect_lock = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def _ensure_connected(self, timeout: float) -> None:
+        async with self._connect_lock:
+            if self.connected:
+                return
+            reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), timeout)
+            self._reader_task = asyncio.create_task(self._read_responses(reader))
+
+    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(frame, 0)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    continue
+                future, api_key, version = entry
+                if not future.done():
+                    try:
+                        future.set_result(decode_response(frame, api_key, version)[1])
+                    except Exception as e:  # a response we cannot decode ends this call only
+                        future.set_exception(e)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+            self._fail_pending(ConnectionError(f"connection to {self.host}:{self.port} lost: {e}"))
+        except asyncio.CancelledError:
+            self._fail_pending(ConnectionError("connection closed"))
+            raise
+
+    def _fail_pending(self, error: Exception) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        pending, self._pending = self._pending, {}
+        for future, _, _ in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    async def call(self, api_key: ApiKey, body: Any, timeout: float = 30.0,
+                   version: int | None = None) -> Any:
+        await self._ensure_connected(timeout)
+        version = VERSION_RANGES[api_key][1] if version is None else version
+        correlation_id = next(self._correlation)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (future, int(api_key), version)
+        try:
+            self._writer.write(encode_request(api_key, version, correlation_id, self.client_id, body))
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def close(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            await asyncio.gather(self._reader_task, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+
+
+class NodeClient:
+    """Connections to other kipper nodes, keyed by address."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._connections: dict[tuple[str, int], NodeConnection] = {}
+
+    def connection(self, host: str, port: int) -> NodeConnection:
+        key = (host, port)
+        if key not in self._connections:
+            self._connections[key] = NodeConnection(host, port, self.client_id)
+        return self._connections[key]
+
+    async def call(self, host: str, port: int, api_key: ApiKey, body: Any,
+                   timeout: float = 30.0, version: int | None = None) -> Any:
+        return await self.connection(host, port).call(api_key, body, timeout, version)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._connections.values()))
+        self._connections.clear()

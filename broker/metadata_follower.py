@@ -1,0 +1,144 @@
+"""A broker's link to the controller: registration, heartbeats, and the metadata log.
+
+The broker keeps no metadata of its own: it fetches ``__cluster_metadata`` from the
+controller with ordinary Fetch requests, applies each record to its image and tells the
+replica manager, exactly like a KRaft observer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v3.request import BrokerRegistrationRequest, Listener
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+
+from coordinator.metadata import METADATA_TOPIC, MetadataImage, decode_records
+from protocol.apis import ApiKey
+from protocol.build import make
+
+from .client import NodeConnection
+
+log = logging.getLogger(__name__)
+FETCH_MAX_WAIT_MS = 500
+
+
+class MetadataFollower:
+    def __init__(self, node_id: int, controller: NodeConnection, image: MetadataImage,
+                 listener: Callable[[dict], None], heartbeat_interval_s: float = 0.5) -> None:
+        self.node_id = node_id
+        self.controller = controller
+        self.image = image
+        self.listener = listener
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.epoch = -1
+        self._registration: tuple[str, int, str | None] | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._applied = asyncio.Event()
+
+    async def start(self, host: str, port: int, rack: str | None) -> None:
+        self._registration = (host, port, rack)
+        await self._register()
+        self._tasks = [asyncio.create_task(self._fetch_loop()),
+                       asyncio.create_task(self._heartbeat_loop())]
+        await self.catch_up()
+
+    async def _register(self) -> None:
+        host, port, rack = self._registration
+        request = make(BrokerRegistrationRequest, broker_id=self.node_id, cluster_id="",
+                       incarnation_id=None, rack=rack, is_migrating_zk_broker=False,
+                       log_dirs=(), previous_broker_epoch=self.epoch, features=(),
+                       listeners=(make(Listener, name="PLAINTEXT", host=host, port=port,
+                                       security_protocol=0),))
+        while True:
+            try:
+                response = await self.controller.call(ApiKey.BROKER_REGISTRATION, request, 10)
+                if response.error_code == ErrorCode.none:
+                    self.epoch = response.broker_epoch
+                    return
+                log.warning("registration refused: %s", response.error_code.name)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("controller unreachable for registration: %s", e)
+            await asyncio.sleep(0.5)
+
+    async def _heartbeat_loop(self, want_shut_down: bool = False) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            try:
+                response = await self._heartbeat(want_shut_down=False)
+                if response.error_code == ErrorCode.stale_broker_epoch:
+                    log.warning("controller no longer knows epoch %d: registering again",
+                                self.epoch)
+                    await self._register()
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("heartbeat failed: %s", e)
+
+    async def _heartbeat(self, want_shut_down: bool):
+        return await self.controller.call(ApiKey.BROKER_HEARTBEAT, make(
+            BrokerHeartbeatRequest, broker_id=self.node_id, broker_epoch=self.epoch,
+            current_metadata_offset=self.image.next_offset - 1, want_fence=False,
+            want_shut_down=want_shut_down, offline_log_dirs=()), 5)
+
+    async def shut_down(self) -> None:
+        """Controlled shutdown: ask the controller to move our leaderships away first."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            await self._heartbeat(want_shut_down=True)
+        except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+            log.warning("controlled shutdown request failed: %s", e)
+
+    async def _fetch_loop(self) -> None:
+        while True:
+            request = make(FetchRequest, replica_id=-1, max_wait=FETCH_MAX_WAIT_MS, min_bytes=1,
+                           max_bytes=16 << 20, isolation_level=0, session_id=0,
+                           session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                           topics=(make(FetchTopic, topic=METADATA_TOPIC, partitions=(
+                               make(FetchPartition, partition=0, current_leader_epoch=-1,
+                                    fetch_offset=self.image.next_offset, last_fetched_epoch=-1,
+                                    log_start_offset=-1, partition_max_bytes=16 << 20),)),))
+            try:
+                response = await self.controller.call(ApiKey.FETCH, request,
+                                                      FETCH_MAX_WAIT_MS / 1000 + 10)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("metadata fetch failed: %s", e)
+                await asyncio.sleep(0.5)
+                continue
+            data = response.responses[0].partitions[0]
+            if data.error_code != ErrorCode.none:
+                log.warning("metadata fetch error %s", data.error_code.name)
+                await asyncio.sleep(0.5)
+                continue
+            for offset, record in decode_records(data.records or b""):
+                if offset < self.image.next_offset:
+                    continue
+                self.image.apply(record)
+                self.image.next_offset = offset + 1
+                self.listener(record)
+            self._applied.set()
+            self._applied.clear()
+
+    async def catch_up(self, timeout: float = 30.0) -> None:
+        """Wait until this broker has applied everything the controller has committed."""
+        request = make(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(
+            make(ListOffsetsTopic, name=METADATA_TOPIC, partitions=(
+                make(ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
+                     timestamp=-1),)),))
+        response = await self.controller.call(ApiKey.LIST_OFFSETS, request, timeout)
+        target = response.topics[0].partitions[0].offset
+        async with asyncio.timeout(timeout):
+            while self.image.next_offset < target:
+                await self._wait_applied()
+
+    async def _wait_applied(self) -> None:
+        waiter = asyncio.ensure_future(self._applied.wait())
+        await waiter

@@ -1,0 +1,147 @@
+"""Classic replication: a follower fetches from each leader it follows.
+
+One fetcher per leader broker, as in Kafka's ReplicaFetcherThread. A partition that
+becomes a follower first truncates its log to where it agrees with the leader's epoch
+history (OffsetForLeaderEpoch, KIP-101/279), then fetches from its log end offset with
+its replica id, which is how the leader learns the follower's position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
+
+from broker.client import NodeConnection
+from broker.partition import Partition
+from protocol.apis import ApiKey
+from protocol.build import make
+
+log = logging.getLogger(__name__)
+FETCH_MAX_WAIT_MS = 500
+PARTITION_MAX_BYTES = 1 << 20
+# Epoch-history rounds before giving up on finding the divergence point.
+MAX_TRUNCATION_ROUNDS = 8
+
+
+class LeaderFetcher:
+    def __init__(self, node_id: int, leader_id: int, connection: NodeConnection) -> None:
+        self.node_id = node_id
+        self.leader_id = leader_id
+        self.connection = connection
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._needs_truncation: set[tuple[str, int]] = set()
+        self._changed = asyncio.Event()
+        self._task = asyncio.create_task(self._run())
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self.partitions[key] = partition
+        self._needs_truncation.add(key)
+        self._changed.set()
+
+    def remove(self, topic: str, index: int) -> None:
+        self.partitions.pop((topic, index), None)
+        self._needs_truncation.discard((topic, index))
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                if self._needs_truncation:
+                    await self._truncate()
+                await self._fetch_once()
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.info("fetch from leader %d failed: %s", self.leader_id, e)
+                await asyncio.sleep(0.5)
+
+    async def _truncate(self) -> None:
+        for _ in range(MAX_TRUNCATION_ROUNDS):
+            pending = {k: self.partitions[k] for k in self._needs_truncation if k in self.partitions}
+            if not pending:
+                return
+            asked = {k: p.log.latest_epoch() for k, p in pending.items()}
+            done = [k for k, epoch in asked.items() if epoch < 0]  # empty log: nothing to check
+            request = make(OffsetForLeaderEpochRequest, replica_id=self.node_id, topics=tuple(
+                make(OffsetForLeaderTopic, topic=topic, partitions=tuple(
+                    make(OffsetForLeaderPartition, partition=index,
+                         current_leader_epoch=pending[(topic, index)].leader_epoch,
+                         leader_epoch=asked[(topic, index)])
+                    for (t, index) in asked if t == topic and asked[(t, index)] >= 0))
+                for topic in {t for t, _ in asked}))
+            response = await self.connection.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, request, 10)
+            for topic in response.topics:
+                for result in topic.partitions:
+                    key = (topic.topic, result.partition)
+                    partition = pending.get(key)
+                    if partition is None or result.error_code != ErrorCode.none:
+                        continue  # retried in the next round or after a metadata update
+                    log_ = partition.log
+                    if result.end_offset >= 0 and result.end_offset < log_.log_end_offset:
+                        log.info("truncating %s-%d from %d to %d (leader epoch %d ends there)",
+                                 key[0], key[1], log_.log_end_offset, result.end_offset,
+                                 result.leader_epoch)
+                        await log_.truncate_to(result.end_offset)
+                    if result.leader_epoch == asked[key] or result.leader_epoch < 0:
+                        done.append(key)
+            self._needs_truncation.difference_update(done)
+        self._needs_truncation.clear()
+
+    async def _fetch_once(self) -> None:
+        by_topic: dict[str, list] = {}
+        for (topic, index), partition in self.partitions.items():
+            by_topic.setdefault(topic, []).append(make(
+                FetchPartition, partition=index, current_leader_epoch=partition.leader_epoch,
+                fetch_offset=partition.log.log_end_offset,
+                last_fetched_epoch=partition.log.latest_epoch(),
+                log_start_offset=partition.log.log_start_offset,
+                partition_max_bytes=PARTITION_MAX_BYTES))
+        request = make(FetchRequest, replica_id=self.node_id, max_wait=FETCH_MAX_WAIT_MS,
+                       min_bytes=1, max_bytes=16 << 20, isolation_level=0, session_id=0,
+                       session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                       topics=tuple(make(FetchTopic, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()))
+        response = await self.connection.call(ApiKey.FETCH, request, FETCH_MAX_WAIT_MS / 1000 + 30)
+        healthy = False
+        for topic in response.responses:
+            for data in topic.partitions:
+                partition = self.partitions.get((topic.topic, data.partition_index))
+                if partition is not None:
+                    healthy |= await self._apply(partition, data)
+        if not healthy:
+            # Every partition is waiting for metadata that moves it: do not spin.
+            await asyncio.sleep(0.1)
+
+    async def _apply(self, partition: Partition, data) -> bool:
+        if data.error_code == ErrorCode.none:
+            if data.records:
+                await partition.log.append_as_follower(data.records)
+            partition.update_follower_high_watermark(data.high_watermark)
+            return True
+        if data.error_code == ErrorCode.offset_out_of_range:
+            if data.log_start_offset > partition.log.log_end_offset:
+                # The leader deleted what we would fetch next: start over at its log start.
+                log.info("%s-%d is behind the leader's log start %d: restarting there",
+                         partition.topic, partition.index, data.log_start_offset)
+                await partition.log.delete_records_before(data.log_start_offset)
+            else:
+                self._needs_truncation.add((partition.topic, partition.index))
+            return True
+        # Not leader / fenced epoch: wait for the metadata that moves this partition.
+        log.debug("fetch of %s-%d from %d: %s", partition.topic, partition.index,
+                  self.leader_id, data.error_code.name)
+        return False
