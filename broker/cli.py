@@ -13,7 +13,9 @@ import uvloop
 
 from storage.objectstore import cli as objectstore_cli
 
+from . import launcher
 from .config import load_config
+from .metrics import LISTENING_LINE as METRICS_LISTENING_LINE
 
 log = logging.getLogger("kipper")
 
@@ -33,6 +35,7 @@ async def _run_broker(args: argparse.Namespace) -> int:
         "default_storage_mode": args.default_storage_mode,
         "default_partitions": args.num_partitions,
         "controller": args.controller, "broker_role": args.broker_role,
+        "metrics_listener": args.metrics_listener, "s3_endpoint": args.s3_endpoint,
     })
     broker = Broker(config)
     await broker.start()
@@ -44,6 +47,8 @@ async def _run_broker(args: argparse.Namespace) -> int:
     # Tests and the cluster launcher read this line to learn the bound port.
     role = "broker" if config.broker_role else "controller"
     print(f"kipper {role} {config.node_id} listening on {host}:{broker.bound_port}", flush=True)
+    if broker.metrics is not None:
+        print(METRICS_LISTENING_LINE + broker.metrics.url, flush=True)
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
@@ -66,11 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--default-storage-mode",
                         choices=["classic", "active-tiered", "diskless"])
     broker.add_argument("--num-partitions", type=int, help="default partition count")
+    broker.add_argument("--s3-endpoint",
+                        help="S3 endpoint URL of the object store (MinIO, LocalStack, AWS)")
     broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=None)
     controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False,
                             controller=None, auto_create_topics=None,
-                            default_storage_mode=None, num_partitions=None)
+                            default_storage_mode=None, num_partitions=None, s3_endpoint=None)
 
+    launcher.add_subcommands(commands)
     objectstore_cli.add_subcommands(commands)
     return parser
 
@@ -82,6 +90,8 @@ def _add_node_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--advertised-listener", help="host:port given to clients")
     command.add_argument("--rack", help="availability zone of this node")
     command.add_argument("--data-dir", type=Path)
+    command.add_argument("--metrics-listener",
+                         help="host:port of the HTTP metrics endpoint (port 0 = any free port)")
 
 
 def main(argv: list[str] | None = None) -> int:

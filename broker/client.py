@@ -16,17 +16,21 @@ from typing import Any
 from protocol.apis import VERSION_RANGES, ApiKey
 from protocol.framing import decode_response, encode_request
 
+from .traffic import NetworkTraffic, OpenedTraffic
+
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 
 
 class NodeConnection:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, traffic: OpenedTraffic) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.traffic = traffic
         self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+        # correlation id -> (future, api key, version, traffic class)
+        self._pending: dict[int, tuple[asyncio.Future, int, int, str]] = {}
         self._correlation = itertools.count(1)
         self._reader_task: asyncio.Task | None = None
         self._connect_lock = asyncio.Lock()
@@ -52,7 +56,8 @@ class NodeConnection:
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:
                     continue
-                future, api_key, version = entry
+                future, api_key, version, traffic_class = entry
+                self.traffic.response(traffic_class, _SIZE.size + size)
                 if not future.done():
                     try:
                         future.set_result(decode_response(frame, api_key, version)[1])
@@ -69,7 +74,7 @@ class NodeConnection:
             self._writer.close()
         self._writer = None
         pending, self._pending = self._pending, {}
-        for future, _, _ in pending.values():
+        for future, *_ in pending.values():
             if not future.done():
                 future.set_exception(error)
 
@@ -79,9 +84,11 @@ class NodeConnection:
         version = VERSION_RANGES[api_key][1] if version is None else version
         correlation_id = next(self._correlation)
         future = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (future, int(api_key), version)
+        frame = encode_request(api_key, version, correlation_id, self.client_id, body)
+        traffic_class = self.traffic.request(api_key, body, len(frame))
+        self._pending[correlation_id] = (future, int(api_key), version, traffic_class)
         try:
-            self._writer.write(encode_request(api_key, version, correlation_id, self.client_id, body))
+            self._writer.write(frame)
             return await asyncio.wait_for(future, timeout)
         finally:
             self._pending.pop(correlation_id, None)
@@ -98,14 +105,16 @@ class NodeConnection:
 class NodeClient:
     """Connections to other kipper nodes, keyed by address."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, traffic: NetworkTraffic) -> None:
         self.client_id = client_id
+        self.traffic = traffic
         self._connections: dict[tuple[str, int], NodeConnection] = {}
 
     def connection(self, host: str, port: int) -> NodeConnection:
         key = (host, port)
         if key not in self._connections:
-            self._connections[key] = NodeConnection(host, port, self.client_id)
+            self._connections[key] = NodeConnection(
+                host, port, self.client_id, self.traffic.opened_connection(host, port))
         return self._connections[key]
 
     async def call(self, host: str, port: int, api_key: ApiKey, body: Any,

@@ -35,6 +35,11 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = 500
     replica_lag_time_max_ms: int = 30_000
     unclean_leader_election: bool = False
+    # host:port of the HTTP metrics endpoint (/metrics, /metrics.json); none = no endpoint.
+    metrics_listener: str | None = None
+    # S3 endpoint URL of the object store (MinIO, LocalStack, AWS, or `kipper cluster up`'s
+    # embedded server). Recorded for the object-storage engines, which do not exist yet.
+    s3_endpoint: str | None = None
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

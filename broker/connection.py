@@ -43,6 +43,7 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        self.traffic = broker.traffic.accepted_connection()
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._in_flight: set[asyncio.Future] = set()
 
@@ -87,7 +88,9 @@ class Connection:
             except MalformedRequest as e:
                 log.warning("closing %s: malformed request: %s", self.peer, e)
                 return
-            task = asyncio.ensure_future(self._handle(header, body))
+            traffic_class = self.traffic.request(header.api_key, body, _SIZE.size + size,
+                                                 header.client_id)
+            task = asyncio.ensure_future(self._handle(header, body, traffic_class))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
             await self._responses.put(task)
@@ -97,7 +100,8 @@ class Connection:
         done.set_result(data)
         await self._responses.put(done)
 
-    async def _handle(self, header: RequestHeader, body: object) -> bytes | None:
+    async def _handle(self, header: RequestHeader, body: object,
+                      traffic_class: str) -> bytes | None:
         context = RequestContext(header, self.broker, self.peer)
         try:
             response = await HANDLERS[ApiKey(header.api_key)](context, body)
@@ -108,7 +112,9 @@ class Connection:
             return None
         if response is None:  # acks=0 produce: no response at all
             return None
-        return encode_response(header, response)
+        data = encode_response(header, response)
+        self.traffic.response(traffic_class, len(data))
+        return data
 
     async def _send_responses(self) -> None:
         while (pending := await self._responses.get()) is not None:

@@ -23,8 +23,10 @@ from .client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .metadata_follower import MetadataFollower
+from .metrics import MetricsServer
 from .partition import Partition
 from .replica_manager import ReplicaManager
+from .traffic import NetworkTraffic, node_client_id
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,6 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.nodes = NodeClient(f"kipper-node-{config.node_id}")
         self.controller: Controller | None = None
         if config.controller is None:
             self.controller = Controller(config.data_dir, ControllerSettings(
@@ -43,6 +44,15 @@ class Broker:
                 unclean_leader_election=config.unclean_leader_election))
         # What this broker knows of the cluster: applied from the controller's metadata log.
         self.image = MetadataImage()
+        # Peers' racks come from the metadata; a controller-only node has only its own.
+        self.traffic = NetworkTraffic(
+            config.rack, self.image if config.broker_role else self.controller.image)
+        self.nodes = NodeClient(node_client_id(config.node_id), self.traffic)
+        self.metrics: MetricsServer | None = None
+        if config.metrics_listener is not None:
+            self.metrics = MetricsServer(config.metrics_listener,
+                                         {"node_id": config.node_id, "rack": config.rack})
+            self.metrics.add_source("network", self.traffic)
         self.logs = LogManager(config.data_dir)
         self.replicas: ReplicaManager | None = None
         self.follower: MetadataFollower | None = None
@@ -85,6 +95,8 @@ class Broker:
                 self.config.log_retention_check_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
         ]
+        if self.metrics is not None:
+            await self.metrics.start()
 
     def _serve_metadata_log(self) -> None:
         """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
@@ -136,6 +148,8 @@ class Broker:
             await self.follower.shut_down()
         if self._server is not None:
             self._server.close()
+        if self.metrics is not None:
+            await self.metrics.stop()
         for task in list(self._connections) + self._background:
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY = re.compile(r"kipper broker (\d+) listening on ([\d.]+):(\d+)")
+READY = re.compile(r"kipper (?:broker|controller) (\d+) listening on ([\d.]+):(\d+)")
 
 
 @dataclass
@@ -21,6 +21,8 @@ class BrokerProcess:
     extra_args: list[str] = field(default_factory=list)
     node_id: int = 0
     port: int = 0
+    role: str = "broker"
+    env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
 
@@ -31,13 +33,14 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         """Start (or restart, on the same port) and wait for the ready line."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.data_dir.parent / f"broker-{self.node_id}.log"
-        cmd = [sys.executable, "-m", "broker.cli", "broker", "--node-id", str(self.node_id),
+        self.log_path = self.data_dir.parent / f"{self.role}-{self.node_id}.log"
+        cmd = [sys.executable, "-m", "broker.cli", self.role, "--node-id", str(self.node_id),
                "--listener", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
                *self.extra_args]
         log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file,
-                                     stdin=subprocess.DEVNULL, text=True)
+                                     stdin=subprocess.DEVNULL, text=True,
+                                     env={**os.environ, **(self.env or {})})
         log_file.close()
         line = _readline_with_timeout(self.proc, timeout)
         match = READY.search(line or "")
@@ -84,7 +87,53 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
-        if value:
+        if value is not None and value is not False:
             return value
         time.sleep(interval)
     raise TimeoutError("condition not met in time")
+
+
+class Cluster:
+    """A controller-only node plus brokers in racks az1..azN, so any broker can be killed."""
+
+    def __init__(self, root: Path, brokers: int = 3, session_timeout_ms: int = 2000,
+                 broker_args: list[str] | None = None) -> None:
+        env = {"KIPPER_BROKER_SESSION_TIMEOUT_MS": str(session_timeout_ms),
+               "KIPPER_REPLICA_LAG_TIME_MAX_MS": "4000"}
+        self.controller = BrokerProcess(root / "controller", node_id=1000, role="controller",
+                                        env=env)
+        self.brokers = [BrokerProcess(root / f"broker-{i}", node_id=i, env=env,
+                                      extra_args=[*(broker_args or []), "--rack", f"az{i + 1}"])
+                        for i in range(brokers)]
+
+    def start(self) -> "Cluster":
+        self.controller.start()
+        for broker in self.brokers:
+            broker.extra_args += ["--controller", self.controller.bootstrap]
+            broker.start()
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.alive())
+
+    def stop(self) -> None:
+        for node in [*self.brokers, self.controller]:
+            node.stop()
+
+    def leader_of(self, topic: str, partition: int = 0, timeout: float = 30.0) -> int:
+        """The partition's current leader, as the cluster reports it (waits for one)."""
+        from confluent_kafka.admin import AdminClient
+
+        def current() -> int | None:
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            metadata = admin.list_topics(topic, timeout=5)
+            info = metadata.topics[topic].partitions.get(partition)
+            alive = {b.node_id for b in self.brokers if b.alive()}
+            return info.leader if info is not None and info.leader in alive else None
+        return wait_until(current, timeout, interval=0.2)
+
+    def isr_of(self, topic: str, partition: int = 0) -> list[int]:
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        return list(admin.list_topics(topic, timeout=5).topics[topic].partitions[partition].isrs)

@@ -64,7 +64,8 @@ async def _on_controller(ctx: RequestContext, request, handle_locally) -> object
         response = await handle_locally(ctx, request)
     else:
         response = await ctx.broker.forward_to_controller(ctx.header, request)
-    await ctx.broker.follower.catch_up()
+    if ctx.broker.follower is not None:  # a controller-only node has no metadata to wait for
+        await ctx.broker.follower.catch_up()
     return response
 
 

@@ -1,0 +1,230 @@
+"""`kipper cluster up`: a local cluster of N brokers in N AZs plus the embedded S3 server.
+
+Every node is a process of its own, as in a real deployment: the S3 server first, then
+broker 0 (which runs the controller), then brokers 1..N-1 pointing at it. The launcher
+prints one line per process, then the bootstrap string:
+
+    s3: pid=4100 endpoint=http://127.0.0.1:41233
+    broker 0: pid=4101 rack=az1 address=127.0.0.1:9092 metrics=http://127.0.0.1:9600
+    ...
+    bootstrap: 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
+
+and relays the processes' logs to its stderr, each line prefixed with ``[broker-1] ``. On
+Ctrl-C or SIGTERM it stops them all (brokers 1..N-1, broker 0, S3: each gets SIGTERM, then
+SIGKILL after a grace period); if one of them dies on its own it stops the others and
+exits with status 1. KIPPER_* environment variables reach every broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvloop
+
+from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
+
+from .metrics import LISTENING_LINE as METRICS_LISTENING_LINE
+
+log = logging.getLogger("kipper.cluster")
+
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 60.0
+STOP_GRACE_S = 20.0
+_BROKER_READY = re.compile(r"kipper broker \d+ listening on (\S+)")
+_METRICS_READY = re.compile(re.escape(METRICS_LISTENING_LINE) + r"(\S+)")
+_S3_READY = re.compile(re.escape(S3_LISTENING_LINE) + r"(\S+)")
+
+
+class ClusterError(RuntimeError):
+    """A process failed to start, or exited while the cluster was up."""
+
+
+@dataclass
+class Child:
+    """One process of the cluster, with its logs relayed to our stderr."""
+
+    name: str
+    process: asyncio.subprocess.Process
+    _relays: list[asyncio.Task] = field(default_factory=list)
+
+    @classmethod
+    async def spawn(cls, name: str, command: list[str]) -> "Child":
+        process = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            # Ctrl-C reaches only the launcher, which stops the nodes in order.
+            start_new_session=True)
+        child = cls(name, process)
+        child._relays.append(asyncio.create_task(child._relay(process.stderr)))
+        return child
+
+    async def expect(self, pattern: re.Pattern[str]) -> str:
+        """Read the next stdout line, which must match; return the pattern's first group."""
+        try:
+            line = await asyncio.wait_for(self.process.stdout.readline(), READY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise ClusterError(f"{self.name} printed nothing for {READY_TIMEOUT_S:.0f} s") from None
+        match = pattern.match(line.decode(errors="replace"))
+        if match is None:
+            # Mostly EOF: it died while starting, and its relayed stderr says why.
+            raise ClusterError(f"{self.name} did not start: it printed {line!r}")
+        return match.group(1)
+
+    def relay_stdout(self) -> None:
+        """After the lines we expect, anything else on stdout goes to the log as well."""
+        self._relays.append(asyncio.create_task(self._relay(self.process.stdout)))
+
+    async def _relay(self, stream: asyncio.StreamReader) -> None:
+        prefix = f"[{self.name}] ".encode()
+        while line := await stream.readline():
+            sys.stderr.buffer.write(prefix + line)
+            sys.stderr.flush()
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            try:
+                self.process.terminate()
+            except ProcessLookupError:  # exited; not reaped yet
+                pass
+            try:
+                await asyncio.wait_for(self.process.wait(), STOP_GRACE_S)
+            except asyncio.TimeoutError:
+                log.warning("%s ignored SIGTERM for %.0f s: killing it", self.name, STOP_GRACE_S)
+                self.process.kill()
+                await self.process.wait()
+        await asyncio.gather(*self._relays)
+
+
+class Cluster:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.s3: Child | None = None
+        self.brokers: dict[int, Child] = {}
+
+    async def start(self) -> None:
+        self.s3 = await Child.spawn("s3", _python(
+            "storage.objectstore.embedded", "--host", HOST, "--port", "0"))
+        endpoint = await self.s3.expect(_S3_READY)
+        self.s3.relay_stdout()
+        print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)
+
+        # Broker 0 runs the controller, which the others need to find first.
+        controller = await self._start_broker(0, endpoint, controller=None)
+        others = await asyncio.gather(*(self._start_broker(node, endpoint, controller)
+                                        for node in range(1, self.args.brokers)))
+        print("bootstrap: " + ",".join([controller, *others]), flush=True)
+
+    async def _start_broker(self, node: int, s3_endpoint: str, controller: str | None) -> str:
+        """Start broker `node`, wait until it listens, print its line; return its address."""
+        rack = self.args.racks[node % len(self.args.racks)]
+        arguments = [
+            "--log-level", self.args.log_level, "broker", "--node-id", str(node),
+            "--rack", rack, "--listener", f"{HOST}:{_port(self.args.base_port, node)}",
+            "--data-dir", str(self.args.data_dir / f"broker-{node}"), "--s3-endpoint", s3_endpoint,
+        ]
+        if controller is not None:
+            arguments += ["--controller", controller]
+        metrics = self.args.metrics_base_port is not None
+        if metrics:
+            arguments += ["--metrics-listener",
+                          f"{HOST}:{_port(self.args.metrics_base_port, node)}"]
+        child = self.brokers[node] = await Child.spawn(
+            f"broker-{node}", _python("broker.cli", *arguments))
+        address = await child.expect(_BROKER_READY)
+        summary = f"broker {node}: pid={child.process.pid} rack={rack} address={address}"
+        if metrics:
+            summary += f" metrics={await child.expect(_METRICS_READY)}"
+        child.relay_stdout()
+        print(summary, flush=True)
+        return address
+
+    async def wait_for_exit(self) -> Child:
+        """The first process to exit (none should before we stop them)."""
+        children = [self.s3, *self.brokers.values()]
+        waits = {asyncio.create_task(child.process.wait()): child for child in children}
+        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return waits[done.pop()]
+
+    async def stop(self) -> None:
+        """Brokers before the controller they report to, S3 last."""
+        await asyncio.gather(*(child.stop() for node, child in self.brokers.items() if node))
+        for child in (self.brokers.get(0), self.s3):
+            if child is not None:
+                await child.stop()
+
+
+def _python(module: str, *arguments: str) -> list[str]:
+    return [sys.executable, "-m", module, *arguments]
+
+
+def _port(base: int, node: int) -> int:
+    """Consecutive ports from base; base 0 lets every process pick a free one."""
+    return base + node if base else 0
+
+
+async def _up(args: argparse.Namespace) -> int:
+    cluster = Cluster(args)
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop_requested.set)
+
+    async def run() -> None:
+        await cluster.start()
+        child = await cluster.wait_for_exit()
+        raise ClusterError(f"{child.name} exited with status {child.process.returncode}")
+
+    running = asyncio.create_task(run())
+    stopping = asyncio.create_task(stop_requested.wait())
+    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    status = 0
+    if running.done():
+        log.error("%s; stopping the cluster", running.exception())
+        status = 1
+    else:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        log.info("stopping the cluster")
+    await cluster.stop()
+    return status
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return int(text)
+
+
+def _racks(text: str) -> list[str]:
+    racks = [rack.strip() for rack in text.split(",") if rack.strip()]
+    if not racks:
+        raise argparse.ArgumentTypeError("name at least one rack")
+    return racks
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
+    cluster = subparsers.add_parser("cluster", help="run a local multi-broker cluster")
+    commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = commands.add_parser(
+        "up", help="start N brokers (one per AZ) and the embedded S3 server until Ctrl-C",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    up.add_argument("--brokers", type=_positive, default=3, help="number of brokers (default 3)")
+    up.add_argument("--racks", type=_racks, default="az1,az2,az3",
+                    help="comma-separated AZs, assigned to brokers in turn (default az1,az2,az3)")
+    up.add_argument("--base-port", type=int, default=9092,
+                    help="broker N listens on base+N (0: any free ports; default 9092)")
+    up.add_argument("--metrics-base-port", type=int,
+                    help="broker N serves /metrics on base+N (0: any free ports; default: off)")
+    up.add_argument("--data-dir", type=Path, default=Path("data/cluster"),
+                    help="brokers keep their logs in DATA_DIR/broker-N (default data/cluster)")
+    up.set_defaults(func=lambda args: uvloop.run(_up(args)))

@@ -1,0 +1,102 @@
+"""`kipper cluster up` as a test fixture: one launcher process, its nodes read from its stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# "broker 1: pid=4101 rack=az2 address=127.0.0.1:9093 metrics=http://..." or "s3: pid=..."
+NODE_LINE = re.compile(r"(s3|broker \d+): (.*)")
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    brokers: int = 3
+    metrics: bool = False
+    proc: subprocess.Popen | None = None
+    bootstrap: str = ""
+    # "s3", "broker 0", ...: the key=value fields of the launcher's line for that node.
+    nodes: dict[str, dict[str, str]] = field(default_factory=dict)
+    _stdout: queue.Queue = field(default_factory=queue.Queue)
+
+    def start(self, timeout: float = 90.0) -> "LocalCluster":
+        self.root.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "broker.cli", "cluster", "up",
+                   "--brokers", str(self.brokers), "--base-port", "0",
+                   "--data-dir", str(self.root / "data")]
+        if self.metrics:
+            command += ["--metrics-base-port", "0"]
+        with open(self.root / "cluster.log", "ab") as log:
+            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
+                                         stdin=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        while not self.bootstrap:
+            try:
+                line = self._stdout.get(timeout=timeout)
+            except queue.Empty:
+                line = None
+            if line is None:  # EOF or silence: it failed
+                self.stop()
+                raise RuntimeError(f"cluster did not start; log:\n{self.log_tail()}")
+            if line.startswith("bootstrap: "):
+                self.bootstrap = line.split(" ", 1)[1].strip()
+            elif match := NODE_LINE.match(line):
+                self.nodes[match.group(1)] = dict(
+                    pair.split("=", 1) for pair in match.group(2).split())
+        return self
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            self._stdout.put(line)
+        self._stdout.put(None)
+
+    def pids(self) -> list[int]:
+        return [int(node["pid"]) for node in self.nodes.values()]
+
+    def broker(self, node_id: int) -> dict[str, str]:
+        return self.nodes[f"broker {node_id}"]
+
+    def metrics_json(self, node_id: int) -> dict:
+        with urllib.request.urlopen(self.broker(node_id)["metrics"] + "/metrics.json",
+                                    timeout=10) as response:
+            return json.load(response)
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = (self.root / "cluster.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def terminate(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM the launcher, which stops its nodes; its exit status."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return None if self.proc is None else self.proc.returncode
+
+    def stop(self) -> None:
+        """Terminate, and kill whatever the launcher left behind."""
+        self.terminate()
+        for pid in self.pids():
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
