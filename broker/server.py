@@ -7,10 +7,14 @@ import logging
 import time
 
 from coordinator.controller import Controller
+from coordinator.group_config import GroupConfig
+from coordinator.group_coordinator import GroupCoordinator
+from coordinator.offsets_store import OffsetsStore
 from storage.manager import LogManager
 
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
+from .handlers.producer_id import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -27,6 +31,13 @@ class Broker:
         self.replicas = ReplicaManager(config.node_id, self.image, self.logs,
                                        config.topic_config_defaults())
         self.controller.listeners.append(self.replicas.on_metadata_record)
+        group_config = GroupConfig()
+        self.group_coordinator = GroupCoordinator(group_config, OffsetsStore(
+            config.node_id, self.controller, self.replicas, group_config))
+        # After the replica manager's listener: it creates the partitions this one looks at.
+        self.controller.listeners.append(lambda _: self.group_coordinator.on_metadata_change())
+        self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
+                                                config.node_id)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._background: list[asyncio.Task] = []
@@ -50,6 +61,7 @@ class Broker:
         self.replicas.load_all()
         log.info("loaded %d partitions in %.2f s", len(self.replicas.partitions),
                  time.monotonic() - started)
+        await self.group_coordinator.start()
         self._background = [
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),
@@ -68,6 +80,9 @@ class Broker:
         """Graceful shutdown: stop accepting, finish connections, close logs cleanly."""
         if self._server is not None:
             self._server.close()
+        # Before connections are cancelled: it answers the JoinGroup/SyncGroup requests
+        # still waiting, which their connections' response senders wait for.
+        await self.group_coordinator.stop()
         for task in list(self._connections) + self._background:
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)

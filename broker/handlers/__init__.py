@@ -2,6 +2,7 @@
 
 from .registry import HANDLERS, RequestContext, handles
 
-from . import admin, api_versions, fetch, metadata, offsets, produce  # noqa: E402,F401  (registration)
+from . import (admin, api_versions, fetch, groups, metadata, offsets,  # noqa: E402,F401
+               produce, producer_id)  # (registration)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]
