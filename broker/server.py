@@ -17,6 +17,9 @@ from coordinator.controller import Controller, ControllerError, ControllerSettin
 from coordinator.metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
+from coordinator.group_config import GroupConfig
+from coordinator.group_coordinator import GroupCoordinator
+from coordinator.offsets_store import OffsetsStore
 from storage.manager import LogManager
 
 from .client import NodeClient
@@ -25,6 +28,7 @@ from .connection import Connection
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
 from .partition import Partition
+from .handlers.producer_id import ProducerIdAllocator
 from .replica_manager import ReplicaManager
 from .traffic import NetworkTraffic, node_client_id
 
@@ -56,6 +60,9 @@ class Broker:
         self.logs = LogManager(config.data_dir)
         self.replicas: ReplicaManager | None = None
         self.follower: MetadataFollower | None = None
+        self.group_coordinator: GroupCoordinator | None = None
+        self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
+                                                config.node_id)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._background: list[asyncio.Task] = []
@@ -81,13 +88,17 @@ class Broker:
         if self.config.broker_role:
             advertised_host, advertised_port = split_host_port(
                 self.config.advertised_listener or f"{host}:{self.bound_port}")
+            group_config = GroupConfig()
+            self.group_coordinator = GroupCoordinator(group_config, OffsetsStore(
+                self.config.node_id, self.image, self.create_topic, self.replicas, group_config))
             self.follower = MetadataFollower(
                 self.config.node_id, controller_connection, self.image,
-                self.replicas.on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
+                self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
             await self.follower.start(advertised_host, advertised_port or self.bound_port,
                                       self.config.rack)
             self.replicas.broker_epoch = self.follower.epoch
             self.replicas.start()
+            await self.group_coordinator.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
         self._background = [
@@ -97,6 +108,11 @@ class Broker:
         ]
         if self.metrics is not None:
             await self.metrics.start()
+
+    def _on_metadata_record(self, record: dict) -> None:
+        self.replicas.on_metadata_record(record)
+        # After the replica manager: leadership of __consumer_offsets partitions may move.
+        self.group_coordinator.on_metadata_change()
 
     def _serve_metadata_log(self) -> None:
         """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
@@ -148,6 +164,10 @@ class Broker:
             await self.follower.shut_down()
         if self._server is not None:
             self._server.close()
+        # Before connections are cancelled: it answers the JoinGroup/SyncGroup requests
+        # still waiting, which their connections' response senders wait for.
+        if self.group_coordinator is not None:
+            await self.group_coordinator.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         for task in list(self._connections) + self._background:

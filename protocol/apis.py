@@ -40,6 +40,11 @@ class ApiKey(enum.IntEnum):
     BROKER_HEARTBEAT = 63
 
 
+# librdkafka before 2.10 turns gzip/snappy/lz4 off unless Produce v2 is advertised and lz4
+# off unless FindCoordinator v0 is; Apache Kafka 4.0 keeps advertising Produce from v0 for
+# that reason (KAFKA-18659) while refusing v0-v2 requests, and so does kipper.
+ADVERTISED_MIN_VERSION: dict[ApiKey, int] = {ApiKey.PRODUCE: 0}
+
 VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 12),

@@ -129,7 +129,8 @@ class AppendPlan:
 
 
 def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
-    return next_sequence == last_sequence + 1 or (next_sequence == 0 and last_sequence == MAX_SEQUENCE)
+    return next_sequence == last_sequence + 1 or (
+        next_sequence == 0 and last_sequence == MAX_SEQUENCE)
 
 
 class ProducerState:

@@ -5,7 +5,7 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
-from protocol.apis import VERSION_RANGES, ApiKey
+from protocol.apis import ADVERTISED_MIN_VERSION, VERSION_RANGES, ApiKey
 from protocol.build import make
 from protocol.framing import RequestHeader, encode_response
 
@@ -13,8 +13,8 @@ from .registry import HANDLERS, RequestContext, handles
 
 
 def supported_versions() -> list[tuple[int, int, int]]:
-    return [(int(key), lo, hi) for key, (lo, hi) in sorted(VERSION_RANGES.items())
-            if key in HANDLERS]
+    return [(int(key), ADVERTISED_MIN_VERSION.get(key, lo), hi)
+            for key, (lo, hi) in sorted(VERSION_RANGES.items()) if key in HANDLERS]
 
 
 @handles(ApiKey.API_VERSIONS)

@@ -15,6 +15,7 @@ from protocol.records import (
     validate_produce_records,
 )
 from storage.log import AppendResult, KafkaStorageError, RecordTooLarge
+from storage.producer_state import ProducerStateError
 
 from .registry import RequestContext, handles
 
@@ -44,6 +45,8 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
         return _batch_error(e), str(e)
     except RecordTooLarge as e:
         return ErrorCode.message_too_large, str(e)
+    except ProducerStateError as e:
+        return e.error_code, str(e)
     except KafkaStorageError as e:
         log.error("storage error appending to %s-%d: %s", topic, partition_index, e)
         return ErrorCode.kafka_storage_error, str(e)

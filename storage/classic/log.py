@@ -14,6 +14,9 @@ event loop for as long as the disk takes.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,12 +26,18 @@ from protocol.records import BatchHeader, assign_offsets, iter_batches
 from ..config import LogConfig
 from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
                    PartitionLog, ReadResult, RecordTooLarge, StorageError, TimestampOffset)
-from .checkpoint import read_offset, write_offset
+from ..producer_state import CorruptSnapshot, ProducerState
+from .checkpoint import read_offset, write_atomically, write_offset
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from .local_log import LocalLog
 from .segment import LogSegment
 
 LOG_START_OFFSET_FILE = "log-start-offset"
+# "<offset> <base64 of ProducerState.snapshot()>": idempotent-producer state of every batch
+# below <offset>. Written on flush, roll and close; batches after it are replayed on open.
+PRODUCER_SNAPSHOT_FILE = "producer-state"
+_REBUILD_READ_BYTES = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class UnexpectedAppendOffset(StorageError):
@@ -59,6 +68,8 @@ class ClassicLog(PartitionLog):
             self._local.truncate_fully_and_start_at(self._log_start)
         self._epochs.truncate_from_end(self._local.next_offset)
         self._epochs.truncate_from_start(self._log_start)
+        self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
+        self._producers = self._load_producer_state()
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
 
@@ -95,25 +106,52 @@ class ClassicLog(PartitionLog):
         if len(records) > self.config.segment_bytes:
             raise RecordTooLarge(
                 f"{len(records)} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
-        duplicate = self._check_producer_state(batches)
-        if duplicate is not None:
-            return duplicate
         now = _now_ms()
         append_time = now if self.config.log_append_time else None
         base_offset = self._local.next_offset
+        # Before offsets are assigned: raises ProducerStateError on a fenced epoch or an
+        # out-of-order sequence; a retried batch gets its original offsets, and is not stored.
+        producer_plan = self._producers.check_append(batches, base_offset, append_time)
+        if producer_plan.duplicate is not None:
+            first, last = producer_plan.duplicate.first_offset, producer_plan.duplicate.last_offset
+            stamp = -1 if append_time is None else producer_plan.duplicate.timestamp
+            return AppendResult(first, last, stamp, self._log_start)
         next_offset = assign_offsets(records, batches, base_offset, leader_epoch, append_time)
+        active = self._local.active
         self._write(records, batches, now)
+        if self._local.active is not active:
+            self._save_producer_state(base_offset)  # as Kafka, a snapshot at every roll
+        self._producers.apply(producer_plan)
         if leader_epoch >= 0:
             self._epochs.assign(leader_epoch, base_offset)
         self._maybe_flush(batches, now)
         return AppendResult(base_offset, next_offset - 1,
                             -1 if append_time is None else append_time, self._log_start)
 
-    def _check_producer_state(self, batches: list[BatchHeader]) -> AppendResult | None:
-        """The idempotent-producer checks belong here, before offsets are assigned: return
-        the original result of a duplicate batch, or raise on an out-of-order sequence or a
-        fenced producer epoch. Producer state is not implemented yet."""
-        return None
+    def _load_producer_state(self) -> ProducerState:
+        """The last snapshot plus the batches after it (all of them without a usable one)."""
+        state, offset = ProducerState(), self._log_start
+        try:
+            snapshot_offset, encoded = self._producer_snapshot_file.read_text("ascii").split()
+            if int(snapshot_offset) <= self._local.next_offset:  # else the log lost its tail
+                state = ProducerState.restore(base64.b64decode(encoded, validate=True))
+                offset = max(int(snapshot_offset), self._log_start)
+        except FileNotFoundError:
+            pass
+        except (ValueError, binascii.Error, CorruptSnapshot) as e:
+            log.warning("%s: rebuilding producer state from the log: %s", self.directory, e)
+        while offset < self._local.next_offset:
+            chunk = self._local.read(offset, _REBUILD_READ_BYTES, None, True)
+            if not chunk:
+                break
+            for batch in iter_batches(chunk):
+                state.load_batch(batch, batch.base_offset)
+                offset = batch.next_offset
+        return state
+
+    def _save_producer_state(self, offset: int) -> None:
+        encoded = base64.b64encode(self._producers.snapshot()).decode("ascii")
+        write_atomically(self._producer_snapshot_file, f"{offset} {encoded}\n")
 
     async def append_as_follower(self, records: bytes) -> None:
         # A fetch response may end with a partial batch; only whole batches are stored.
@@ -133,6 +171,7 @@ class ClassicLog(PartitionLog):
         for batch in batches:
             if batch.partition_leader_epoch >= 0:
                 self._epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+            self._producers.load_batch(batch, batch.base_offset)
         self._maybe_flush(batches, now)
 
     def _write(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
@@ -258,13 +297,16 @@ class ClassicLog(PartitionLog):
             self._local.truncate_fully_and_start_at(offset)
             self._epochs.clear()
             self._set_log_start(offset)
-            return
-        self._local.truncate_to(offset)
-        log_end = self._local.next_offset
-        if log_end < self._log_start:
-            # The batch holding the log start was cut: the log is empty and starts there.
-            self._set_log_start(log_end)
-        self._epochs.truncate_from_end(log_end)
+        else:
+            self._local.truncate_to(offset)
+            log_end = self._local.next_offset
+            if log_end < self._log_start:
+                # The batch holding the log start was cut: the log is empty and starts there.
+                self._set_log_start(log_end)
+            self._epochs.truncate_from_end(log_end)
+        # The cut batches must not count as stored: not now, nor after a crash.
+        self._producers = self._load_producer_state()
+        self._save_producer_state(self._local.next_offset)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -274,12 +316,14 @@ class ClassicLog(PartitionLog):
     def _flush(self, now: int) -> None:
         try:
             self._local.flush()
+            self._save_producer_state(self._local.next_offset)
         except OSError as e:
             raise KafkaStorageError(f"cannot flush {self.directory}: {e}") from e
         self._unflushed_messages = 0
         self._last_flush_ms = now
 
     async def close(self) -> None:
+        self._save_producer_state(self._local.next_offset)
         self._local.close()
 
     async def delete(self) -> None:

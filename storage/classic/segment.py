@@ -28,8 +28,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import cramjam
 from crc32c import crc32c
 
+from protocol.compression import decompress
 from protocol.records import CRC_COVERED_FROM, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 
 from ..log import TimestampOffset
@@ -316,22 +318,24 @@ class LogSegment:
         batch = self.find(self._offset_of_max_timestamp)
         if batch is None:
             return None
-        # Compressed records are not decoded: answer with the batch's last offset, as
-        # Kafka's shallow offset-of-max-timestamp did.
+        # If the records cannot be decoded, answer with the batch's last offset, as Kafka's
+        # shallow offset-of-max-timestamp did.
         fallback = batch.base_offset if batch.is_log_append_time else batch.last_offset
         return self._first_record(batch, lambda _, ts: ts == batch.max_timestamp, fallback)
 
     def _first_record(self, batch: BatchHeader, match: Callable[[int, int], bool],
                       fallback_offset: int) -> TimestampOffset:
         epoch = batch.partition_leader_epoch if batch.partition_leader_epoch >= 0 else -1
-        # LogAppendTime records all carry the batch's timestamp; compressed ones would need
-        # decompressing, so both are answered at batch granularity.
-        if not batch.is_log_append_time and not batch.compression:
+        # LogAppendTime records all carry the batch's timestamp: answered for the batch.
+        if not batch.is_log_append_time:
             try:
-                for offset, ts in _record_timestamps(self.read(batch.position, batch.size), batch):
+                raw = self.read(batch.position, batch.size)
+                if batch.compression:
+                    raw = raw[:HEADER_SIZE] + decompress(batch.compression, raw[HEADER_SIZE:])
+                for offset, ts in _record_timestamps(raw, batch):
                     if match(offset, ts):
                         return TimestampOffset(ts, offset, epoch)
-            except (IndexError, ValueError):
+            except (IndexError, ValueError, cramjam.DecompressionError):
                 pass  # the CRC covers records we never validated; answer for the batch
         return TimestampOffset(batch.max_timestamp, fallback_offset, epoch)
 

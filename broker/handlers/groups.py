@@ -1,0 +1,269 @@
+"""Consumer-group APIs: FindCoordinator, the classic group protocol, committed offsets.
+
+The handlers translate between kio entities and coordinator.group_coordinator, and check
+what Kafka checks before the coordinator (group id, topic existence, metadata size).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import GroupState
+from coordinator.group_coordinator import GroupCoordinator, JoinRequest, JoinResult, OffsetCommit
+from protocol.apis import ApiKey
+from protocol.build import millis
+
+from .metadata import AUTHORIZED_OPERATIONS_OMITTED
+from .registry import RequestContext, handles
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+# READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): everything there is to do with a
+# group when no authorizer is configured, which kipper never has.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+NO_OFFSET = -1
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return ctx.broker.group_coordinator
+
+
+def _client_host(ctx: RequestContext) -> str:
+    # Kafka shows a member's host as Java's InetAddress.toString() does: "/127.0.0.1".
+    return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
+    known = ctx.broker.image.topics.get(topic)
+    return known is not None and partition in known.partitions
+
+
+@handles(ApiKey.FIND_COORDINATOR)
+async def find_coordinator(ctx: RequestContext, request) -> object:
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+    if key_type == GROUP_KEY_TYPE:
+        await _coordinator(ctx).store.ensure_topic()
+    if ctx.version >= 4:
+        return ctx.response("FindCoordinatorResponse", throttle_time=0, coordinators=tuple(
+            ctx.response("Coordinator", key=key, **_locate(ctx, key_type, key))
+            for key in request.coordinator_keys))
+    return ctx.response("FindCoordinatorResponse", throttle_time=0,
+                        **_locate(ctx, key_type, request.key))
+
+
+def _locate(ctx: RequestContext, key_type: int, key: str) -> dict:
+    def failure(error: ErrorCode, message: str) -> dict:
+        return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
+
+    if key_type == TRANSACTION_KEY_TYPE:
+        # Non-retriable, so a transactional producer fails at once with this message
+        # instead of retrying until its timeout.
+        return failure(ErrorCode.invalid_request, "kipper does not support transactions yet")
+    if key_type != GROUP_KEY_TYPE:
+        return failure(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    store = _coordinator(ctx).store
+    node = store.coordinator_node(store.partition_for(key))
+    if node is None:
+        return failure(ErrorCode.coordinator_not_available,
+                       "the group's __consumer_offsets partition has no leader")
+    return dict(error_code=ErrorCode.none, error_message=None, node_id=node.node_id,
+                host=node.host, port=node.port)
+
+
+@handles(ApiKey.JOIN_GROUP)
+async def join_group(ctx: RequestContext, request) -> object:
+    def answer(result) -> object:
+        protocol_name = result.protocol_name
+        if ctx.version < 7 and protocol_name is None:
+            protocol_name = ""  # not nullable before v7
+        return ctx.response(
+            "JoinGroupResponse", throttle_time=0, error_code=result.error,
+            generation_id=result.generation_id, protocol_type=result.protocol_type,
+            protocol_name=protocol_name, leader=result.leader_id, skip_assignment=False,
+            member_id=result.member_id, members=tuple(
+                ctx.response("JoinGroupResponseMember", member_id=member_id,
+                             group_instance_id=instance_id, metadata=metadata)
+                for member_id, instance_id, metadata in result.members))
+
+    if not request.group_id:
+        return answer(JoinResult(ErrorCode.invalid_group_id, request.member_id))
+    session_timeout_ms = millis(request.session_timeout)
+    return answer(await _coordinator(ctx).join_group(JoinRequest(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.header.client_id or "", client_host=_client_host(ctx),
+        session_timeout_ms=session_timeout_ms,
+        # v0 has no rebalance timeout: Kafka uses the session timeout.
+        rebalance_timeout_ms=millis(getattr(request, "rebalance_timeout", session_timeout_ms)),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        require_known_member_id=ctx.version >= 4)))
+
+
+@handles(ApiKey.SYNC_GROUP)
+async def sync_group(ctx: RequestContext, request) -> object:
+    if not request.group_id:
+        return ctx.response("SyncGroupResponse", throttle_time=0,
+                            error_code=ErrorCode.invalid_group_id, assignment=b"")
+    result = await _coordinator(ctx).sync_group(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments})
+    return ctx.response("SyncGroupResponse", throttle_time=0, error_code=result.error,
+                        protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                        assignment=result.assignment)
+
+
+@handles(ApiKey.HEARTBEAT)
+async def heartbeat(ctx: RequestContext, request) -> object:
+    if not request.group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        error = _coordinator(ctx).heartbeat(request.group_id, request.generation_id,
+                                            request.member_id,
+                                            getattr(request, "group_instance_id", None))
+    return ctx.response("HeartbeatResponse", throttle_time=0, error_code=error)
+
+
+@handles(ApiKey.LEAVE_GROUP)
+async def leave_group(ctx: RequestContext, request) -> object:
+    if ctx.version < 3:
+        leaving = [(request.member_id, None)]
+    else:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    if not request.group_id:
+        error, member_errors = ErrorCode.invalid_group_id, []
+    else:
+        error, member_errors = _coordinator(ctx).leave_group(request.group_id, leaving)
+    if ctx.version < 3:
+        # One member, one error code: the group's if it has one, else the member's.
+        if error == ErrorCode.none and member_errors:
+            error = member_errors[0]
+        return ctx.response("LeaveGroupResponse", throttle_time=0, error_code=error)
+    return ctx.response("LeaveGroupResponse", throttle_time=0, error_code=error, members=tuple(
+        ctx.response("MemberResponse", member_id=member_id, group_instance_id=instance_id,
+                     error_code=member_error)
+        for (member_id, instance_id), member_error in zip(leaving, member_errors)))
+
+
+@handles(ApiKey.OFFSET_COMMIT)
+async def offset_commit(ctx: RequestContext, request) -> object:
+    max_metadata = _coordinator(ctx).config.offset_metadata_max_bytes
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], OffsetCommit] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if not _partition_exists(ctx, *key):
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata) > max_metadata:
+                errors[key] = ErrorCode.offset_metadata_too_large
+            else:
+                offsets[key] = OffsetCommit(p.committed_offset,
+                                            getattr(p, "committed_leader_epoch", -1), metadata)
+    if offsets:
+        errors |= await _coordinator(ctx).commit_offsets(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None), offsets)
+    return ctx.response("OffsetCommitResponse", throttle_time=0, topics=tuple(
+        ctx.response("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
+            ctx.response("OffsetCommitResponsePartition", partition_index=p.partition_index,
+                         error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions))
+        for topic in request.topics))
+
+
+@handles(ApiKey.OFFSET_FETCH)
+async def offset_fetch(ctx: RequestContext, request) -> object:
+    asked = None if request.topics is None else [
+        (t.name, p) for t in request.topics for p in t.partition_indexes]
+    error, committed = _coordinator(ctx).fetch_offsets(request.group_id, asked)
+    if error != ErrorCode.none:
+        if ctx.version >= 2:
+            return ctx.response("OffsetFetchResponse", throttle_time=0, error_code=error,
+                                topics=())
+        # v1 has no group-level error: every partition carries it.
+        committed = dict.fromkeys(asked or [])
+    partition_error = ErrorCode.none if ctx.version >= 2 else error
+    by_topic: dict[str, list] = {}
+    for (topic, index), found in committed.items():
+        by_topic.setdefault(topic, []).append(ctx.response(
+            "OffsetFetchResponsePartition", partition_index=index,
+            committed_offset=found.offset if found else NO_OFFSET,
+            committed_leader_epoch=found.leader_epoch if found else -1,
+            metadata=found.metadata if found else "", error_code=partition_error))
+    return ctx.response("OffsetFetchResponse", throttle_time=0, error_code=ErrorCode.none,
+                        topics=tuple(ctx.response("OffsetFetchResponseTopic", name=topic,
+                                                  partitions=tuple(partitions))
+                                     for topic, partitions in by_topic.items()))
+
+
+@handles(ApiKey.LIST_GROUPS)
+async def list_groups(ctx: RequestContext, request) -> object:
+    wanted = {s.lower() for s in getattr(request, "states_filter", ())}
+    error, groups = _coordinator(ctx).list_groups()
+    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error, groups=tuple(
+        ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type or "",
+                     group_state=g.state.value)
+        for g in groups if not wanted or g.state.value.lower() in wanted))
+
+
+@handles(ApiKey.DESCRIBE_GROUPS)
+async def describe_groups(ctx: RequestContext, request) -> object:
+    operations = (GROUP_AUTHORIZED_OPERATIONS
+                  if getattr(request, "include_authorized_operations", False)
+                  else AUTHORIZED_OPERATIONS_OMITTED)
+    return ctx.response("DescribeGroupsResponse", throttle_time=0, groups=tuple(
+        _describe(ctx, group_id, operations) for group_id in request.groups))
+
+
+def _describe(ctx: RequestContext, group_id: str, operations: int) -> object:
+    error, group = _coordinator(ctx).describe_group(group_id)
+    if error != ErrorCode.none or group is None:
+        # An unknown group is described as Dead, without an error (as Kafka does).
+        return ctx.response("DescribedGroup", error_code=error, group_id=group_id,
+                            group_state=GroupState.DEAD.value if group is None else "",
+                            protocol_type="", protocol_data="", members=(),
+                            authorized_operations=operations)
+    # Member metadata and assignments only mean something once the group is stable.
+    stable = group.in_state(GroupState.STABLE)
+    return ctx.response(
+        "DescribedGroup", error_code=ErrorCode.none, group_id=group_id,
+        group_state=group.state.value, protocol_type=group.protocol_type or "",
+        protocol_data=group.protocol_name if stable else "",
+        authorized_operations=operations, members=tuple(
+            ctx.response("DescribedGroupMember", member_id=m.member_id,
+                         group_instance_id=m.group_instance_id, client_id=m.client_id,
+                         client_host=m.client_host,
+                         member_metadata=m.metadata_for(group.protocol_name) if stable else b"",
+                         member_assignment=m.assignment if stable else b"")
+            for m in group.members.values()))
+
+
+@handles(ApiKey.DELETE_GROUPS)
+async def delete_groups(ctx: RequestContext, request) -> object:
+    results = await _coordinator(ctx).delete_groups(list(request.groups_names))
+    return ctx.response("DeleteGroupsResponse", throttle_time=0, results=tuple(
+        ctx.response("DeletableGroupResult", group_id=group_id, error_code=error)
+        for group_id, error in results.items()))
+
+
+@handles(ApiKey.OFFSET_DELETE)
+async def offset_delete(ctx: RequestContext, request) -> object:
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    errors = {tp: ErrorCode.unknown_topic_or_partition for tp in asked
+              if not _partition_exists(ctx, *tp)}
+    error, deleted = await _coordinator(ctx).delete_offsets(
+        request.group_id, [tp for tp in asked if tp not in errors])
+    if error != ErrorCode.none:
+        return ctx.response("OffsetDeleteResponse", error_code=error, throttle_time=0, topics=())
+    errors |= deleted
+    return ctx.response("OffsetDeleteResponse", error_code=ErrorCode.none, throttle_time=0,
+                        topics=tuple(
+        ctx.response("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
+            ctx.response("OffsetDeleteResponsePartition", partition_index=p.partition_index,
+                         error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions))
+        for t in request.topics))

@@ -1,0 +1,28 @@
+"""Settings of the group coordinator and its ``__consumer_offsets`` topic.
+
+Names and meanings are Kafka's broker settings (``group.initial.rebalance.delay.ms`` is
+``initial_rebalance_delay_ms`` here, and so on); where a default differs, the reason is
+given next to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    # Kafka waits 3000 ms after an empty group's first JoinGroup for more members to arrive
+    # before the first generation; kipper defaults to 100 ms so a consumer (and a test)
+    # starts quickly. A fleet of consumers starting together wants Kafka's value.
+    initial_rebalance_delay_ms: int = 100
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 1_800_000
+    # Kafka creates 50 partitions; 10 spread groups well enough for the cluster sizes
+    # kipper runs, and each needs its own log replayed when the coordinator loads.
+    offsets_topic_num_partitions: int = 10
+    # Kafka's default; kipper lowers it to the live broker count when it creates the
+    # topic (on the first FindCoordinator), where Kafka would refuse until 3 are up.
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    offset_metadata_max_bytes: int = 4096

@@ -1,0 +1,467 @@
+"""The classic group protocol state machine, driven directly with short timeouts.
+
+The coordinator runs over an in-memory stand-in for ``__consumer_offsets`` so timers,
+rebalances and reloads can be exercised in milliseconds; the real topic and real clients
+are covered by the other tests in this directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import GroupState
+from coordinator.group_config import GroupConfig
+from coordinator.group_coordinator import GroupCoordinator, JoinRequest, OffsetCommit
+from coordinator.offsets_store import OffsetsStoreError, partition_for
+
+SESSION_MS = 400
+REBALANCE_MS = 400
+CONFIG = GroupConfig(initial_rebalance_delay_ms=50, min_session_timeout_ms=10)
+RANGE = [("range", b"range-metadata")]
+
+
+class MemoryStore:
+    """The OffsetsStore interface over plain lists: one list of (key, value) per partition."""
+
+    def __init__(self, partitions: int = 3) -> None:
+        self.logs: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(partitions)}
+        self.led = set(self.logs)
+        self.failure: ErrorCode | None = None
+        self.replay_gate: asyncio.Event | None = None
+
+    async def ensure_topic(self) -> None:
+        pass
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, len(self.logs))
+
+    def is_local_leader(self, partition: int) -> bool:
+        return partition in self.led
+
+    def led_partitions(self) -> set[int]:
+        return set(self.led)
+
+    async def append(self, partition, records, timestamp_ms) -> int:
+        await asyncio.sleep(0)
+        if self.failure is not None:
+            raise OffsetsStoreError(self.failure, "injected")
+        self.logs[partition].extend(records)
+        return len(self.logs[partition]) - 1
+
+    async def replay(self, partition):
+        if self.replay_gate is not None:
+            await self.replay_gate.wait()
+        for offset, (key, value) in enumerate(list(self.logs[partition])):
+            yield offset, key, value
+
+
+async def started(store: MemoryStore) -> GroupCoordinator:
+    coordinator = GroupCoordinator(CONFIG, store)
+    await coordinator.start()
+    await settle()
+    return coordinator
+
+
+async def settle(seconds: float = 0.01) -> None:
+    await asyncio.sleep(seconds)
+
+
+@pytest.fixture
+async def store():
+    return MemoryStore()
+
+
+@pytest.fixture
+async def coordinator(store):
+    coordinator = await started(store)
+    yield coordinator
+    await coordinator.stop()
+
+
+def request(member_id: str = "", *, group: str = "g", instance: str | None = None,
+            protocols=RANGE, protocol_type: str = "consumer", session_ms: int = SESSION_MS,
+            v4: bool = True) -> JoinRequest:
+    return JoinRequest(group, member_id, instance, "client", "/127.0.0.1", session_ms,
+                       REBALANCE_MS, protocol_type, list(protocols), v4)
+
+
+async def join(coordinator: GroupCoordinator, member_id: str = "", **kwargs):
+    """JoinGroup as a v4+ client does it: retry with the id MEMBER_ID_REQUIRED hands out."""
+    result = await coordinator.join_group(request(member_id, **kwargs))
+    if result.error == ErrorCode.member_id_required:
+        result = await coordinator.join_group(request(result.member_id, **kwargs))
+    return result
+
+
+async def join_all(coordinator: GroupCoordinator, *member_ids: str, **kwargs):
+    return await asyncio.gather(*(join(coordinator, m, **kwargs) for m in member_ids))
+
+
+async def sync(coordinator, result, assignment: dict[str, bytes] | None = None, group="g"):
+    return await coordinator.sync_group(group, result.generation_id, result.member_id, None,
+                                        None, None, assignment or {})
+
+
+async def stable_group(coordinator, count: int):
+    """``count`` members joined together and synced: their join results, leader first."""
+    joined = await join_all(coordinator, *[""] * count)
+    leader = next(r for r in joined if r.member_id == r.leader_id)
+    assignment = {r.member_id: r.member_id.encode() for r in joined}
+    synced = await asyncio.gather(*(sync(coordinator, r, assignment if r is leader else None)
+                                     for r in joined))
+    for r, s in zip(joined, synced):
+        assert s.error == ErrorCode.none and s.assignment == r.member_id.encode()
+    return [leader] + [r for r in joined if r is not leader]
+
+
+def state(coordinator, group="g") -> GroupState:
+    return coordinator.groups[group].state
+
+
+# --- joining ------------------------------------------------------------------------------
+
+
+async def test_first_join_requires_a_member_id_then_forms_generation_one(coordinator):
+    first = await coordinator.join_group(request())
+    assert first.error == ErrorCode.member_id_required
+    assert first.member_id.startswith("client-")
+    result = await coordinator.join_group(request(first.member_id))
+    assert (result.error, result.generation_id, result.leader_id) == (
+        ErrorCode.none, 1, first.member_id)
+    assert result.protocol_name == "range" and result.protocol_type == "consumer"
+    assert result.members == ((first.member_id, None, b"range-metadata"),)
+    assert state(coordinator) == GroupState.COMPLETING_REBALANCE
+    synced = await sync(coordinator, result, {first.member_id: b"a"})
+    assert (synced.error, synced.assignment) == (ErrorCode.none, b"a")
+    assert state(coordinator) == GroupState.STABLE
+    assert coordinator.heartbeat("g", 1, first.member_id, None) == ErrorCode.none
+
+
+async def test_old_join_versions_join_without_a_member_id_round_trip(coordinator):
+    result = await coordinator.join_group(request(v4=False))
+    assert result.error == ErrorCode.none and result.generation_id == 1
+
+
+async def test_only_the_leader_gets_the_member_list(coordinator):
+    joined = await join_all(coordinator, "", "", "")
+    leaders = [r for r in joined if r.members]
+    assert len(leaders) == 1 and leaders[0].member_id == leaders[0].leader_id
+    assert {m for m, _, _ in leaders[0].members} == {r.member_id for r in joined}
+    assert {r.generation_id for r in joined} == {1}
+
+
+async def test_members_arriving_during_the_initial_delay_share_the_first_generation(coordinator):
+    first = asyncio.ensure_future(join(coordinator))
+    await settle(0.03)
+    second = asyncio.ensure_future(join(coordinator))
+    await settle(0.03)  # past the first delay: the second member extended it
+    third = asyncio.ensure_future(join(coordinator))
+    results = await asyncio.gather(first, second, third)
+    assert {r.generation_id for r in results} == {1}
+
+
+async def test_protocol_chosen_by_member_votes(coordinator):
+    both = [("roundrobin", b"r"), ("range", b"x")]
+    joined = await asyncio.gather(join(coordinator, protocols=both),
+                                  join(coordinator, protocols=both),
+                                  join(coordinator, protocols=[("range", b"y"),
+                                                               ("roundrobin", b"z")]))
+    assert {r.protocol_name for r in joined} == {"roundrobin"}
+
+
+async def test_new_member_triggers_a_rebalance_of_a_stable_group(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    newcomer = asyncio.ensure_future(join(coordinator))
+    await settle()
+    assert state(coordinator) == GroupState.PREPARING_REBALANCE
+    assert coordinator.heartbeat("g", 1, follower.member_id, None) == \
+        ErrorCode.rebalance_in_progress
+    # Committing is still allowed while the others have not rejoined.
+    assert await coordinator.commit_offsets("g", 1, follower.member_id, None, {
+        ("t", 0): OffsetCommit(5, -1, "")}) == {("t", 0): ErrorCode.none}
+    rejoined = await join_all(coordinator, leader.member_id, follower.member_id)
+    new = await newcomer
+    assert {r.generation_id for r in [*rejoined, new]} == {2}
+    assert coordinator.heartbeat("g", 1, leader.member_id, None) == ErrorCode.illegal_generation
+
+
+async def test_follower_rejoining_unchanged_gets_the_current_generation(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    again = await join(coordinator, follower.member_id)
+    assert (again.error, again.generation_id, again.members) == (ErrorCode.none, 1, ())
+    assert state(coordinator) == GroupState.STABLE
+
+
+async def test_leader_rejoining_forces_a_rebalance(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    rejoin = asyncio.ensure_future(join(coordinator, leader.member_id))
+    await settle()
+    assert state(coordinator) == GroupState.PREPARING_REBALANCE
+    follower_again = await join(coordinator, follower.member_id)
+    assert (await rejoin).generation_id == follower_again.generation_id == 2
+
+
+# --- leaving, expiring --------------------------------------------------------------------
+
+
+async def test_leave_group_rebalances_the_rest(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    error, member_errors = coordinator.leave_group("g", [(follower.member_id, None),
+                                                         ("nobody", None)])
+    assert (error, member_errors) == (ErrorCode.none, [ErrorCode.none, ErrorCode.unknown_member_id])
+    assert coordinator.heartbeat("g", 1, leader.member_id, None) == ErrorCode.rebalance_in_progress
+    alone = await join(coordinator, leader.member_id)
+    assert (alone.generation_id, len(alone.members)) == (2, 1)
+
+
+async def test_last_member_leaving_empties_the_group(coordinator):
+    [only] = await stable_group(coordinator, 1)
+    coordinator.leave_group("g", [(only.member_id, None)])
+    await settle(0.05)
+    assert state(coordinator) == GroupState.EMPTY
+    assert coordinator.groups["g"].generation_id == 2
+
+
+async def test_silent_member_is_removed_when_its_session_expires(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    for _ in range(6):
+        await settle(SESSION_MS / 4000)
+        assert coordinator.heartbeat("g", 1, leader.member_id, None) in (
+            ErrorCode.none, ErrorCode.rebalance_in_progress)
+    assert follower.member_id not in coordinator.groups["g"].members
+    assert coordinator.heartbeat("g", 1, follower.member_id, None) == ErrorCode.unknown_member_id
+
+
+async def test_member_that_does_not_rejoin_in_time_is_dropped(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    rejoined = await join(coordinator, leader.member_id)  # waits out the rebalance timeout
+    assert (rejoined.generation_id, [m for m, _, _ in rejoined.members]) == (2, [leader.member_id])
+
+
+async def test_member_that_does_not_sync_in_time_is_dropped(coordinator):
+    joined = await join_all(coordinator, "", "")
+    leader = next(r for r in joined if r.members)
+    follower = next(r for r in joined if not r.members)
+    assert (await sync(coordinator, leader, {})).error == ErrorCode.none
+    heartbeats = []
+    for _ in range(6):  # the leader stays alive meanwhile
+        await settle(REBALANCE_MS / 4000)
+        heartbeats.append(coordinator.heartbeat("g", 1, leader.member_id, None))
+    assert follower.member_id not in coordinator.groups["g"].members
+    assert heartbeats[0] == ErrorCode.none and heartbeats[-1] == ErrorCode.rebalance_in_progress
+
+
+async def test_member_id_handed_out_but_never_used_expires(coordinator):
+    [only] = await stable_group(coordinator, 1)
+    first = await coordinator.join_group(request())
+    assert first.error == ErrorCode.member_id_required
+    assert first.member_id in coordinator.groups["g"].pending_members
+    await settle(SESSION_MS / 1000 + 0.1)
+    assert first.member_id not in coordinator.groups["g"].pending_members
+
+
+# --- static membership --------------------------------------------------------------------
+
+
+async def test_restarted_static_member_keeps_its_assignment_without_rebalance(coordinator):
+    first = await join(coordinator, instance="i-1")
+    assert first.error == ErrorCode.none  # static members skip MEMBER_ID_REQUIRED
+    await sync(coordinator, first, {first.member_id: b"p0"})
+    restarted = await join(coordinator, instance="i-1")
+    assert restarted.member_id != first.member_id
+    assert (restarted.generation_id, restarted.members) == (1, ())
+    # The old leader id comes back, so the restarted member does not run an assignment.
+    assert restarted.leader_id == first.member_id
+    assert state(coordinator) == GroupState.STABLE
+    synced = await sync(coordinator, restarted)
+    assert synced.assignment == b"p0"
+    assert coordinator.heartbeat("g", 1, first.member_id, "i-1") == ErrorCode.fenced_instance_id
+    assert (await join(coordinator, first.member_id, instance="i-1")).error == \
+        ErrorCode.fenced_instance_id
+
+
+async def test_static_member_is_removed_by_instance_id_alone(coordinator):
+    first = await join(coordinator, instance="i-1")
+    await sync(coordinator, first, {})
+    assert coordinator.leave_group("g", [("", "i-1")]) == (ErrorCode.none, [ErrorCode.none])
+    assert coordinator.leave_group("g", [("", "i-1")]) == (ErrorCode.none,
+                                                            [ErrorCode.unknown_member_id])
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol_type, protocols", [("", RANGE), ("consumer", [])])
+async def test_empty_protocol_type_or_list_is_inconsistent(coordinator, protocol_type, protocols):
+    result = await coordinator.join_group(request(protocol_type=protocol_type,
+                                                  protocols=protocols))
+    assert result.error == ErrorCode.inconsistent_group_protocol
+    assert "g" not in coordinator.groups
+
+
+async def test_join_must_match_the_groups_protocols(coordinator):
+    await stable_group(coordinator, 1)
+    wrong_type = await join(coordinator, protocol_type="connect")
+    no_common = await join(coordinator, protocols=[("sticky", b"")])
+    assert wrong_type.error == no_common.error == ErrorCode.inconsistent_group_protocol
+    assert state(coordinator) == GroupState.STABLE
+
+
+async def test_unknown_member_and_stale_generation(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    assert coordinator.heartbeat("g", 1, "ghost", None) == ErrorCode.unknown_member_id
+    assert coordinator.heartbeat("nope", 1, "ghost", None) == ErrorCode.unknown_member_id
+    assert coordinator.heartbeat("g", 0, leader.member_id, None) == ErrorCode.illegal_generation
+    assert (await join(coordinator, "ghost")).error == ErrorCode.unknown_member_id
+    assert (await join(coordinator, "ghost", group="new")).error == ErrorCode.unknown_member_id
+    assert (await coordinator.sync_group("g", 7, leader.member_id, None, None, None, {})
+            ).error == ErrorCode.illegal_generation
+    commit = {("t", 0): OffsetCommit(1, -1, "")}
+    assert await coordinator.commit_offsets("g", 0, leader.member_id, None, commit) == {
+        ("t", 0): ErrorCode.illegal_generation}
+    assert await coordinator.commit_offsets("g", 1, "ghost", None, commit) == {
+        ("t", 0): ErrorCode.unknown_member_id}
+    assert await coordinator.commit_offsets("g", -1, "", None, commit) == {
+        ("t", 0): ErrorCode.unknown_member_id}  # only members commit to a non-empty group
+    assert await coordinator.commit_offsets("gone", 3, "m", None, commit) == {
+        ("t", 0): ErrorCode.illegal_generation}
+    assert state(coordinator) == GroupState.STABLE
+
+
+async def test_session_timeout_outside_the_allowed_range(coordinator):
+    result = await coordinator.join_group(request(session_ms=5))
+    assert result.error == ErrorCode.invalid_session_timeout
+
+
+async def test_sync_while_preparing_and_commit_while_completing(coordinator):
+    leader, follower = await stable_group(coordinator, 2)
+    rejoin = asyncio.ensure_future(join(coordinator, leader.member_id))
+    await settle()
+    assert (await sync(coordinator, follower)).error == ErrorCode.rebalance_in_progress
+    again = await join(coordinator, follower.member_id)
+    await rejoin
+    assert state(coordinator) == GroupState.COMPLETING_REBALANCE
+    assert await coordinator.commit_offsets("g", again.generation_id, again.member_id, None, {
+        ("t", 0): OffsetCommit(1, -1, "")}) == {("t", 0): ErrorCode.rebalance_in_progress}
+
+
+async def test_followers_waiting_in_sync_learn_of_a_new_rebalance(coordinator):
+    joined = await join_all(coordinator, "", "")
+    follower = next(r for r in joined if not r.members)
+    waiting = asyncio.ensure_future(sync(coordinator, follower))
+    await settle()
+    newcomer = asyncio.ensure_future(join(coordinator))
+    assert (await waiting).error == ErrorCode.rebalance_in_progress
+    newcomer.cancel()
+
+
+# --- offsets ------------------------------------------------------------------------------
+
+
+async def test_simple_commit_and_fetch_without_membership(coordinator):
+    commit = {("t", 0): OffsetCommit(10, 3, "meta"), ("t", 1): OffsetCommit(20, -1, "")}
+    assert set((await coordinator.commit_offsets("simple", -1, "", None, commit)).values()) == {
+        ErrorCode.none}
+    error, fetched = coordinator.fetch_offsets("simple", [("t", 0), ("t", 2)])
+    assert error == ErrorCode.none
+    assert (fetched[("t", 0)].offset, fetched[("t", 0)].leader_epoch,
+            fetched[("t", 0)].metadata) == (10, 3, "meta")
+    assert fetched[("t", 2)] is None
+    assert set(coordinator.fetch_offsets("simple", None)[1]) == {("t", 0), ("t", 1)}
+    assert coordinator.fetch_offsets("unknown", [("t", 0)]) == (ErrorCode.none, {("t", 0): None})
+
+
+async def test_storage_failure_is_reported_and_nothing_changes(coordinator, store):
+    store.failure = ErrorCode.not_coordinator
+    assert await coordinator.commit_offsets("g", -1, "", None, {
+        ("t", 0): OffsetCommit(1, -1, "")}) == {("t", 0): ErrorCode.not_coordinator}
+    assert coordinator.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): None}
+
+
+async def test_delete_offsets_and_groups(coordinator):
+    commit = {("t", 0): OffsetCommit(1, -1, ""), ("u", 0): OffsetCommit(2, -1, "")}
+    await coordinator.commit_offsets("simple", -1, "", None, commit)
+    assert await coordinator.delete_offsets("simple", [("t", 0)]) == (
+        ErrorCode.none, {("t", 0): ErrorCode.none})
+    assert set(coordinator.fetch_offsets("simple", None)[1]) == {("u", 0)}
+    assert await coordinator.delete_offsets("nope", [("t", 0)]) == (
+        ErrorCode.group_id_not_found, {})
+    [only] = await stable_group(coordinator, 1)
+    assert await coordinator.delete_groups(["g", "simple", "nope"]) == {
+        "g": ErrorCode.non_empty_group, "simple": ErrorCode.none,
+        "nope": ErrorCode.group_id_not_found}
+    assert "simple" not in coordinator.groups
+
+
+async def test_offsets_of_subscribed_topics_cannot_be_deleted_from_a_live_group(coordinator):
+    # ConsumerProtocolSubscription v0: version, topics ["t"], user data null.
+    subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"
+    joined = await join(coordinator, protocols=[("range", subscription)])
+    await sync(coordinator, joined, {})
+    await coordinator.commit_offsets("g", 1, joined.member_id, None, {
+        ("t", 0): OffsetCommit(1, -1, ""), ("u", 0): OffsetCommit(1, -1, "")})
+    assert await coordinator.delete_offsets("g", [("t", 0), ("u", 0)]) == (
+        ErrorCode.none, {("t", 0): ErrorCode.group_subscribed_to_topic,
+                         ("u", 0): ErrorCode.none})
+
+
+# --- loading and ownership ----------------------------------------------------------------
+
+
+async def test_state_is_reloaded_from_the_offsets_log(coordinator, store):
+    leader, follower = await stable_group(coordinator, 2)
+    await coordinator.commit_offsets("g", 1, leader.member_id, None, {
+        ("t", 0): OffsetCommit(7, 2, "m")})
+    await coordinator.commit_offsets("simple", -1, "", None, {("t", 1): OffsetCommit(9, -1, "")})
+    await coordinator.stop()
+
+    reloaded = await started(store)
+    try:
+        group = reloaded.groups["g"]
+        assert (group.state, group.generation_id, group.leader_id) == (
+            GroupState.STABLE, 1, leader.member_id)
+        assert set(group.members) == {leader.member_id, follower.member_id}
+        assert reloaded.heartbeat("g", 1, follower.member_id, None) == ErrorCode.none
+        synced = await sync(reloaded, follower)
+        assert synced.assignment == follower.member_id.encode()
+        assert reloaded.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 7
+        assert reloaded.fetch_offsets("simple", [("t", 1)])[1][("t", 1)].offset == 9
+    finally:
+        await reloaded.stop()
+
+
+async def test_deleted_group_stays_deleted_after_reload(coordinator, store):
+    await coordinator.commit_offsets("simple", -1, "", None, {("t", 1): OffsetCommit(9, -1, "")})
+    await coordinator.delete_groups(["simple"])
+    await coordinator.stop()
+    reloaded = await started(store)
+    assert "simple" not in reloaded.groups
+    await reloaded.stop()
+
+
+async def test_requests_while_loading_or_elsewhere(store):
+    coordinator = GroupCoordinator(CONFIG, store)
+    assert coordinator.heartbeat("g", 1, "m", None) == ErrorCode.coordinator_not_available
+    store.replay_gate = asyncio.Event()
+    await coordinator.start()
+    assert coordinator.heartbeat("g", 1, "m", None) == ErrorCode.coordinator_load_in_progress
+    assert coordinator.list_groups()[0] == ErrorCode.coordinator_load_in_progress
+    store.replay_gate.set()
+    await settle()
+    assert coordinator.heartbeat("g", 1, "m", None) == ErrorCode.unknown_member_id
+    store.led.discard(store.partition_for("g"))
+    coordinator.on_metadata_change()
+    assert coordinator.heartbeat("g", 1, "m", None) == ErrorCode.not_coordinator
+    await coordinator.stop()
+
+
+async def test_losing_leadership_answers_waiting_members(coordinator, store):
+    waiting = asyncio.ensure_future(join(coordinator))
+    await settle()
+    store.led.clear()
+    coordinator.on_metadata_change()
+    assert (await waiting).error == ErrorCode.not_coordinator
+    assert coordinator.groups == {}
