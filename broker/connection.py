@@ -75,7 +75,12 @@ class Connection:
             except asyncio.TimeoutError:
                 log.info("closing %s: idle for %.0f s", self.peer, idle_timeout)
                 return
-            except (asyncio.IncompleteReadError, ConnectionError):
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    log.warning("closing %s: connection ended inside a request (%d bytes of "
+                                "%s)", self.peer, len(e.partial), e.expected)
+                return
+            except ConnectionError:
                 return
             try:
                 header, body = parse_request(frame, SUPPORTED)

@@ -155,6 +155,8 @@ class Broker:
         self._connections.add(task)
         try:
             await Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:
             self._connections.discard(task)
 

@@ -33,6 +33,8 @@ from .placement import assign_replicas
 log = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME = 249
+# Kafka refuses more in one request (KAFKA-17870): each partition costs open files.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -57,6 +59,14 @@ def validate_topic_name(name: str | None) -> None:
             ErrorCode.invalid_topic_exception,
             f"Topic name {name!r} is illegal, it contains a character other than "
             "ASCII alphanumerics, '.', '_' and '-'")
+
+
+def _check_partition_count(count: int) -> None:
+    if count > MAX_PARTITIONS_PER_REQUEST:
+        raise ControllerError(
+            ErrorCode.policy_violation,
+            f"Excessively large number of partitions per request: {count} (at most "
+            f"{MAX_PARTITIONS_PER_REQUEST}).")
 
 
 @dataclass
@@ -245,6 +255,7 @@ class Controller:
             if num_partitions <= 0:
                 raise ControllerError(ErrorCode.invalid_partitions,
                                       "Number of partitions must be larger than 0.")
+            _check_partition_count(num_partitions)
             if replication_factor <= 0:
                 raise ControllerError(ErrorCode.invalid_replication_factor,
                                       "Replication factor must be larger than 0.")
@@ -297,6 +308,7 @@ class Controller:
                     ErrorCode.invalid_partitions,
                     f"Topic currently has {current} partitions, which is higher than or equal "
                     f"to the requested {count}.")
+            _check_partition_count(count - current)
             assignment = self._assign(range(current, count), len(topic.partitions[0].replicas))
             if validate_only:
                 return

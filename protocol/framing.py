@@ -15,6 +15,8 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import BufferUnderflow
 
+from .shape import BadShape, check_shape
+
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -96,9 +98,12 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> tuple[
             client_id = None
         if schema.__flexible__:
             position = _skip_tagged_fields(frame, position)
+        check_shape(schema, frame, position)
         body, _ = _reader(schema)(frame, position)
     except MalformedRequest:
         raise
+    except BadShape as e:
+        raise MalformedRequest(f"API key {api_key} v{api_version} request: {e}") from e
     except (BufferUnderflow, struct.error, ValueError, TypeError, IndexError, OverflowError,
             UnicodeDecodeError) as e:
         raise MalformedRequest(
