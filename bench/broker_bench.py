@@ -39,9 +39,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 try:
+    from bench.process import ChildProcess
     from bench.tansu import TansuBroker
 except ImportError:  # run as a plain script: python bench/broker_bench.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.process import ChildProcess
     from bench.tansu import TansuBroker
 
 READY = re.compile(r"kipper broker (\d+) listening on ([\d.]+):(\d+)")
@@ -51,22 +53,16 @@ REPO = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------- brokers
 
 @dataclass
-class KipperBroker:
+class KipperBroker(ChildProcess):
     """A kipper broker subprocess on 127.0.0.1:0 with its own (temporary) data dir."""
 
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
     port: int = 0
-    proc: subprocess.Popen | None = None
-    log_path: Path | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     def start(self, timeout: float = 60.0) -> "KipperBroker":
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -88,25 +84,6 @@ class KipperBroker:
         self.port = int(match.group(3))
         return self
 
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout)
-        return self.proc.returncode
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 # --------------------------------------------------------------------------- workload

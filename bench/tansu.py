@@ -20,7 +20,6 @@ or from a shell: ``python -m bench.tansu`` (runs until Ctrl-C).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.process import ChildProcess
 
 
 class TansuError(RuntimeError):
@@ -74,21 +75,15 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen |
 
 
 @dataclass
-class TansuBroker:
+class TansuBroker(ChildProcess):
     host: str = "127.0.0.1"
     port: int = 0
     storage_engine: str = "memory://tansu/"
     extra_args: list[str] = field(default_factory=list)
-    proc: subprocess.Popen | None = None
-    log_path: Path | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     def start(self, timeout: float = 30.0) -> "TansuBroker":
         binary = tansu_binary()
@@ -119,26 +114,6 @@ class TansuBroker:
             return self
         raise TansuError("unreachable")
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM by pid, then SIGKILL if it does not exit in time."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout)
-        return self.proc.returncode
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def __enter__(self) -> "TansuBroker":
         return self.start()

@@ -182,11 +182,19 @@ class Partition:
         self._waiters.discard(waiter)
 
     async def wait_for_change(self, timeout_s: float) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self.add_waiter(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout_s)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            self.remove_waiter(waiter)
+        await wait_for_any_change([self], timeout_s)
+
+
+async def wait_for_any_change(partitions: list[Partition], timeout_s: float) -> None:
+    """Sleep until any of ``partitions`` changes (new data, high watermark, leadership)
+    or ``timeout_s`` passes."""
+    waiter = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.add_waiter(waiter)
+    try:
+        await asyncio.wait_for(waiter, timeout_s)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        for partition in partitions:
+            partition.remove_waiter(waiter)

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-import asyncio
 import time
 
 from kio.schema.errors import ErrorCode
 
-from broker.partition import Partition, PartitionError
+from broker.partition import Partition, PartitionError, wait_for_any_change
 from protocol.apis import ApiKey
 from protocol.build import millis
 from storage.log import KafkaStorageError, OffsetOutOfRange
@@ -125,17 +124,7 @@ async def fetch(ctx: RequestContext, request) -> object:
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or has_error or remaining <= 0 or not watched:
             break
-        # Long poll: sleep until any watched partition's high watermark moves.
-        woken = asyncio.get_running_loop().create_future()
-        for partition in watched:
-            partition.add_waiter(woken)
-        try:
-            await asyncio.wait_for(woken, remaining)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            for partition in watched:
-                partition.remove_waiter(woken)
+        await wait_for_any_change(watched, remaining)  # long poll
     # Fetch sessions (KIP-227) are answered sessionless: id 0 means "send full requests".
     return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
                         session_id=0, responses=tuple(topics))

@@ -22,10 +22,11 @@ def members():
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_members_come_and_go_and_committed_offsets_survive(client, broker_factory, topic_name,
-                                                           members, tmp_path):
+                                                           members, tmp_path, request):
     broker = broker_factory()
     group = f"group-{topic_name}"
     if client == "kafkajs":
+        request.getfixturevalue("kafkajs")  # installs tests/js on a fresh clone
         spawn = kafkajs_member(broker.bootstrap, topic_name, group, tmp_path)
     else:
         spawn = python_member(client, broker.bootstrap, topic_name, group, tmp_path)

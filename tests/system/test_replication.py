@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import KafkaError, Producer
 
