@@ -12,7 +12,7 @@ import pytest
 
 from support import BrokerProcess
 
-JS_DIR = Path(__file__).resolve().parent.parent / "js"
+JS_DIR = Path(__file__).resolve().parent / "js"
 # What `npm ci` leaves in tests/js/node_modules (zstd-napi is compiled by node-gyp on install).
 JS_INSTALLED = ["kafkajs/package.json", "kafkajs-snappy/package.json",
                 "@2l/kafkajs-lz4/package.json", "@sensejs/kafkajs-zstd-support/package.json",
