@@ -108,18 +108,17 @@ class NodeClient:
     def __init__(self, client_id: str, traffic: NetworkTraffic) -> None:
         self.client_id = client_id
         self.traffic = traffic
-        self._connections: dict[tuple[str, int], NodeConnection] = {}
+        self._connections: dict[tuple[str, int, str], NodeConnection] = {}
 
-    def connection(self, host: str, port: int) -> NodeConnection:
-        key = (host, port)
+    def connection(self, host: str, port: int, purpose: str = "control") -> NodeConnection:
+        """One connection per (address, purpose): responses come back in request order, so
+        a long poll (replica or metadata fetch) must not share a connection with calls that
+        should be answered at once."""
+        key = (host, port, purpose)
         if key not in self._connections:
             self._connections[key] = NodeConnection(
                 host, port, self.client_id, self.traffic.opened_connection(host, port))
         return self._connections[key]
-
-    async def call(self, host: str, port: int, api_key: ApiKey, body: Any,
-                   timeout: float = 30.0, version: int | None = None) -> Any:
-        return await self.connection(host, port).call(api_key, body, timeout, version)
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._connections.values()))

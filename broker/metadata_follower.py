@@ -32,10 +32,13 @@ FETCH_MAX_WAIT_MS = 500
 
 
 class MetadataFollower:
-    def __init__(self, node_id: int, controller: NodeConnection, image: MetadataImage,
-                 listener: Callable[[dict], None], heartbeat_interval_s: float = 0.5) -> None:
+    def __init__(self, node_id: int, controller: NodeConnection, metadata_fetches: NodeConnection,
+                 image: MetadataImage, listener: Callable[[dict], None],
+                 heartbeat_interval_s: float = 0.5) -> None:
         self.node_id = node_id
         self.controller = controller
+        # Long polls get their own connection so heartbeats are never queued behind them.
+        self.metadata_fetches = metadata_fetches
         self.image = image
         self.listener = listener
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -107,8 +110,8 @@ class MetadataFollower:
                                     fetch_offset=self.image.next_offset, last_fetched_epoch=-1,
                                     log_start_offset=-1, partition_max_bytes=16 << 20),)),))
             try:
-                response = await self.controller.call(ApiKey.FETCH, request,
-                                                      FETCH_MAX_WAIT_MS / 1000 + 10)
+                response = await self.metadata_fetches.call(ApiKey.FETCH, request,
+                                                            FETCH_MAX_WAIT_MS / 1000 + 10)
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("metadata fetch failed: %s", e)
                 await asyncio.sleep(0.5)

@@ -96,7 +96,7 @@ class ReplicaManager:
             if fetcher is not None:
                 asyncio.ensure_future(fetcher.stop())
             fetcher = LeaderFetcher(self.node_id, leader.node_id,
-                                    self.nodes.connection(leader.host, leader.port))
+                                    self.nodes.connection(leader.host, leader.port, "replication"))
             self._fetchers[leader.node_id] = fetcher
         fetcher.add(partition)
 

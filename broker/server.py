@@ -78,7 +78,8 @@ class Broker:
         self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         controller_address = self.config.controller or f"{host}:{self.bound_port}"
-        controller_connection = self.nodes.connection(*split_host_port(controller_address))
+        controller_host, controller_port = split_host_port(controller_address)
+        controller_connection = self.nodes.connection(controller_host, controller_port)
         self.replicas = ReplicaManager(
             self.config.node_id, self.image, self.logs, self.config.topic_config_defaults(),
             self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
@@ -91,8 +92,10 @@ class Broker:
             group_config = GroupConfig()
             self.group_coordinator = GroupCoordinator(group_config, OffsetsStore(
                 self.config.node_id, self.image, self.create_topic, self.replicas, group_config))
+            metadata_fetches = self.nodes.connection(controller_host, controller_port,
+                                                     "metadata-fetch")
             self.follower = MetadataFollower(
-                self.config.node_id, controller_connection, self.image,
+                self.config.node_id, controller_connection, metadata_fetches, self.image,
                 self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
             await self.follower.start(advertised_host, advertised_port or self.bound_port,
                                       self.config.rack)

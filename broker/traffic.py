@@ -18,6 +18,7 @@ id, or a KIP-392 ``rack_id`` in its Fetch requests. Until one of those shows up,
 
 from __future__ import annotations
 
+import abc
 import re
 from collections import defaultdict
 from typing import Any, Iterator
@@ -118,7 +119,7 @@ class NetworkTraffic:
         registry.register(_PrometheusCollector(self))
 
 
-class _ConnectionTraffic:
+class _ConnectionTraffic(abc.ABC):
     """The counting shared by both ends: classify each request, learn the peer's AZ once."""
 
     side: str
@@ -142,9 +143,9 @@ class _ConnectionTraffic:
         self.traffic.add(self.side, self.peer_az or UNKNOWN, traffic_class,
                          self.response_direction, nbytes)
 
+    @abc.abstractmethod
     def _find_peer_az(self, api_key: int, body: Any, client_id: str | None) -> str | None:
         """The peer's AZ, or None to look again on the next request."""
-        raise NotImplementedError
 
 
 class AcceptedTraffic(_ConnectionTraffic):

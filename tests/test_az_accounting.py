@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from local_cluster import LocalCluster
+from bench.local_cluster import LocalCluster
 from support import wait_until
 
 RECORDS = 2000

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
-from local_cluster import LocalCluster, pid_alive
+from bench.local_cluster import LocalCluster, pid_alive
 from support import wait_until
 
 

@@ -13,6 +13,7 @@ moto keeps its buckets in memory, per process: everything is gone when it stops.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import logging
 import os
@@ -32,14 +33,14 @@ ACCESS_KEY = "kipper"
 SECRET_KEY = "kipper-secret"
 
 
-class _Server:
+class _Server(abc.ABC):
     """Start and stop, or use as a context manager."""
 
-    def start(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def start(self) -> str: ...
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop(self) -> None: ...
 
     def __enter__(self) -> Self:
         self.start()
