@@ -137,3 +137,18 @@ class Cluster:
         from confluent_kafka.admin import AdminClient
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return list(admin.list_topics(topic, timeout=5).topics[topic].partitions[partition].isrs)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
+                 config: dict[str, str] | None = None) -> None:
+    """Create a topic with a real client and wait until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, replication_factor,
+                                  config=config or {})])[name].result(30)
+
+    def has_leaders() -> bool:
+        topic = admin.list_topics(name, timeout=5).topics.get(name)
+        return (topic is not None and topic.error is None and len(topic.partitions) == partitions
+                and all(p.leader >= 0 for p in topic.partitions.values()))
+    wait_until(has_leaders, timeout=30)

@@ -45,7 +45,7 @@ from kio.static.constants import EntityType
 
 from protocol.build import make
 from protocol.framing import decode_response, encode_request
-from support import BrokerProcess, wait_until
+from support import BrokerProcess, create_topic, wait_until
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
 NONE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 2, 3
@@ -82,26 +82,15 @@ def revive(broker):
 def check_topic(broker) -> str:
     """A topic the real-client health check produces to and consumes from."""
     name = f"healthcheck-{uuid.uuid4().hex[:8]}"
-    create_topic(broker, name)
+    create_topic(broker.bootstrap, name)
     return name
 
 
 @pytest.fixture(scope="module")
 def existing_topic(broker) -> str:
     name = f"existing-{uuid.uuid4().hex[:8]}"
-    create_topic(broker, name, partitions=2)
+    create_topic(broker.bootstrap, name, partitions=2)
     return name
-
-
-def create_topic(broker: BrokerProcess, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-
-    def has_leaders():
-        topic = admin.list_topics(name, timeout=5).topics.get(name)
-        return (topic is not None and topic.error is None and len(topic.partitions) == partitions
-                and all(p.leader >= 0 for p in topic.partitions.values()))
-    wait_until(has_leaders, timeout=30)
 
 
 # --------------------------------------------------------------------------- helpers

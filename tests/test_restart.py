@@ -16,24 +16,13 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from support import BrokerProcess, wait_until
+from support import BrokerProcess, create_topic, wait_until
 
 pytestmark = pytest.mark.system
 
 PARTITIONS = 3
-
-
-def create_topic(broker: BrokerProcess, name: str, partitions: int = PARTITIONS) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-
-    def has_leaders():
-        topic = admin.list_topics(name, timeout=5).topics.get(name)
-        return (topic is not None and topic.error is None and len(topic.partitions) == partitions
-                and all(p.leader >= 0 for p in topic.partitions.values()))
-    wait_until(has_leaders, timeout=30)
 
 
 class AckLog:
@@ -138,7 +127,7 @@ def restart(broker: BrokerProcess) -> BrokerProcess:
 @pytest.mark.parametrize("acks", ["1", "all"])
 def test_kill9_after_acks_keeps_every_acknowledged_record(broker_factory, topic_name, acks):
     broker = broker_factory()
-    create_topic(broker, topic_name)
+    create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     acked = produce_all(broker, topic_name, acks, 3000)
     before = consume_all(broker, topic_name)
     assert_all_acked_present(acked, before)
@@ -160,7 +149,7 @@ def test_kill9_after_acks_keeps_every_acknowledged_record(broker_factory, topic_
 
 def test_graceful_stop_and_restart_keeps_data(broker_factory, topic_name):
     broker = broker_factory()
-    create_topic(broker, topic_name)
+    create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     acked = produce_all(broker, topic_name, "all", 3000)
 
     assert broker.stop() == 0, f"graceful stop failed; log:\n{broker.log_tail()}"
@@ -177,7 +166,7 @@ def test_graceful_stop_and_restart_keeps_data(broker_factory, topic_name):
 
 def test_topics_survive_restart(broker_factory, topic_name):
     broker = broker_factory()
-    create_topic(broker, topic_name, partitions=5)
+    create_topic(broker.bootstrap, topic_name, partitions=5)
     broker.kill()
     restart(broker)
     topic = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
@@ -188,7 +177,7 @@ def test_topics_survive_restart(broker_factory, topic_name):
 @pytest.mark.parametrize("acks", ["1", "all"])
 def test_kill9_during_produce_loses_nothing_acknowledged(broker_factory, topic_name, acks):
     broker = broker_factory()
-    create_topic(broker, topic_name)
+    create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     acks_log = AckLog()
     p = producer(broker, acks, **{"message.timeout.ms": 5000, "retries": 0})
     stop = threading.Event()

@@ -6,17 +6,12 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
+
+from support import create_topic
 
 pytestmark = pytest.mark.system
 KILL_CYCLES = 10
-
-
-def create_topic(bootstrap: str, name: str, replication_factor: int = 3,
-                 config: dict | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, 1, replication_factor, config=config or {})])[name].result(30)
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[bytes]:
@@ -82,7 +77,8 @@ class KafkaPythonWriter:
 
 @pytest.mark.parametrize("writer_class", [ConfluentWriter, KafkaPythonWriter])
 def test_no_acked_record_lost_across_leader_kills(cluster, topic_name, writer_class):
-    create_topic(cluster.bootstrap, topic_name, config={"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"min.insync.replicas": "2"})
     writer = writer_class(cluster.bootstrap)
     sent = 0
     failover_times = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from support import wait_until
-from system.test_failover import consume_all, create_topic
+from support import create_topic, wait_until
+from system.test_failover import consume_all
 
 pytestmark = pytest.mark.system
 
@@ -23,7 +23,8 @@ def produce(bootstrap: str, topic: str, values: list[bytes], acks: str = "all",
 
 
 def test_min_insync_replicas_refuses_then_resumes(cluster, topic_name):
-    create_topic(cluster.bootstrap, topic_name, config={"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"min.insync.replicas": "2"})
     assert produce(cluster.bootstrap, topic_name, [b"before"]) == [None]
     leader = cluster.leader_of(topic_name)
     followers = [b for b in cluster.brokers if b.node_id != leader]
@@ -39,7 +40,7 @@ def test_min_insync_replicas_refuses_then_resumes(cluster, topic_name):
 
 
 def test_lagging_follower_catches_up_and_rejoins_isr(cluster, topic_name):
-    create_topic(cluster.bootstrap, topic_name)
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3)
     leader = cluster.leader_of(topic_name)
     follower = next(b for b in cluster.brokers if b.node_id != leader)
     follower.kill()
