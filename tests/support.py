@@ -152,3 +152,27 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
         return (topic is not None and topic.error is None and len(topic.partitions) == partitions
                 and all(p.leader >= 0 for p in topic.partitions.values()))
     wait_until(has_leaders, timeout=30)
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60,
+                config: dict[str, str] | None = None) -> list[bytes]:
+    """Values of partition 0 from offset 0: ``expected`` of them, plus any extra that
+    arrive within a further second (a duplicate would show up there)."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         **(config or {})})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                values.append(message.value())
+        while (message := consumer.poll(1.0)) is not None:
+            if not message.error():
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values

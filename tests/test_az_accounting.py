@@ -22,11 +22,11 @@ import os
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.local_cluster import LocalCluster
-from support import wait_until
+from support import consume_all, wait_until
 
 RECORDS = 2000
 RECORD_SIZE = 2048
@@ -91,22 +91,8 @@ def test_bytes_by_class_and_az(cluster, topic_name):
         producer.poll(0)
     assert producer.flush(30) == 0
 
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "az-accounting",
-                         "client.id": f"cons;az={consumer_az}", "client.rack": consumer_az,
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    received: list[bytes] = []
-
-    def consumed_all() -> bool:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            received.append(message.value())
-        return len(received) == RECORDS
-
-    try:
-        wait_until(consumed_all, timeout=60, interval=0)
-    finally:
-        consumer.close()
+    received = consume_all(cluster.bootstrap, topic_name, RECORDS, timeout=60,
+                           config={"client.id": f"cons;az={consumer_az}", "client.rack": consumer_az})
     assert received == values
 
     server = network_bytes(cluster, "server") - server_before

@@ -6,12 +6,12 @@ import os
 import signal
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
 from bench.local_cluster import LocalCluster, pid_alive
-from support import wait_until
+from support import consume_all
 
 
 @pytest.fixture
@@ -51,21 +51,7 @@ def test_three_brokers_serve_real_clients_and_stop_on_sigterm(local_cluster, top
         producer.produce(topic_name, value)
     assert producer.flush(30) == 0
 
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "cluster-up",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    received: list[bytes] = []
-
-    def consumed_all() -> bool:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            received.append(message.value())
-        return len(received) == len(values)
-
-    try:
-        wait_until(consumed_all, timeout=30, interval=0)
-    finally:
-        consumer.close()
+    received = consume_all(cluster.bootstrap, topic_name, len(values), timeout=30)
     assert received == values
 
     assert cluster.terminate() == 0

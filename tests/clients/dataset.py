@@ -139,3 +139,14 @@ def assert_stored_codec(broker, topic: str, codec: str, n_records: int) -> None:
     assert sum(count for _, count, _ in batches) == n_records, f"stored batches: {batches[:10]}"
     codecs = {c for _, _, c in batches}
     assert codecs == {codec}, f"stored batch codecs {codecs}, expected {codec!r}: {batches[:10]}"
+
+
+def check_timestamp_answer(query: TimestampQuery, answer) -> None:
+    """A client's offsets_for_times answer (an object with offset/timestamp, or None)."""
+    if query.offset is None:
+        assert answer is None, f"offsets_for_times({query.timestamp}) = {answer}, expected none"
+        return
+    assert answer is not None, f"offsets_for_times({query.timestamp}) gave no offset"
+    assert (answer.offset, answer.timestamp) == (query.offset, query.record_timestamp), (
+        f"offsets_for_times({query.timestamp}) = {answer}, expected offset {query.offset} "
+        f"with timestamp {query.record_timestamp}")

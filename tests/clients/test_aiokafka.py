@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from clients.dataset import (COMPRESSIONS, CREATE_TIME, Consumed, assert_stored_codec,
-                             check_consumed, make_records, timestamp_queries)
+                             check_consumed, check_timestamp_answer, make_records, timestamp_queries)
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
@@ -67,13 +67,7 @@ async def test_aiokafka_round_trip(shared_broker, topic_name, compression):
         assert await consumer.end_offsets([tp]) == {tp: n}
         for q in timestamp_queries([r.timestamp for r in records]):
             answer = (await consumer.offsets_for_times({tp: q.timestamp}))[tp]
-            if q.offset is None:
-                assert answer is None, f"offsets_for_times({q.timestamp}) = {answer}, expected none"
-            else:
-                assert answer is not None, f"offsets_for_times({q.timestamp}) gave no offset"
-                assert (answer.offset, answer.timestamp) == (q.offset, q.record_timestamp), (
-                    f"offsets_for_times({q.timestamp}) = {answer}, expected offset {q.offset} "
-                    f"with timestamp {q.record_timestamp}")
+            check_timestamp_answer(q, answer)
     finally:
         await consumer.stop()
 

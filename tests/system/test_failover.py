@@ -5,33 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kafka import KafkaProducer
 
-from support import create_topic
+from support import consume_all, create_topic
 
 pytestmark = pytest.mark.system
 KILL_CYCLES = 10
-
-
-def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error():
-                values.append(message.value())
-        # Anything beyond the acknowledged records would show up now.
-        while (message := consumer.poll(1.0)) is not None:
-            if not message.error():
-                values.append(message.value())
-    finally:
-        consumer.close()
-    return values
 
 
 class ConfluentWriter:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from support import create_topic, wait_until
-from system.test_failover import consume_all
+from support import consume_all, create_topic, wait_until
 
 pytestmark = pytest.mark.system
 
