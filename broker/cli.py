@@ -12,6 +12,7 @@ from pathlib import Path
 import uvloop
 
 from storage.objectstore import cli as objectstore_cli
+from storage.objectstore.latency import LATENCY_PROFILES
 
 from . import launcher
 from .config import load_config
@@ -36,6 +37,8 @@ async def _run_broker(args: argparse.Namespace) -> int:
         "default_partitions": args.num_partitions,
         "controller": args.controller, "broker_role": args.broker_role,
         "metrics_listener": args.metrics_listener, "s3_endpoint": args.s3_endpoint,
+        "s3_access_key": args.s3_access_key, "s3_secret_key": args.s3_secret_key,
+        "s3_latency_profile": args.s3_latency_profile,
     })
     broker = Broker(config)
     await broker.start()
@@ -73,10 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--num-partitions", type=int, help="default partition count")
     broker.add_argument("--s3-endpoint",
                         help="S3 endpoint URL of the object store (MinIO, LocalStack, AWS)")
+    broker.add_argument("--s3-access-key", help="default: botocore's credential chain")
+    broker.add_argument("--s3-secret-key")
+    broker.add_argument("--s3-latency-profile", choices=sorted(LATENCY_PROFILES),
+                        help="delay added to every object-store request (default none)")
     broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=None)
     controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False,
                             controller=None, auto_create_topics=None,
-                            default_storage_mode=None, num_partitions=None, s3_endpoint=None)
+                            default_storage_mode=None, num_partitions=None, s3_endpoint=None,
+                            s3_access_key=None, s3_secret_key=None,
+                            s3_latency_profile=None)
 
     launcher.add_subcommands(commands)
     objectstore_cli.add_subcommands(commands)

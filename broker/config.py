@@ -38,8 +38,14 @@ class BrokerConfig:
     # host:port of the HTTP metrics endpoint (/metrics, /metrics.json); none = no endpoint.
     metrics_listener: str | None = None
     # S3 endpoint URL of the object store (MinIO, LocalStack, AWS, or `kipper cluster up`'s
-    # embedded server). Recorded for the object-storage engines, which do not exist yet.
+    # embedded server). Without one, active-tiered and diskless topics cannot be opened.
     s3_endpoint: str | None = None
+    # None = botocore's credential chain (AWS_ACCESS_KEY_ID, ~/.aws, instance role).
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    # storage.objectstore.latency profile added to every request: none, s3-standard,
+    # s3-express or aws, so a laptop run shows cloud latencies.
+    s3_latency_profile: str = "none"
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

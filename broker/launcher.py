@@ -28,7 +28,10 @@ from pathlib import Path
 
 import uvloop
 
+from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
+from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
+from storage.objectstore.latency import LATENCY_PROFILES
 
 from .metrics import LISTENING_LINE as METRICS_LISTENING_LINE
 
@@ -128,6 +131,8 @@ class Cluster:
             "--log-level", self.args.log_level, "broker", "--node-id", str(node),
             "--rack", rack, "--listener", f"{HOST}:{_port(self.args.base_port, node)}",
             "--data-dir", str(self.args.data_dir / f"broker-{node}"), "--s3-endpoint", s3_endpoint,
+            "--s3-access-key", S3_ACCESS_KEY, "--s3-secret-key", S3_SECRET_KEY,
+            "--s3-latency-profile", self.args.s3_latency_profile,
         ]
         if controller is not None:
             arguments += ["--controller", controller]
@@ -227,4 +232,6 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                     help="broker N serves /metrics on base+N (0: any free ports; default: off)")
     up.add_argument("--data-dir", type=Path, default=Path("data/cluster"),
                     help="brokers keep their logs in DATA_DIR/broker-N (default data/cluster)")
+    up.add_argument("--s3-latency-profile", choices=sorted(LATENCY_PROFILES), default="none",
+                    help="delay the brokers add to every object-store request (default none)")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))

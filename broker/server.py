@@ -21,6 +21,7 @@ from coordinator.group_config import GroupConfig
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
 from storage.manager import LogManager
+from storage.objectstore import ObjectStore, ObjectStoreConfig
 
 from .client import NodeClient
 from .config import BrokerConfig, split_host_port
@@ -58,6 +59,15 @@ class Broker:
                                          {"node_id": config.node_id, "rack": config.rack})
             self.metrics.add_source("network", self.traffic)
         self.logs = LogManager(config.data_dir)
+        # Shared by the engines that keep data in object storage (active-tiered, diskless).
+        self.object_store: ObjectStore | None = None
+        if config.broker_role and config.s3_endpoint is not None:
+            self.object_store = ObjectStore(ObjectStoreConfig(
+                endpoint_url=config.s3_endpoint, access_key=config.s3_access_key,
+                secret_key=config.s3_secret_key, az=config.rack or "az1",
+                latency_profile=config.s3_latency_profile))
+            if self.metrics is not None:
+                self.metrics.add_object_store(self.object_store)
         self.replicas: ReplicaManager | None = None
         self.follower: MetadataFollower | None = None
         self.group_coordinator: GroupCoordinator | None = None
@@ -74,6 +84,9 @@ class Broker:
         return live[0].node_id if live else self.config.node_id
 
     async def start(self) -> None:
+        if self.object_store is not None:
+            await self.object_store.start()
+            await self.object_store.ensure_buckets([self.object_store.config.az])
         host, port = self.config.host_port
         self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
         self.bound_port = self._server.sockets[0].getsockname()[1]
@@ -183,4 +196,6 @@ class Broker:
         if self.controller is not None:
             await self.controller.stop()
         await self.nodes.close()
+        if self.object_store is not None:
+            await self.object_store.close()
         log.info("node %d stopped", self.config.node_id)

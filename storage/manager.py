@@ -17,10 +17,8 @@ from .log import PartitionLog
 logger = logging.getLogger(__name__)
 
 # (topic, partition, config, partition directory) -> log. Engines that need more (an object
-# store client, the batch coordinator) register a closure over it.
+# store client, the batch coordinator) are registered by the broker as closures over it.
 EngineFactory = Callable[[str, int, LogConfig, Path], PartitionLog]
-
-ENGINES: dict[str, EngineFactory] = {"classic": ClassicLog}
 
 
 def _now_ms() -> int:
@@ -33,6 +31,10 @@ class LogManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._last_flush_ms: dict[tuple[str, int], int] = {}
+        self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
+
+    def register_engine(self, mode: str, factory: EngineFactory) -> None:
+        self.engines[mode] = factory
 
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
@@ -43,11 +45,11 @@ class LogManager:
         log = self._logs.get(key)
         if log is not None:
             return log
-        factory = ENGINES.get(config.storage_mode)
+        factory = self.engines.get(config.storage_mode)
         if factory is None:
             raise InvalidConfig(
                 f"kipper.storage.mode={config.storage_mode!r} of {topic} has no storage engine "
-                f"in this broker (available: {', '.join(sorted(ENGINES))})")
+                f"in this broker (available: {', '.join(sorted(self.engines))})")
         log = factory(topic, partition, config, self.partition_dir(topic, partition))
         self._logs[key] = log
         self._last_flush_ms[key] = _now_ms()

@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from storage import manager
 from storage.classic import ClassicLog
 from storage.config import InvalidConfig, LogConfig
 from storage.manager import LogManager
@@ -28,7 +27,7 @@ async def test_open_uses_the_engine_of_the_storage_mode(tmp_path, produce):
     assert reopened.log_end_offset == 2
 
 
-async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path, monkeypatch):
+async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path):
     logs = LogManager(tmp_path)
     with pytest.raises(InvalidConfig, match="diskless"):
         logs.open("t", 0, LogConfig(storage_mode="diskless"))
@@ -39,7 +38,7 @@ async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path, 
         opened.append((topic, partition, directory))
         return ClassicLog(topic, partition, config, directory)
 
-    monkeypatch.setitem(manager.ENGINES, "diskless", fake_engine)
+    logs.register_engine("diskless", fake_engine)
     logs.open("t", 0, LogConfig(storage_mode="diskless"))
     assert opened == [("t", 0, tmp_path / "t-0")]
 
