@@ -46,6 +46,8 @@ class BrokerConfig:
     # storage.objectstore.latency profile added to every request: none, s3-standard,
     # s3-express or aws, so a laptop run shows cloud latencies.
     s3_latency_profile: str = "none"
+    # Prepended to every object key this cluster writes, so clusters can share buckets.
+    s3_key_prefix: str = ""
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from storage.objectstore.testing import s3_endpoint  # noqa: F401  (session S3 server)
 from support import BrokerProcess
 
 JS_DIR = Path(__file__).resolve().parent / "js"

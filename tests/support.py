@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,13 +98,21 @@ class Cluster:
     """A controller-only node plus brokers in racks az1..azN, so any broker can be killed."""
 
     def __init__(self, root: Path, brokers: int = 3, session_timeout_ms: int = 2000,
-                 broker_args: list[str] | None = None) -> None:
+                 broker_args: list[str] | None = None, s3=None,
+                 broker_env: dict[str, str] | None = None) -> None:
+        """``s3``: an ``S3Endpoint`` (storage.objectstore.testing) the brokers use, under a
+        key prefix of this cluster's own."""
         env = {"KIPPER_BROKER_SESSION_TIMEOUT_MS": str(session_timeout_ms),
-               "KIPPER_REPLICA_LAG_TIME_MAX_MS": "4000"}
+               "KIPPER_REPLICA_LAG_TIME_MAX_MS": "4000", **(broker_env or {})}
+        broker_args = list(broker_args or [])
+        if s3 is not None:
+            broker_args += ["--s3-endpoint", s3.url, "--s3-access-key", s3.access_key,
+                            "--s3-secret-key", s3.secret_key]
+            env["KIPPER_S3_KEY_PREFIX"] = f"test-{uuid.uuid4().hex[:12]}/"
         self.controller = BrokerProcess(root / "controller", node_id=1000, role="controller",
                                         env=env)
         self.brokers = [BrokerProcess(root / f"broker-{i}", node_id=i, env=env,
-                                      extra_args=[*(broker_args or []), "--rack", f"az{i + 1}"])
+                                      extra_args=[*broker_args, "--rack", f"az{i + 1}"])
                         for i in range(brokers)]
 
     def start(self) -> "Cluster":

@@ -1,1 +1,1 @@
-from storage.objectstore.testing import object_store, s3_endpoint, s3_prefix  # noqa: F401
+from storage.objectstore.testing import object_store, s3_prefix  # noqa: F401
