@@ -15,6 +15,7 @@ from typing import Any
 
 from protocol.apis import VERSION_RANGES, ApiKey
 from protocol.framing import decode_response, encode_request
+from protocol.internal import InternalApiKey, is_internal
 
 from .traffic import NetworkTraffic, OpenedTraffic
 
@@ -78,10 +79,11 @@ class NodeConnection:
             if not future.done():
                 future.set_exception(error)
 
-    async def call(self, api_key: ApiKey, body: Any, timeout: float = 30.0,
+    async def call(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float = 30.0,
                    version: int | None = None) -> Any:
         await self._ensure_connected(timeout)
-        version = VERSION_RANGES[api_key][1] if version is None else version
+        if version is None:
+            version = 0 if is_internal(api_key) else VERSION_RANGES[api_key][1]
         correlation_id = next(self._correlation)
         future = asyncio.get_running_loop().create_future()
         frame = encode_request(api_key, version, correlation_id, self.client_id, body)

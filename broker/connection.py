@@ -14,6 +14,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from protocol.apis import VERSION_RANGES, ApiKey
+from protocol.internal import InternalApiKey
 from protocol.framing import (
     MalformedRequest,
     RequestHeader,
@@ -33,6 +34,14 @@ _SIZE = struct.Struct(">i")
 # Requests read ahead of their responses; past this the reader waits (back-pressure).
 MAX_IN_FLIGHT = 64
 SUPPORTED = {int(k): v for k, v in VERSION_RANGES.items() if k in HANDLERS}
+SUPPORTED.update({int(k): (0, 0) for k in InternalApiKey if k in HANDLERS})
+
+
+def _api_name(api_key: int) -> str:
+    for enum_type in (ApiKey, InternalApiKey):
+        if api_key in enum_type._value2member_map_:
+            return enum_type(api_key).name
+    return str(api_key)
 
 
 class Connection:
@@ -109,10 +118,10 @@ class Connection:
                       traffic_class: str) -> bytes | None:
         context = RequestContext(header, self.broker, self.peer)
         try:
-            response = await HANDLERS[ApiKey(header.api_key)](context, body)
+            response = await HANDLERS[header.api_key](context, body)
         except Exception:
             log.exception("closing %s: %s v%d handler failed", self.peer,
-                          ApiKey(header.api_key).name, header.api_version)
+                          _api_name(header.api_key), header.api_version)
             self.writer.close()
             return None
         if response is None:  # acks=0 produce: no response at all

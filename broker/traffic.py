@@ -27,8 +27,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from coordinator.metadata import METADATA_TOPIC, MetadataImage
+from coordinator.metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage
 from protocol.apis import ApiKey
+from protocol.internal import is_internal
 
 UNKNOWN = "unknown"
 # Traffic classes.
@@ -36,6 +37,8 @@ PRODUCE = "produce"
 FETCH_CONSUMER = "fetch-consumer"
 REPLICATION = "replication"
 METADATA = "metadata"
+# Diskless batch-coordinator calls and the replication of its log, __diskless-metadata.
+DISKLESS_COORDINATOR = "diskless-coordinator"
 OTHER = "other"
 # Sides and directions (directions are seen from this broker).
 SERVER = "server"
@@ -57,9 +60,13 @@ def classify(api_key: int, body: Any) -> str:
     """The traffic class of a request (its response shares it)."""
     if api_key == ApiKey.PRODUCE:
         return PRODUCE
+    if is_internal(api_key):
+        return DISKLESS_COORDINATOR
     if api_key == ApiKey.FETCH:
         if any(topic.topic == METADATA_TOPIC for topic in body.topics):
             return METADATA
+        if any(topic.topic == DISKLESS_METADATA_TOPIC for topic in body.topics):
+            return DISKLESS_COORDINATOR
         # Fetch v15+ would carry the id in replica_state; kipper stops at v12.
         return REPLICATION if body.replica_id >= 0 else FETCH_CONSUMER
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:

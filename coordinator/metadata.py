@@ -21,6 +21,8 @@ from storage.classic import ClassicLog
 from storage.config import LogConfig
 
 METADATA_TOPIC = "__cluster_metadata"
+# The diskless batch coordinator's log (KIP-1164), a replicated classic topic.
+DISKLESS_METADATA_TOPIC = "__diskless-metadata"
 NO_LEADER = -1
 
 

@@ -15,6 +15,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import BufferUnderflow
 
+from .internal import JsonBody, is_internal, read_json_body, write_json_body
 from .shape import BadShape, check_shape
 
 _SIZE = struct.Struct(">i")
@@ -47,6 +48,8 @@ class RequestHeader:
 
 @lru_cache(maxsize=None)
 def request_schema(api_key: int, api_version: int) -> Any:
+    if is_internal(api_key):
+        return JsonBody if api_version == 0 else None
     try:
         return load_request_schema(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity):
@@ -55,17 +58,19 @@ def request_schema(api_key: int, api_version: int) -> Any:
 
 @lru_cache(maxsize=None)
 def response_schema(api_key: int, api_version: int) -> Any:
+    if is_internal(api_key):
+        return JsonBody
     return load_response_schema(api_key, api_version)
 
 
 @lru_cache(maxsize=None)
 def _reader(schema: type) -> Any:
-    return entity_reader(schema)
+    return read_json_body if schema is JsonBody else entity_reader(schema)
 
 
 @lru_cache(maxsize=None)
 def _writer(schema: type) -> Any:
-    return entity_writer(schema)
+    return write_json_body if schema is JsonBody else entity_writer(schema)
 
 
 def peek_header_prefix(frame: bytes) -> tuple[int, int, int]:
@@ -98,7 +103,8 @@ def parse_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> tuple[
             client_id = None
         if schema.__flexible__:
             position = _skip_tagged_fields(frame, position)
-        check_shape(schema, frame, position)
+        if schema is not JsonBody:
+            check_shape(schema, frame, position)
         body, _ = _reader(schema)(frame, position)
     except MalformedRequest:
         raise

@@ -11,13 +11,16 @@ from __future__ import annotations
 import datetime
 import io
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import cramjam
 from crc32c import crc32c
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
+
+from .compression import decompress
 
 HEADER_SIZE = 61
 # baseOffset and batchLength precede the part of the header the batch length counts.
@@ -198,15 +201,21 @@ def assign_offsets(buf: bytearray, batches: list[BatchHeader], first_offset: int
         batch.base_offset = next_offset
         batch.partition_leader_epoch = leader_epoch
         if log_append_time_ms is not None:
-            batch.attributes |= TIMESTAMP_TYPE_LOG_APPEND
-            batch.max_timestamp = log_append_time_ms
-            _ATTRIBUTES.pack_into(buf, batch.position + ATTRIBUTES_OFFSET, batch.attributes)
-            _TIMESTAMP.pack_into(buf, batch.position + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
-            crc = crc32c(memoryview(buf)[batch.position + CRC_COVERED_FROM:batch.position + batch.size])
-            _CRC.pack_into(buf, batch.position + CRC_OFFSET, crc)
-            batch.crc = crc
+            stamp_log_append_time(buf, batch, log_append_time_ms)
         next_offset = batch.next_offset
     return next_offset
+
+
+def stamp_log_append_time(buf: bytearray, batch: BatchHeader, log_append_time_ms: int) -> None:
+    """Make ``batch`` (at ``batch.position`` in ``buf``) a LogAppendTime batch stamped with
+    the broker's clock; these bytes are CRC-covered, so the CRC is recomputed."""
+    batch.attributes |= TIMESTAMP_TYPE_LOG_APPEND
+    batch.max_timestamp = log_append_time_ms
+    _ATTRIBUTES.pack_into(buf, batch.position + ATTRIBUTES_OFFSET, batch.attributes)
+    _TIMESTAMP.pack_into(buf, batch.position + MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+    crc = crc32c(memoryview(buf)[batch.position + CRC_COVERED_FROM:batch.position + batch.size])
+    _CRC.pack_into(buf, batch.position + CRC_OFFSET, crc)
+    batch.crc = crc
 
 
 def rebase(buf: bytearray, position: int, base_offset: int) -> None:
@@ -226,3 +235,48 @@ def build_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: 
                              value=value, headers=())
                       for i, (key, value) in enumerate(records))))
     return bytearray(out.getvalue())
+
+
+def first_matching_record(batch: bytes, header: BatchHeader,
+                          match: Callable[[int, int], bool]) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of a whole batch for which ``match(offset,
+    timestamp)`` holds, or None when none does or the records cannot be decoded (the CRC
+    covers records a broker never validated). LogAppendTime batches answer for the batch."""
+    if header.is_log_append_time:
+        return None
+    try:
+        if header.compression:
+            batch = batch[:HEADER_SIZE] + decompress(header.compression, batch[HEADER_SIZE:])
+        for offset, timestamp in _record_timestamps(batch, header):
+            if match(offset, timestamp):
+                return offset, timestamp
+    except (IndexError, ValueError, cramjam.DecompressionError):
+        pass
+    return None
+
+
+def _record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of an uncompressed batch, decoding only the
+    record fields that precede the key."""
+    position = HEADER_SIZE
+    for _ in range(header.record_count):
+        length, position = _varint(batch, position)
+        body = position
+        timestamp_delta, position = _varint(batch, position + 1)  # after the attributes byte
+        offset_delta, _ = _varint(batch, position)
+        yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
+        position = body + length
+
+
+def _varint(buf: bytes, position: int) -> tuple[int, int]:
+    """A zigzag-encoded varint/varlong and the position after it."""
+    value = shift = 0
+    while True:
+        byte = buf[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value >> 1) ^ -(value & 1), position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")

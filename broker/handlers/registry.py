@@ -13,15 +13,16 @@ from kio.static.constants import EntityType
 from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.framing import RequestHeader
+from protocol.internal import InternalApiKey
 
 if TYPE_CHECKING:
     from broker.server import Broker
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
-HANDLERS: dict[ApiKey, Handler] = {}
+HANDLERS: dict[int, Handler] = {}
 
 
-def handles(api_key: ApiKey) -> Callable[[Handler], Handler]:
+def handles(api_key: ApiKey | InternalApiKey) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
         HANDLERS[api_key] = handler
         return handler

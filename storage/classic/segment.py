@@ -28,11 +28,15 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import cramjam
 from crc32c import crc32c
 
-from protocol.compression import decompress
-from protocol.records import CRC_COVERED_FROM, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from protocol.records import (
+    CRC_COVERED_FROM,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    first_matching_record,
+)
 
 from ..log import TimestampOffset
 
@@ -326,18 +330,10 @@ class LogSegment:
     def _first_record(self, batch: BatchHeader, match: Callable[[int, int], bool],
                       fallback_offset: int) -> TimestampOffset:
         epoch = batch.partition_leader_epoch if batch.partition_leader_epoch >= 0 else -1
-        # LogAppendTime records all carry the batch's timestamp: answered for the batch.
-        if not batch.is_log_append_time:
-            try:
-                raw = self.read(batch.position, batch.size)
-                if batch.compression:
-                    raw = raw[:HEADER_SIZE] + decompress(batch.compression, raw[HEADER_SIZE:])
-                for offset, ts in _record_timestamps(raw, batch):
-                    if match(offset, ts):
-                        return TimestampOffset(ts, offset, epoch)
-            except (IndexError, ValueError, cramjam.DecompressionError):
-                pass  # the CRC covers records we never validated; answer for the batch
-        return TimestampOffset(batch.max_timestamp, fallback_offset, epoch)
+        found = first_matching_record(self.read(batch.position, batch.size), batch, match)
+        if found is None:
+            return TimestampOffset(batch.max_timestamp, fallback_offset, epoch)
+        return TimestampOffset(found[1], found[0], epoch)
 
     @property
     def largest_timestamp(self) -> int:
@@ -399,30 +395,3 @@ def _write_entries(path: Path, entry: struct.Struct, first: array, second: array
     finally:
         os.close(fd)
     return len(first)
-
-
-def _record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
-    """(offset, timestamp) of each record of an uncompressed batch, decoding only the
-    record fields that precede the key."""
-    position = HEADER_SIZE
-    for _ in range(header.record_count):
-        length, position = _varint(batch, position)
-        body = position
-        timestamp_delta, position = _varint(batch, position + 1)  # after the attributes byte
-        offset_delta, _ = _varint(batch, position)
-        yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
-        position = body + length
-
-
-def _varint(buf: bytes, position: int) -> tuple[int, int]:
-    """A zigzag-encoded varint/varlong and the position after it."""
-    value = shift = 0
-    while True:
-        byte = buf[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), position
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")

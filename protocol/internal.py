@@ -1,0 +1,56 @@
+"""kipper's internal APIs: request/response pairs only kipper brokers send each other.
+
+They travel on the Kafka port in ordinary Kafka frames (request header v1, response
+header v0), under API keys far above Kafka's own so they can never collide with a future
+Kafka API, and they are not advertised in ApiVersions. Their bodies are one JSON document
+(int32 length + UTF-8): the payloads are kipper's own records (batch coordinates,
+coordinator commands), which no Kafka schema describes. docs/internal-apis.md lists them.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+_LENGTH = struct.Struct(">i")
+
+
+class InternalApiKey(enum.IntEnum):
+    # Append one record to the diskless batch coordinator's log, answered with the result
+    # of applying it (commit a WAL file, delete records). Sent to the coordinator.
+    DISKLESS_COORDINATOR_APPEND = 9000
+    # A read-only coordinator query (find batches, log info), sent to any broker that
+    # materialises the coordinator state.
+    DISKLESS_COORDINATOR_QUERY = 9001
+
+
+@dataclass(frozen=True, slots=True)
+class JsonBody:
+    """The body of every internal request and response."""
+
+    # Read by protocol.framing, like a kio schema's flag: internal bodies have no tagged
+    # fields, so their headers are the non-flexible ones.
+    __flexible__: ClassVar[bool] = False
+    value: Any
+
+
+def read_json_body(buf: bytes | memoryview, position: int) -> tuple[JsonBody, int]:
+    (length,) = _LENGTH.unpack_from(buf, position)
+    start = position + _LENGTH.size
+    if length < 0 or start + length > len(buf):
+        raise ValueError(f"JSON body of {length} bytes runs past the end of the frame")
+    return JsonBody(json.loads(bytes(buf[start:start + length]))), start + length
+
+
+def write_json_body(out: io.BytesIO, body: JsonBody) -> None:
+    raw = json.dumps(body.value, separators=(",", ":")).encode()
+    out.write(_LENGTH.pack(len(raw)))
+    out.write(raw)
+
+
+def is_internal(api_key: int) -> bool:
+    return api_key in InternalApiKey._value2member_map_
