@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import InvalidRecordBatch
-from storage.producer_state import ProducerState, ProducerStateError
+from storage.producer_state import InvalidSequence, ProducerState, ProducerStateError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (id INTEGER PRIMARY KEY CHECK (id = 0), offset INTEGER);
@@ -82,10 +82,6 @@ class BatchCoordinate:
     def record_count(self) -> int:
         return self.last_offset - self.base_offset + 1
 
-    @property
-    def effective_max_timestamp(self) -> int:
-        return self.append_time_ms if self.timestamp_type == LOG_APPEND_TIME else self.max_timestamp
-
 
 @dataclass(frozen=True, slots=True)
 class _CommittedBatch:
@@ -133,6 +129,7 @@ class BatchCoordinatorState:
         with self._transaction():
             for table in _TABLES:
                 self._db.execute(f"DELETE FROM {table}")
+        self._producer_states.clear()
         self._applied_offset = -1
 
     def apply(self, offset: int, record: dict) -> dict:
@@ -148,8 +145,18 @@ class BatchCoordinatorState:
         self._applied_offset = offset
         return result
 
-    def _transaction(self):
-        return _Transaction(self._db, self._producer_states)
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            # Cached producer state may hold changes the database no longer has.
+            self._producer_states.clear()
+            raise
 
     # -- commit_file -----------------------------------------------------------------------
 
@@ -166,15 +173,13 @@ class BatchCoordinatorState:
     def _commit_batches(self, record: dict) -> list[dict]:
         key, now_ms, batches = record["object_key"], record["now_ms"], record["batches"]
         if self._is_deleted_object(key):
-            return [_batch_error(ErrorCode.kafka_storage_error, GARBAGE_COLLECTED)] * len(batches)
+            return [_batch_error(ErrorCode.kafka_storage_error, GARBAGE_COLLECTED) for _ in batches]
         if self._object_exists(key):
-            return [_batch_error(ErrorCode.kafka_storage_error, ALREADY_COMMITTED)] * len(batches)
+            return [_batch_error(ErrorCode.kafka_storage_error, ALREADY_COMMITTED) for _ in batches]
         self._db.execute("INSERT INTO objects VALUES (?, ?, 0, ?, NULL)",
                          (key, record["object_size"], now_ms))
         touched: set[tuple[str, int]] = set()
-        results = []
-        for batch in batches:
-            results.append(self._commit_batch(key, now_ms, batch, touched))
+        results = [self._commit_batch(key, now_ms, batch, touched) for batch in batches]
         for log in sorted(touched):
             self._db.execute("INSERT OR REPLACE INTO producer_state VALUES (?, ?, ?)",
                              (*log, self._producer_state(*log).snapshot()))
@@ -195,7 +200,7 @@ class BatchCoordinatorState:
                                           append_time)
         except ProducerStateError as e:
             return _batch_error(e.error_code, str(e))
-        except InvalidRecordBatch as e:  # InvalidSequence: a producer id without a sequence
+        except InvalidSequence as e:  # a producer id without a sequence
             return _batch_error(ErrorCode.invalid_record, str(e))
         if plan.duplicate is not None:
             # A retry: the original offsets, and nothing stored again (as the classic log).
@@ -267,11 +272,11 @@ class BatchCoordinatorState:
         info = self.log_info(topic_id, partition)
         where = "topic_id = ? AND partition = ?"
         oldest_first = self._db.execute(
-            f"SELECT base_offset, last_offset, byte_size, {_EFFECTIVE_TIMESTAMP} FROM batches "
+            f"SELECT base_offset, byte_size, {_EFFECTIVE_TIMESTAMP} FROM batches "
             f"WHERE {where} ORDER BY base_offset", (topic_id, partition))
         keep_from = None  # base offset of the first batch both limits keep; None: keep none
         size = info.size_bytes
-        for base_offset, _, byte_size, timestamp in oldest_first:
+        for base_offset, byte_size, timestamp in oldest_first:
             too_old = retention_ms >= 0 and timestamp < now_ms - retention_ms
             too_big = retention_bytes >= 0 and size > retention_bytes
             if not (too_old or too_big):
@@ -466,22 +471,3 @@ class BatchCoordinatorState:
     def _exists(self, table: str, where: str, params: tuple) -> bool:
         return self._db.execute(f"SELECT 1 FROM {table} WHERE {where}", params).fetchone() is not None
 
-
-class _Transaction:
-    """One SQLite transaction; on failure it rolls back and drops the producer-state cache,
-    whose entries may hold changes the database no longer has."""
-
-    def __init__(self, db: sqlite3.Connection,
-                 producer_states: dict[tuple[str, int], ProducerState]) -> None:
-        self._db = db
-        self._producer_states = producer_states
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
-            self._producer_states.clear()
