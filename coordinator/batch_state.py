@@ -100,6 +100,12 @@ class _CommittedBatch:
                    batch["last_sequence"], batch["record_count"] - 1, batch["max_timestamp"])
 
 
+def _batch_stored(base_offset: int, append_time_ms: int | None, log_start_offset: int) -> dict:
+    return {"error_code": 0, "base_offset": base_offset,
+            "log_append_time_ms": NO_TIMESTAMP if append_time_ms is None else append_time_ms,
+            "log_start_offset": log_start_offset, "error_message": None}
+
+
 def _batch_error(code: ErrorCode, message: str) -> dict:
     return {"error_code": int(code), "base_offset": -1, "log_append_time_ms": NO_TIMESTAMP,
             "log_start_offset": -1, "error_message": message}
@@ -204,10 +210,9 @@ class BatchCoordinatorState:
             return _batch_error(ErrorCode.invalid_record, str(e))
         if plan.duplicate is not None:
             # A retry: the original offsets, and nothing stored again (as the classic log).
-            return {"error_code": 0, "base_offset": plan.duplicate.first_offset,
-                    "log_append_time_ms": NO_TIMESTAMP if append_time is None
-                    else plan.duplicate.timestamp,
-                    "log_start_offset": info.log_start_offset, "error_message": None}
+            return _batch_stored(plan.duplicate.first_offset,
+                                 None if append_time is None else plan.duplicate.timestamp,
+                                 info.log_start_offset)
         producers.apply(plan)
         touched.add((topic_id, partition))
         base_offset, size = info.high_watermark, batch["byte_size"]
@@ -223,9 +228,7 @@ class BatchCoordinatorState:
             (batch["record_count"], size, topic_id, partition))
         self._db.execute("UPDATE objects SET live_bytes = live_bytes + ? WHERE key = ?",
                          (size, key))
-        return {"error_code": 0, "base_offset": base_offset,
-                "log_append_time_ms": NO_TIMESTAMP if append_time is None else append_time,
-                "log_start_offset": info.log_start_offset, "error_message": None}
+        return _batch_stored(base_offset, append_time, info.log_start_offset)
 
     def _producer_state(self, topic_id: str, partition: int) -> ProducerState:
         state = self._producer_states.get((topic_id, partition))
@@ -268,7 +271,7 @@ class BatchCoordinatorState:
 
     def _enforce_retention(self, topic_id: str, partition: int, now_ms: int,
                            retention_ms: int, retention_bytes: int) -> tuple[int, int]:
-        """Remove the oldest batches that breach either limit (-1: none); return how many."""
+        """Remove the oldest batches breaching either limit (-1: none): (batches, bytes) removed."""
         info = self.log_info(topic_id, partition)
         where = "topic_id = ? AND partition = ?"
         oldest_first = self._db.execute(
@@ -323,7 +326,8 @@ class BatchCoordinatorState:
                              (now_ms, key))
 
     def _set_log_start(self, topic_id: str, partition: int, log_start: int) -> None:
-        self._db.execute("UPDATE logs SET log_start_offset = ? WHERE topic_id = ? AND partition = ?",
+        self._db.execute("UPDATE logs SET log_start_offset = ? "
+                         "WHERE topic_id = ? AND partition = ?",
                          (log_start, topic_id, partition))
 
     # -- objects -------------------------------------------------------------------------------
@@ -331,7 +335,8 @@ class BatchCoordinatorState:
     def _objects_deleted(self, record: dict) -> dict:
         deleted, refused = [], []
         for key in record["keys"]:
-            row = self._db.execute("SELECT live_bytes FROM objects WHERE key = ?", (key,)).fetchone()
+            row = self._db.execute(
+                "SELECT live_bytes FROM objects WHERE key = ?", (key,)).fetchone()
             if row is not None and row[0] > 0:
                 refused.append(key)  # a live batch still points here: the GC raced a commit
                 continue
@@ -469,5 +474,6 @@ class BatchCoordinatorState:
         return self._exists("deleted_topics", "topic_id = ?", (topic_id,))
 
     def _exists(self, table: str, where: str, params: tuple) -> bool:
-        return self._db.execute(f"SELECT 1 FROM {table} WHERE {where}", params).fetchone() is not None
+        row = self._db.execute(f"SELECT 1 FROM {table} WHERE {where}", params).fetchone()
+        return row is not None
 
