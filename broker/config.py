@@ -48,6 +48,18 @@ class BrokerConfig:
     s3_latency_profile: str = "none"
     # Prepended to every object key this cluster writes, so clusters can share buckets.
     s3_key_prefix: str = ""
+    # Diskless topics (KIP-1150/1163): the WAL buffer shared by all diskless partitions is
+    # closed, uploaded and committed after this long or at this size.
+    diskless_append_commit_interval_ms: int = 250
+    diskless_append_buffer_max_bytes: int = 8 * 1024 * 1024
+    diskless_read_cache_max_bytes: int = 256 * 1024 * 1024
+    # The batch coordinator's housekeeping (retention, GC, merging): see
+    # coordinator/diskless_housekeeping.py.
+    diskless_housekeeping_interval_ms: int = 5_000
+    diskless_object_delete_delay_ms: int = 60_000
+    diskless_orphan_grace_ms: int = 600_000
+    diskless_merge_max_object_bytes: int = 4 * 1024 * 1024
+    diskless_merge_min_objects: int = 8
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

@@ -37,15 +37,36 @@ class FollowerState:
     caught_up_at: float = 0.0
 
 
-class Partition:
+class Watchable:
+    """Something long polls and acks=all wait on: new data, high watermark, leadership."""
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future] = set()
+
+    def notify_waiters(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def add_waiter(self, waiter: asyncio.Future) -> None:
+        self._waiters.add(waiter)
+
+    def remove_waiter(self, waiter: asyncio.Future) -> None:
+        self._waiters.discard(waiter)
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        await wait_for_any_change([self], timeout_s)
+
+
+class Partition(Watchable):
     def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
                  propose_isr: IsrProposer | None = None) -> None:
+        super().__init__()
         self.node_id = node_id
         self.log = log
         self.topic = info.topic
         self.index = info.partition
         self.propose_isr = propose_isr
-        self._waiters: set[asyncio.Future] = set()
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
         self.high_watermark = log.log_start_offset
@@ -168,24 +189,8 @@ class Partition:
             self.high_watermark = new_hw
             self.notify_waiters()
 
-    # --- waiting for change (long polls, acks=all) ----------------------------------------
 
-    def notify_waiters(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def add_waiter(self, waiter: asyncio.Future) -> None:
-        self._waiters.add(waiter)
-
-    def remove_waiter(self, waiter: asyncio.Future) -> None:
-        self._waiters.discard(waiter)
-
-    async def wait_for_change(self, timeout_s: float) -> None:
-        await wait_for_any_change([self], timeout_s)
-
-
-async def wait_for_any_change(partitions: list[Partition], timeout_s: float) -> None:
+async def wait_for_any_change(partitions: list[Watchable], timeout_s: float) -> None:
     """Sleep until any of ``partitions`` changes (new data, high watermark, leadership)
     or ``timeout_s`` passes."""
     waiter = asyncio.get_running_loop().create_future()

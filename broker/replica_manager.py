@@ -21,6 +21,7 @@ from storage.config import LogConfig
 from storage.manager import LogManager
 
 from .client import NodeClient, NodeConnection
+from .diskless_partition import DisklessPartition
 from .partition import Partition, PartitionError
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,20 @@ class ReplicaManager:
 
     def _apply_partition(self, info: PartitionInfo) -> None:
         key = (info.topic, info.partition)
+        config = self.log_config(info.topic)
+        if config.storage_mode == "diskless":
+            # Leaderless: every broker serves every diskless partition, replica or not.
+            if key in self.partitions:
+                self.partitions[key].update_info(info)
+            else:
+                self.partitions[key] = DisklessPartition(
+                    self.node_id, self.logs.open(info.topic, info.partition, config), info)
+            return
         if self.node_id not in info.replicas:
             return
         partition = self.partitions.get(key)
         if partition is None:
-            log_ = self.logs.open(info.topic, info.partition, self.log_config(info.topic))
+            log_ = self.logs.open(info.topic, info.partition, config)
             partition = Partition(self.node_id, log_, info, self._propose_isr)
             self.partitions[key] = partition
         else:
@@ -139,7 +149,8 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(self.replica_lag_time_max_s / 2)
             for partition in list(self.partitions.values()):
-                partition.maybe_shrink_isr(self.replica_lag_time_max_s)
+                if isinstance(partition, Partition):  # diskless partitions have no ISR
+                    partition.maybe_shrink_isr(self.replica_lag_time_max_s)
 
     def get(self, topic: str, partition: int) -> Partition:
         found = self.partitions.get((topic, partition))

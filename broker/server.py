@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 
 from kio.schema.create_topics.v7.request import (
@@ -13,19 +14,24 @@ from kio.schema.create_topics.v7.request import (
 )
 from kio.schema.errors import ErrorCode
 
+from coordinator.batch_coordinator import BatchCoordinator
 from coordinator.controller import Controller, ControllerError, ControllerSettings
+from coordinator.diskless_housekeeping import Housekeeping, HousekeepingSettings
 from coordinator.metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
 from coordinator.group_config import GroupConfig
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
+from storage.diskless import ReadCache, WalWriter
+from storage.diskless.log import log_factory as diskless_log_factory
 from storage.manager import LogManager
 from storage.objectstore import ObjectStore, ObjectStoreConfig
 
 from .client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
+from .diskless_metrics import DisklessMetrics
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
 from .partition import Partition
@@ -69,6 +75,9 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.add_object_store(self.object_store)
         self.replicas: ReplicaManager | None = None
+        self.batch_coordinator: BatchCoordinator | None = None
+        self.wal_writer: WalWriter | None = None
+        self.housekeeping: Housekeeping | None = None
         self.follower: MetadataFollower | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
@@ -99,6 +108,8 @@ class Broker:
         if self.controller is not None:
             await self.controller.start()
             self._serve_metadata_log()
+        if self.config.broker_role and self.object_store is not None:
+            self._start_diskless()
         if self.config.broker_role:
             advertised_host, advertised_port = split_host_port(
                 self.config.advertised_listener or f"{host}:{self.bound_port}")
@@ -124,6 +135,43 @@ class Broker:
         ]
         if self.metrics is not None:
             await self.metrics.start()
+
+    def _start_diskless(self) -> None:
+        """The diskless engine: WAL writer, read cache, and this broker's part of the batch
+        coordinator (registered before the metadata opens any diskless partition)."""
+        config = self.config
+        self.batch_coordinator = BatchCoordinator(
+            config.node_id, config.data_dir / "diskless-coordinator.sqlite", self.image,
+            self.replicas, self.nodes, self.create_topic)
+        cache = ReadCache(self.object_store, config.diskless_read_cache_max_bytes)
+        self.wal_writer = WalWriter(
+            self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,
+            config.diskless_append_commit_interval_ms, config.diskless_append_buffer_max_bytes,
+            cache=cache)
+        self.logs.register_engine("diskless", diskless_log_factory(
+            self.batch_coordinator, self.wal_writer, cache,
+            lambda topic: str(self.image.topics[topic].topic_id)))
+        self.batch_coordinator.on_change.append(self._wake_diskless_readers)
+        self.batch_coordinator.start()
+        self.housekeeping = Housekeeping(
+            self.batch_coordinator, self.image, self.object_store, config.s3_key_prefix,
+            config.topic_config_defaults(), HousekeepingSettings(
+                interval_ms=config.diskless_housekeeping_interval_ms,
+                object_delete_delay_ms=config.diskless_object_delete_delay_ms,
+                orphan_grace_ms=config.diskless_orphan_grace_ms,
+                merge_max_object_bytes=config.diskless_merge_max_object_bytes,
+                merge_min_objects=config.diskless_merge_min_objects))
+        self.housekeeping.start()
+        if self.metrics is not None:
+            self.metrics.add_source("diskless", DisklessMetrics(
+                self.batch_coordinator, self.wal_writer, cache, self.housekeeping))
+
+    def _wake_diskless_readers(self, changed: set[tuple[str, int]]) -> None:
+        for topic_id, index in changed:
+            topic = self.image.topics_by_id.get(uuid.UUID(topic_id))
+            partition = topic and self.replicas.partitions.get((topic.name, index))
+            if partition is not None:
+                partition.notify_waiters()
 
     def _on_metadata_record(self, record: dict) -> None:
         self.replicas.on_metadata_record(record)
@@ -182,6 +230,10 @@ class Broker:
             await self.follower.shut_down()
         if self._server is not None:
             self._server.close()
+        if self.wal_writer is not None:
+            await self.wal_writer.close()  # answer the produce requests it holds
+        if self.housekeeping is not None:
+            await self.housekeeping.stop()
         # Before connections are cancelled: it answers the JoinGroup/SyncGroup requests
         # still waiting, which their connections' response senders wait for.
         if self.group_coordinator is not None:
@@ -191,6 +243,8 @@ class Broker:
         for task in list(self._connections) + self._background:
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
+        if self.batch_coordinator is not None:
+            await self.batch_coordinator.stop()
         if self.replicas is not None:
             await self.replicas.close()
         if self.controller is not None:

@@ -5,9 +5,11 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError, validate_topic_name
-from coordinator.metadata import TopicInfo
+from coordinator.metadata import PartitionInfo, TopicInfo
 from protocol.apis import ApiKey
 
+from ..diskless_routing import diskless_leader
+from ..traffic import az_from_client_id
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -22,15 +24,25 @@ def broker_entries(ctx: RequestContext, entity: str) -> tuple:
 
 def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
     partitions = tuple(
-        ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
-                     partition_index=p.partition, leader_id=p.leader,
-                     leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
-                     isr_nodes=tuple(p.isr), offline_replicas=())
+        _partition_entry(ctx, p)
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition))
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
                         topic_id=topic.topic_id, is_internal=topic.name.startswith("__"),
                         partitions=partitions,
                         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
+    leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
+    if ctx.broker.replicas.log_config(p.topic).storage_mode == "diskless":
+        # Leaderless: name the broker this client should use (KIP-1181).
+        leader = diskless_leader(p.topic, p.partition, ctx.broker.image.live_brokers(),
+                                 az_from_client_id(ctx.header.client_id))
+        replicas = isr = (leader,)
+    return ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
+                        partition_index=p.partition, leader_id=leader,
+                        leader_epoch=p.leader_epoch, replica_nodes=replicas, isr_nodes=isr,
+                        offline_replicas=())
 
 
 def _error_entry(ctx: RequestContext, name: str | None, error: ErrorCode, topic_id=None) -> object:

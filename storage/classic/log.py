@@ -86,6 +86,10 @@ class ClassicLog(PartitionLog):
         return self._log_start
 
     @property
+    def size_bytes(self) -> int:
+        return self._local.size
+
+    @property
     def log_end_offset(self) -> int:
         return self._local.next_offset
 

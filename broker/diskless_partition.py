@@ -1,0 +1,61 @@
+"""A diskless partition as every broker sees it (KIP-1150): it has no leader of its own.
+
+Any broker appends to it (through its WAL writer and the batch coordinator) and serves
+reads of it, so to the request handlers each broker is its leader. The high watermark is
+the coordinator's log end offset: a batch is readable as soon as it is committed.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.metadata import PartitionInfo
+from protocol.records import BatchHeader
+from storage.diskless import DisklessLog
+from storage.log import AppendResult
+
+from .partition import PartitionError, Watchable
+
+
+class DisklessPartition(Watchable):
+    is_leader = True
+
+    def __init__(self, node_id: int, log: DisklessLog, info: PartitionInfo) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self.log = log
+        self.topic = info.topic
+        self.index = info.partition
+        self.leader = node_id
+        self.replicas = self.isr = [node_id]
+        self.update_info(info)
+
+    def update_info(self, info: PartitionInfo) -> None:
+        # Clients learn this epoch from Metadata and send it back; it only ever grows.
+        self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
+        self.notify_waiters()
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark
+
+    def check_leader(self, current_leader_epoch: int = -1) -> None:
+        self.check_epoch(current_leader_epoch)
+
+    def check_epoch(self, current_leader_epoch: int) -> None:
+        if current_leader_epoch > self.leader_epoch:
+            raise PartitionError(ErrorCode.unknown_leader_epoch)
+
+    async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
+                               required_acks: int, timeout_s: float = 30.0) -> AppendResult:
+        # acks=0, 1 and all all wait for the commit: before it the batches have no offsets.
+        return await self.log.append(records, batches, -1)
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+        raise PartitionError(ErrorCode.not_leader_or_follower,
+                             "diskless partitions have no followers")

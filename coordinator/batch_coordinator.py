@@ -1,0 +1,249 @@
+"""The diskless batch coordinator (KIP-1164) as every broker runs it.
+
+Its log is the internal classic topic ``__diskless-metadata`` (one partition, replicated).
+Every broker that hosts a replica of it applies the committed records, in log order, to
+its own SQLite copy of the state (``BatchCoordinatorState``) and answers read-only queries
+(find batches, log offsets) from it. The broker leading the partition is the writable
+coordinator: a state change (commit a WAL file, delete records, retention, object
+deletion, merge) is appended with acks=all and answered with the result of applying it.
+Other brokers reach the coordinator through the internal API
+DISKLESS_COORDINATOR_APPEND; when leadership moves they retry against the new leader with
+the same record, whose request id makes the retry harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict, deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from kio.schema.errors import ErrorCode
+
+from protocol.internal import InternalApiKey, JsonBody
+from protocol.records import iter_batches
+from storage.diskless import BatchCoordinate, LogInfo
+
+from .batch_state import BatchCoordinatorState
+from .metadata import DISKLESS_METADATA_TOPIC, MetadataImage, decode_records, encode_records
+
+if TYPE_CHECKING:
+    from broker.client import NodeClient
+    from broker.partition import Partition
+    from broker.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+# Results kept for appends whose waiter has not looked yet (the apply loop may get there
+# first); far more than can be in flight.
+RECENT_RESULTS = 10_000
+RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5)
+
+
+class NotCoordinator(Exception):
+    """This broker does not lead ``__diskless-metadata-0`` (any more)."""
+
+
+class CoordinatorUnavailable(Exception):
+    """No coordinator answered before the deadline."""
+
+
+class BatchCoordinator:
+    def __init__(self, node_id: int, state_path: Path, image: MetadataImage,
+                 replicas: "ReplicaManager", nodes: "NodeClient",
+                 create_topic: Callable[..., Awaitable[ErrorCode]]) -> None:
+        self.node_id = node_id
+        self.state = BatchCoordinatorState(state_path)
+        self.image = image
+        self.replicas = replicas
+        self.nodes = nodes
+        self.create_topic = create_topic
+        # Called with the (topic id, partition) pairs a newly applied record changed.
+        self.on_change: list[Callable[[set[tuple[str, int]]], None]] = []
+        self._recent: OrderedDict[int, dict] = OrderedDict()
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._apply_task: asyncio.Task | None = None
+        self.commit_latencies_ms: deque[float] = deque(maxlen=10_000)
+        self.commit_requests = 0
+        self.appends = 0
+
+    def start(self) -> None:
+        self._apply_task = asyncio.create_task(self._apply_loop())
+
+    async def stop(self) -> None:
+        if self._apply_task is not None:
+            self._apply_task.cancel()
+            await asyncio.gather(self._apply_task, return_exceptions=True)
+        self.state.close()
+
+    @property
+    def is_writable(self) -> bool:
+        """True while this broker leads the coordinator's log."""
+        partition = self._partition()
+        return partition is not None and partition.is_leader
+
+    # --- queries, from this broker's materialised state ----------------------------------
+
+    def log_info(self, topic_id: str, partition: int) -> LogInfo:
+        return self.state.log_info(topic_id, partition)
+
+    def find_batches(self, topic_id: str, partition: int, offset: int,
+                     max_bytes: int) -> list[BatchCoordinate]:
+        return self.state.find_batches(topic_id, partition, offset, max_bytes)
+
+    def offset_for_timestamp(self, topic_id: str, partition: int,
+                             timestamp_ms: int) -> BatchCoordinate | None:
+        return self.state.offset_for_timestamp(topic_id, partition, timestamp_ms)
+
+    def max_timestamp_batch(self, topic_id: str, partition: int) -> BatchCoordinate | None:
+        return self.state.max_timestamp_batch(topic_id, partition)
+
+    # --- state changes --------------------------------------------------------------------
+
+    async def commit(self, record: dict, timeout_s: float) -> dict:
+        """Have the coordinator, wherever it runs, append and apply ``record``."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        attempt = 0
+        while True:
+            try:
+                result = await self._commit_once(record, deadline - time.monotonic())
+                self.commit_requests += 1
+                self.commit_latencies_ms.append((time.monotonic() - started) * 1000)
+                return result
+            except (NotCoordinator, ConnectionError, OSError, asyncio.TimeoutError) as e:
+                backoff = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
+                attempt += 1
+                if time.monotonic() + backoff >= deadline:
+                    raise CoordinatorUnavailable(f"no batch coordinator answered: {e!r}") from e
+                log.debug("coordinator call failed (%r), retrying", e)
+                await asyncio.sleep(backoff)
+
+    async def _commit_once(self, record: dict, timeout_s: float) -> dict:
+        if timeout_s <= 0:
+            raise asyncio.TimeoutError()
+        await self._ensure_topic()
+        topic = self.image.topics.get(DISKLESS_METADATA_TOPIC)
+        leader = topic.partitions[0].leader if topic and 0 in topic.partitions else -1
+        if leader == self.node_id:
+            return await self.append(record, timeout_s)
+        broker = self.image.brokers.get(leader)
+        if broker is None or broker.fenced:
+            raise NotCoordinator(f"{DISKLESS_METADATA_TOPIC}-0 has no live leader")
+        connection = self.nodes.connection(broker.host, broker.port, "diskless-coordinator")
+        response = await connection.call(InternalApiKey.DISKLESS_COORDINATOR_APPEND,
+                                         JsonBody({"record": record}), timeout_s)
+        if response.value["error_code"] != ErrorCode.none:
+            raise NotCoordinator(response.value.get("error_message", "not the coordinator"))
+        return response.value["result"]
+
+    async def _ensure_topic(self) -> None:
+        if DISKLESS_METADATA_TOPIC in self.image.topics:
+            return
+        replication_factor = min(3, len(self.image.live_brokers()))
+        error = await self.create_topic(DISKLESS_METADATA_TOPIC, 1, replication_factor, {
+            "kipper.storage.mode": "classic", "retention.ms": "-1", "retention.bytes": "-1"})
+        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            raise NotCoordinator(f"cannot create {DISKLESS_METADATA_TOPIC}: {error.name}")
+        log.info("created %s with replication factor %d", DISKLESS_METADATA_TOPIC,
+                 replication_factor)
+
+    async def append(self, record: dict, timeout_s: float) -> dict:
+        """As the writable coordinator: append with acks=all, answer once applied here."""
+        from broker.partition import PartitionError
+
+        partition = self._partition()
+        if partition is None or not partition.is_leader:
+            raise NotCoordinator("this broker does not lead the coordinator's log")
+        records = encode_records([record])
+        try:
+            appended = await partition.append_as_leader(records, list(iter_batches(records)),
+                                                        -1, timeout_s)
+        except PartitionError as e:
+            raise NotCoordinator(f"append to {DISKLESS_METADATA_TOPIC} failed: {e}") from e
+        self.appends += 1
+        offset = appended.base_offset
+        if offset in self._recent:
+            return self._recent[offset]
+        waiter = self._waiting[offset] = asyncio.get_running_loop().create_future()
+        try:
+            return await asyncio.wait_for(waiter, timeout_s)
+        finally:
+            self._waiting.pop(offset, None)
+
+    # --- applying the log -----------------------------------------------------------------
+
+    def _partition(self) -> "Partition | None":
+        return self.replicas.partitions.get((DISKLESS_METADATA_TOPIC, 0))
+
+    async def _apply_loop(self) -> None:
+        while True:
+            partition = self._partition()
+            if partition is None:
+                await asyncio.sleep(0.2)
+                continue
+            try:
+                applied_any = await self._apply_committed(partition)
+            except Exception:
+                log.exception("applying %s failed; retrying", DISKLESS_METADATA_TOPIC)
+                await asyncio.sleep(1)
+                continue
+            if not applied_any:
+                await partition.wait_for_change(1.0)
+
+    async def _apply_committed(self, partition: "Partition") -> bool:
+        """Apply records below the high watermark not applied yet; False if there were none."""
+        log_ = partition.log
+        if self.state.applied_offset >= log_.log_end_offset:
+            # The log was truncated below what we applied (unclean election): start over.
+            log.warning("%s was truncated below the applied offset %d; rebuilding the state",
+                        DISKLESS_METADATA_TOPIC, self.state.applied_offset)
+            self.state.reset()
+        next_offset = max(self.state.applied_offset + 1, log_.log_start_offset)
+        high_watermark = partition.high_watermark
+        if next_offset >= high_watermark:
+            return False
+        read = await log_.read(next_offset, 1 << 20, max_offset=high_watermark)
+        for offset, record in decode_records(read.records):
+            if offset < next_offset or offset >= high_watermark:
+                continue
+            result = self.state.apply(offset, record)
+            self._recent[offset] = result
+            while len(self._recent) > RECENT_RESULTS:
+                self._recent.popitem(last=False)
+            waiter = self._waiting.get(offset)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
+            changed = _changed_logs(record)
+            if changed:
+                for listener in self.on_change:
+                    listener(changed)
+        return True
+
+    def stats(self) -> dict:
+        partition = self._partition()
+        latencies = sorted(self.commit_latencies_ms)
+        return {
+            **self.state.stats(),
+            "applied_offset": self.state.applied_offset,
+            "is_coordinator": self.is_writable,
+            "metadata_log_bytes": partition.log.size_bytes if partition else 0,
+            "appends": self.appends,
+            "commit_requests": self.commit_requests,
+            "commit_latency_p50_ms": _percentile(latencies, 0.5),
+            "commit_latency_p99_ms": _percentile(latencies, 0.99),
+        }
+
+
+def _changed_logs(record: dict) -> set[tuple[str, int]]:
+    kind = record["type"]
+    if kind == "commit_file":
+        return {(b["topic_id"], b["partition"]) for b in record["batches"]}
+    if kind == "delete_records":
+        return {(record["topic_id"], record["partition"])}
+    return set()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0

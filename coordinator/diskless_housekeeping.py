@@ -1,0 +1,196 @@
+"""What the writable batch coordinator does on a timer: retention, topic deletion, and
+WAL object garbage collection (KIP-1150/1164), plus object merging (KIP-1165).
+
+Every change is a record appended to the coordinator's log first; objects are removed
+from S3 only after a record saying so is applied. That order is what keeps GC safe:
+- an object whose batches all died is deleted only ``object_delete_delay_ms`` after it
+  emptied, so reads that fetched its coordinates just before a merge or retention finish;
+- an orphan (uploaded, never committed) is first marked deleted in the state, and only the
+  keys the state agrees to delete go; a commit of that key arriving later is refused
+  (its producer retries), and one applied earlier makes the state refuse the deletion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from storage.config import LogConfig
+from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
+
+from .batch_coordinator import BatchCoordinator, CoordinatorUnavailable
+from .metadata import MetadataImage
+
+log = logging.getLogger(__name__)
+# A topic id the state knows but the metadata does not must stay unknown this long
+# before its batches are dropped: a new topic's first commit may reach the coordinator
+# before the coordinator's broker has applied the topic's creation.
+UNKNOWN_TOPIC_GRACE_S = 60.0
+COMMIT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class HousekeepingSettings:
+    interval_ms: int = 5_000
+    object_delete_delay_ms: int = 60_000
+    orphan_grace_ms: int = 600_000
+    # Objects smaller than this are merged, once at least merge_min_objects of them exist.
+    merge_max_object_bytes: int = 4 * 1024 * 1024
+    merge_min_objects: int = 8
+    merge_max_objects: int = 64
+
+
+@dataclass
+class HousekeepingStats:
+    retention_runs: int = 0
+    deleted_objects: int = 0
+    deleted_orphans: int = 0
+    merges: int = 0
+    merged_objects: int = 0
+
+
+class Housekeeping:
+    def __init__(self, coordinator: BatchCoordinator, image: MetadataImage, store: ObjectStore,
+                 key_prefix: str, topic_defaults: dict[str, str],
+                 settings: HousekeepingSettings) -> None:
+        self.coordinator = coordinator
+        self.image = image
+        self.store = store
+        self.wal_prefix = f"{key_prefix}wal/"
+        self.topic_defaults = topic_defaults
+        self.settings = settings
+        self.stats = HousekeepingStats()
+        self._unknown_since: dict[str, float] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.interval_ms / 1000)
+            if not self.coordinator.is_writable:
+                continue
+            try:
+                await self.run_once()
+            except (CoordinatorUnavailable, ObjectStoreError) as e:
+                log.warning("diskless housekeeping postponed: %s", e)
+            except Exception:
+                log.exception("diskless housekeeping failed")
+
+    async def run_once(self) -> None:
+        await self._drop_deleted_topics()
+        await self._apply_retention()
+        await self.merge_small_objects()
+        await self._delete_dead_objects()
+        await self._delete_orphans()
+
+    async def _commit(self, record: dict) -> dict:
+        return await self.coordinator.commit(record, COMMIT_TIMEOUT_S)
+
+    def _diskless_topics(self) -> dict[str, LogConfig]:
+        configs = {}
+        for topic in self.image.topics.values():
+            config = LogConfig.from_topic_configs(topic.configs, self.topic_defaults)
+            if config.storage_mode == "diskless":
+                configs[str(topic.topic_id)] = config
+        return configs
+
+    async def _drop_deleted_topics(self) -> None:
+        now = time.monotonic()
+        in_metadata = {str(topic_id) for topic_id in self.image.topics_by_id}
+        for topic_id in {topic_id for topic_id, _ in self.coordinator.state.logs()}:
+            if topic_id in in_metadata:
+                self._unknown_since.pop(topic_id, None)
+                continue
+            since = self._unknown_since.setdefault(topic_id, now)
+            if now - since >= UNKNOWN_TOPIC_GRACE_S:
+                await self._commit({"type": "delete_topic", "topic_id": topic_id,
+                                    "now_ms": _now_ms()})
+                self._unknown_since.pop(topic_id, None)
+                log.info("dropped the batches of deleted topic %s", topic_id)
+
+    async def _apply_retention(self) -> None:
+        topics = [{"topic_id": topic_id, "retention_ms": config.retention_ms,
+                   "retention_bytes": config.retention_bytes}
+                  for topic_id, config in self._diskless_topics().items()
+                  if config.retention_ms >= 0 or config.retention_bytes >= 0]
+        if topics:
+            result = await self._commit({"type": "retention", "now_ms": _now_ms(),
+                                         "topics": topics})
+            self.stats.retention_runs += 1
+            if result["removed_batches"]:
+                log.info("retention removed %d diskless batches (%d bytes)",
+                         result["removed_batches"], result["removed_bytes"])
+
+    async def _delete_dead_objects(self) -> None:
+        keys = self.coordinator.state.deletable_objects(_now_ms(),
+                                                        self.settings.object_delete_delay_ms)
+        self.stats.deleted_objects += await self._delete(keys)
+
+    async def _delete_orphans(self) -> None:
+        cutoff = datetime.now(timezone.utc).timestamp() - self.settings.orphan_grace_ms / 1000
+        orphans = [info.key async for info in self.store.list_objects(WAL_BUCKET, self.wal_prefix)
+                   if info.last_modified.timestamp() < cutoff
+                   and not self.coordinator.state.is_known_object(info.key)]
+        deleted = await self._delete(orphans)
+        if deleted:
+            log.info("deleted %d orphan WAL objects (uploaded, never committed)", deleted)
+        self.stats.deleted_orphans += deleted
+
+    async def _delete(self, keys: list[str]) -> int:
+        """Record the deletion, then delete what the state agreed to; return that count."""
+        if not keys:
+            return 0
+        result = await self._commit({"type": "objects_deleted", "keys": keys})
+        if result["refused"]:
+            log.info("kept %d objects that still hold live batches", len(result["refused"]))
+        await self.store.delete(WAL_BUCKET, result["deleted"])
+        return len(result["deleted"])
+
+    async def merge_small_objects(self) -> None:
+        """KIP-1165: rewrite small WAL objects' live batches into one object, ordered by
+        partition and offset, and repoint their coordinates in one record."""
+        candidates = self.coordinator.state.merge_candidates(
+            self.settings.merge_max_object_bytes, self.settings.merge_max_objects)
+        if len(candidates) < self.settings.merge_min_objects:
+            return
+        coordinates = sorted((c for _, batches in candidates for c in batches),
+                             key=lambda c: (c.topic_id, c.partition, c.base_offset))
+        by_object: dict[str, list] = {}
+        for coordinate in coordinates:
+            by_object.setdefault(coordinate.object_key, []).append(coordinate)
+        data: dict[tuple[str, int], bytes] = {}
+        for key, batches in by_object.items():
+            ranges = [(c.byte_offset, c.byte_size) for c in batches]
+            for c, chunk in zip(batches, await self.store.get_ranges(WAL_BUCKET, key, ranges)):
+                data[(key, c.byte_offset)] = chunk
+        merged = bytearray()
+        moves = []
+        for c in coordinates:
+            moves.append({"topic_id": c.topic_id, "partition": c.partition,
+                          "base_offset": c.base_offset, "old_object_key": c.object_key,
+                          "byte_offset": len(merged), "byte_size": c.byte_size})
+            merged += data[(c.object_key, c.byte_offset)]
+        key = f"{self.wal_prefix}merged-{uuid.uuid4().hex}"
+        await self.store.put(WAL_BUCKET, key, bytes(merged))
+        result = await self._commit({"type": "merge", "object_key": key,
+                                     "object_size": len(merged), "now_ms": _now_ms(),
+                                     "moves": moves})
+        self.stats.merges += 1
+        self.stats.merged_objects += len(candidates)
+        log.info("merged %d WAL objects into %s (%d batches moved, %d skipped)",
+                 len(candidates), key, result["moved"], result["skipped"])
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,156 @@
+"""A diskless partition's log: no local data at all. Appends go through the broker's WAL
+writer, offsets and reads come from the batch coordinator, bytes from object storage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from protocol.records import BatchHeader, first_matching_record, read_header, rebase, stamp_log_append_time
+from storage.producer_state import ProducerStateError
+
+from ..config import LogConfig
+from ..log import (
+    AppendResult,
+    EpochEndOffset,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    PartitionLog,
+    ReadResult,
+    TimestampOffset,
+)
+from .control_plane import BatchCoordinate, ControlPlane
+from .read_cache import ReadCache
+from .wal_writer import WalWriter
+
+
+class BatchRejected(ProducerStateError):
+    """The coordinator refused a batch at commit time (sequence, epoch, unknown topic...)."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None) -> None:
+        super().__init__(message or error_code.name)
+        self.error_code = error_code
+
+
+class DisklessLog(PartitionLog):
+    def __init__(self, topic: str, partition: int, config: LogConfig, topic_id: str,
+                 control_plane: ControlPlane, writer: WalWriter, cache: ReadCache) -> None:
+        super().__init__(topic, partition, config)
+        self.topic_id = topic_id
+        self.control_plane = control_plane
+        self.writer = writer
+        self.cache = cache
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.control_plane.log_info(self.topic_id, self.partition).log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.control_plane.log_info(self.topic_id, self.partition).high_watermark
+
+    async def append(self, records: bytearray, batches: list[BatchHeader],
+                     leader_epoch: int) -> AppendResult:
+        results = await self.writer.append(self.topic_id, self.partition, records, batches,
+                                           self.config.log_append_time)
+        for result in results:
+            if result["error_code"] != 0:
+                raise BatchRejected(ErrorCode(result["error_code"]), result.get("error_message"))
+        first = results[0]
+        return AppendResult(first["base_offset"], results[-1]["base_offset"] + batches[-1].last_offset_delta,
+                            first["log_append_time_ms"], first["log_start_offset"])
+
+    async def append_as_follower(self, records: bytes) -> None:
+        raise KafkaStorageError("diskless partitions have no followers")
+
+    async def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                   min_one_batch: bool = True) -> ReadResult:
+        info = self.control_plane.log_info(self.topic_id, self.partition)
+        if not info.log_start_offset <= offset <= info.high_watermark:
+            raise OffsetOutOfRange()
+        coordinates = [c for c in self.control_plane.find_batches(
+            self.topic_id, self.partition, offset, max_bytes)
+            if max_offset is None or c.base_offset < max_offset]
+        if not min_one_batch and coordinates and coordinates[0].byte_size > max_bytes:
+            coordinates = []
+        records = await self._batches(coordinates)
+        return ReadResult(bytes(records), info.log_start_offset, info.high_watermark)
+
+    async def _batches(self, coordinates: list[BatchCoordinate]) -> bytearray:
+        """The batches as stored by their producers, given their assigned offsets (and the
+        append time, for LogAppendTime topics)."""
+        raw = await self.cache.read([(c.object_key, c.byte_offset, c.byte_size)
+                                     for c in coordinates])
+        out = bytearray()
+        for coordinate, data in zip(coordinates, raw):
+            position = len(out)
+            out += data
+            rebase(out, position, coordinate.base_offset)
+            if coordinate.timestamp_type == 1:
+                stamp_log_append_time(out, read_header(out, position), coordinate.append_time_ms)
+        return out
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
+        coordinate = self.control_plane.offset_for_timestamp(self.topic_id, self.partition,
+                                                             timestamp_ms)
+        if coordinate is None:
+            return None
+        start = self.log_start_offset
+        return await self._record_in(coordinate, lambda offset, ts: ts >= timestamp_ms and offset >= start,
+                                     max(coordinate.base_offset, start))
+
+    async def max_timestamp(self) -> TimestampOffset | None:
+        coordinate = self.control_plane.max_timestamp_batch(self.topic_id, self.partition)
+        if coordinate is None:
+            return None
+        fallback = coordinate.base_offset if coordinate.timestamp_type == 1 else coordinate.last_offset
+        return await self._record_in(coordinate, lambda _, ts: ts == coordinate.max_timestamp, fallback)
+
+    async def _record_in(self, coordinate: BatchCoordinate, match, fallback_offset: int) -> TimestampOffset:
+        data = await self._batches([coordinate])
+        header = read_header(data)
+        found = first_matching_record(bytes(data), header, match)
+        if found is None:
+            return TimestampOffset(header.max_timestamp, fallback_offset, -1)
+        return TimestampOffset(found[1], found[0], -1)
+
+    async def delete_records_before(self, offset: int) -> int:
+        result = await self.control_plane.commit(
+            {"type": "delete_records", "topic_id": self.topic_id, "partition": self.partition,
+             "offset": offset}, 30.0)
+        if result["error_code"] == ErrorCode.offset_out_of_range:
+            raise OffsetOutOfRange()
+        if result["error_code"] != 0:
+            raise KafkaStorageError(f"DeleteRecords failed: {ErrorCode(result['error_code']).name}")
+        return result["low_watermark"]
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        return 0  # the batch coordinator applies retention to every diskless log at once
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        # No leader epochs: the log never diverges, so every epoch ends at the log end.
+        return EpochEndOffset(leader_epoch, self.log_end_offset)
+
+    def latest_epoch(self) -> int:
+        return -1
+
+    async def truncate_to(self, offset: int) -> None:
+        raise KafkaStorageError("diskless partitions are never truncated")
+
+    async def flush(self) -> None:
+        pass  # acknowledged data is already in object storage
+
+    async def close(self) -> None:
+        pass
+
+    async def delete(self) -> None:
+        pass  # the batch coordinator drops the topic's batches; GC deletes the objects
+
+
+def log_factory(control_plane: ControlPlane, writer: WalWriter, cache: ReadCache, topic_ids):
+    """The LogManager engine factory for ``kipper.storage.mode=diskless``; ``topic_ids``
+    maps a topic name to its current topic id."""
+    def open_log(topic: str, partition: int, config: LogConfig, directory: Path) -> DisklessLog:
+        return DisklessLog(topic, partition, config, topic_ids(topic), control_plane, writer, cache)
+    return open_log

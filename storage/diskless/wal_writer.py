@@ -1,0 +1,177 @@
+"""The broker's diskless produce WAL buffer (KIP-1163 produce path).
+
+Produce requests for every diskless partition on this broker go into one open buffer.
+The buffer closes after ``diskless.append.commit.interval.ms`` or once it holds
+``diskless.append.buffer.max.bytes``; it is uploaded as one object to ``kipper-wal``, then
+its batch coordinates are committed to the batch coordinator, which assigns the offsets.
+Only then are the produce requests of that object answered. Uploads of several closed
+buffers run concurrently, but commits happen strictly in buffer order, so one producer's
+requests get offsets in the order the broker received them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from protocol.records import BatchHeader
+from storage.log import KafkaStorageError
+from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
+
+from .control_plane import ControlPlane
+from .read_cache import ReadCache
+
+log = logging.getLogger(__name__)
+
+
+class CommitFailed(KafkaStorageError):
+    """The coordinator did not commit a WAL object in time; its producers may retry
+    (KAFKA_STORAGE_ERROR is retriable for Kafka clients)."""
+
+
+@dataclass(slots=True)
+class PendingAppend:
+    """One partition's batches from one produce request, waiting for their offsets."""
+
+    topic_id: str
+    partition: int
+    log_append_time: bool
+    batches: list[BatchHeader]
+    # Position of the first batch in the buffer.
+    position: int
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+@dataclass(slots=True)
+class WalStats:
+    uploads: int = 0
+    upload_bytes: int = 0
+    upload_failures: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    batches: int = 0
+
+
+class WalWriter:
+    def __init__(self, store: ObjectStore, control_plane: ControlPlane, key_prefix: str,
+                 node_id: int, commit_interval_ms: int = 250,
+                 buffer_max_bytes: int = 8 * 1024 * 1024, commit_timeout_s: float = 30.0,
+                 cache: ReadCache | None = None) -> None:
+        self.store = store
+        self.control_plane = control_plane
+        self.key_prefix = key_prefix
+        self.node_id = node_id
+        self.commit_interval_s = commit_interval_ms / 1000
+        self.buffer_max_bytes = buffer_max_bytes
+        self.commit_timeout_s = commit_timeout_s
+        self.cache = cache
+        self.stats = WalStats()
+        self._buffer = bytearray()
+        self._pending: list[PendingAppend] = []
+        self._close_timer: asyncio.TimerHandle | None = None
+        # Completes when the previous closed buffer's commit has finished (either way).
+        self._previous_commit: asyncio.Future | None = None
+        self._in_flight: set[asyncio.Task] = set()
+
+    def append(self, topic_id: str, partition: int, records: bytes | bytearray,
+               batches: list[BatchHeader], log_append_time: bool) -> asyncio.Future:
+        """Add validated batches to the open buffer. The future resolves to the coordinator's
+        per-batch results (dicts with error_code, base_offset, ...) once committed."""
+        pending = PendingAppend(topic_id, partition, log_append_time, batches, len(self._buffer))
+        self._buffer += records
+        self._pending.append(pending)
+        if len(self._buffer) >= self.buffer_max_bytes:
+            self._close_buffer()
+        elif self._close_timer is None:
+            self._close_timer = asyncio.get_running_loop().call_later(
+                self.commit_interval_s, self._close_buffer)
+        return pending.done
+
+    def _close_buffer(self) -> None:
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+        if not self._pending:
+            return
+        data, pending = bytes(self._buffer), self._pending
+        self._buffer, self._pending = bytearray(), []
+        previous = self._previous_commit
+        committed = self._previous_commit = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._upload_and_commit(data, pending, previous, committed))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _upload_and_commit(self, data: bytes, pending: list[PendingAppend],
+                                 previous: asyncio.Future | None,
+                                 committed: asyncio.Future) -> None:
+        key = f"{self.key_prefix}wal/{uuid.uuid4().hex}"
+        try:
+            try:
+                await self._upload(key, data)
+            finally:
+                # Commits go in buffer order: wait for the previous one even if ours failed.
+                if previous is not None:
+                    await asyncio.shield(previous)
+            results = await self._commit(key, data, pending)
+        except Exception as error:  # every waiting producer must get an answer
+            if not isinstance(error, KafkaStorageError):
+                log.exception("WAL object %s failed", key)
+                error = KafkaStorageError(f"WAL object {key} failed: {error!r}")
+            for entry in pending:
+                if not entry.done.done():
+                    entry.done.set_exception(error)
+            return
+        finally:
+            committed.set_result(None)
+        position = 0
+        for entry in pending:
+            count = len(entry.batches)
+            entry.done.set_result(results[position:position + count])
+            position += count
+
+    async def _upload(self, key: str, data: bytes) -> None:
+        try:
+            await self.store.put(WAL_BUCKET, key, data)
+        except ObjectStoreError as e:
+            self.stats.upload_failures += 1
+            log.warning("WAL upload of %s (%d bytes) failed: %s", key, len(data), e)
+            raise KafkaStorageError(f"object storage unavailable: {e}") from e
+        self.stats.uploads += 1
+        self.stats.upload_bytes += len(data)
+
+    async def _commit(self, key: str, data: bytes, pending: list[PendingAppend]) -> list[dict]:
+        batches = []
+        for entry in pending:
+            for batch in entry.batches:
+                batches.append({
+                    "topic_id": entry.topic_id, "partition": entry.partition,
+                    "byte_offset": entry.position + batch.position, "byte_size": batch.size,
+                    "record_count": batch.last_offset_delta + 1,
+                    "max_timestamp": batch.max_timestamp,
+                    "log_append_time": entry.log_append_time,
+                    "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
+                    "base_sequence": batch.base_sequence, "last_sequence": batch.last_sequence,
+                })
+                if self.cache is not None:
+                    start = entry.position + batch.position
+                    self.cache.put(key, start, batch.size, data[start:start + batch.size])
+        record = {"type": "commit_file", "request_id": f"{self.node_id}:{key}",
+                  "object_key": key, "object_size": len(data), "uploader": self.node_id,
+                  "now_ms": time.time_ns() // 1_000_000, "batches": batches}
+        try:
+            result = await self.control_plane.commit(record, self.commit_timeout_s)
+        except Exception as e:
+            self.stats.commit_failures += 1
+            log.warning("commit of WAL object %s failed: %s (it becomes an orphan)", key, e)
+            raise CommitFailed(f"the batch coordinator did not commit: {e}") from e
+        self.stats.commits += 1
+        self.stats.batches += len(batches)
+        return result["batches"]
+
+    async def close(self) -> None:
+        """Flush the open buffer and wait for every upload and commit in flight."""
+        self._close_buffer()
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
