@@ -71,3 +71,8 @@ def kafkajs(tmp_path_factory) -> Path:
             f"npm ci --prefix {JS_DIR} failed (missing {missing}):\n"
             + log.read_text(errors="replace")[-4000:])
     return JS_DIR
+
+
+@pytest.fixture(scope="session")
+def js_client(kafkajs) -> Path:
+    return kafkajs / "client.mjs"

@@ -2,7 +2,7 @@
 
 from .registry import HANDLERS, RequestContext, handles
 
-from . import (admin, api_versions, controller_apis, fetch, groups,  # noqa: E402,F401
-               metadata, offsets, produce, producer_id)  # (registration)
+from . import (admin, api_versions, controller_apis, diskless_coordinator, fetch,  # noqa: E402,F401
+               groups, metadata, offsets, produce, producer_id)  # (registration)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 
@@ -19,7 +17,3 @@ def pytest_runtest_makereport(item, call):
             report.sections.append(("kipper broker log (tail)",
                                     f"{broker.log_path}\n{broker.log_tail(60)}"))
 
-
-@pytest.fixture(scope="session")
-def js_client(kafkajs) -> Path:
-    return kafkajs / "client.mjs"

@@ -135,7 +135,10 @@ def segment_batches(data_dir: Path, topic: str, partition: int = 0) -> list[tupl
 
 
 def assert_stored_codec(broker, topic: str, codec: str, n_records: int) -> None:
-    batches = segment_batches(broker.data_dir, topic)
+    """``broker``: a BrokerProcess (classic segments in its data dir), or a test cluster with
+    its own ``stored_batches(topic)`` (diskless: the batches in object storage)."""
+    stored_batches = getattr(broker, "stored_batches", None)
+    batches = stored_batches(topic) if stored_batches else segment_batches(broker.data_dir, topic)
     assert sum(count for _, count, _ in batches) == n_records, f"stored batches: {batches[:10]}"
     codecs = {c for _, _, c in batches}
     assert codecs == {codec}, f"stored batch codecs {codecs}, expected {codec!r}: {batches[:10]}"

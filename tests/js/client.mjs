@@ -88,7 +88,7 @@ async function main () {
   const opts = parseArgs(process.argv.slice(2))
   const kafka = new Kafka({
     clientId: 'kipper-kafkajs-test',
-    brokers: [opts.bootstrap],
+    brokers: opts.bootstrap.split(','),
     logLevel: logLevel.WARN,
     logCreator: stderrLogCreator,
     retry: { retries: 5, initialRetryTime: 100 },

@@ -17,7 +17,7 @@ const say = line => process.stdout.write(line + '\n')
 const toStderr = () => ({ label, log }) => process.stderr.write(`${label} ${JSON.stringify(log)}\n`)
 
 const kafka = new Kafka({
-  clientId: name, brokers: [bootstrap], logLevel: logLevel.WARN, logCreator: toStderr,
+  clientId: name, brokers: bootstrap.split(','), logLevel: logLevel.WARN, logCreator: toStderr,
 })
 // kafkajs heartbeats (and so notices a rebalance) and stops only between fetches: short
 // fetch waits keep both quick.
