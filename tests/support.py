@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -9,9 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from broker.metrics import LISTENING_LINE as METRICS_LISTENING_LINE
+from storage.objectstore.admin import ADMIN_PATH as FAULT_ADMIN_PATH
 
 READY = re.compile(r"kipper (?:broker|controller) (\d+) listening on ([\d.]+):(\d+)")
 
@@ -26,6 +31,7 @@ class BrokerProcess:
     env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    metrics_url: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -49,7 +55,22 @@ class BrokerProcess:
             self.kill()
             raise RuntimeError(f"broker did not start: {line!r}; log:\n{self.log_tail()}")
         self.port = int(match.group(3))
+        if "--metrics-listener" in self.extra_args:
+            line = _readline_with_timeout(self.proc, timeout) or ""
+            assert line.startswith(METRICS_LISTENING_LINE), line
+            self.metrics_url = line[len(METRICS_LISTENING_LINE):].strip()
         return self
+
+    def metrics_json(self) -> dict:
+        with urllib.request.urlopen(self.metrics_url + "/metrics.json", timeout=10) as response:
+            return json.load(response)
+
+    def s3_fault(self, spec: dict) -> None:
+        """Apply an object-store fault (storage.objectstore.faults) to this broker's store."""
+        request = urllib.request.Request(self.metrics_url + FAULT_ADMIN_PATH,
+                                         data=json.dumps(spec).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=10).close()
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
