@@ -208,7 +208,14 @@ class BatchCoordinator:
         for offset, record in decode_records(read.records):
             if offset < next_offset or offset >= high_watermark:
                 continue
-            result = self.state.apply(offset, record)
+            try:
+                result = self.state.apply(offset, record)
+            except (KeyError, TypeError, ValueError) as e:
+                # A malformed record fails identically on every broker: skip it rather
+                # than stall the coordinator behind it.
+                log.error("skipping %s record at offset %d: %r", DISKLESS_METADATA_TOPIC, offset, e)
+                self.state.skip(offset)
+                result = {"error_code": int(ErrorCode.invalid_request), "error_message": repr(e)}
             self._recent[offset] = result
             while len(self._recent) > RECENT_RESULTS:
                 self._recent.popitem(last=False)

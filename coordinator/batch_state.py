@@ -151,6 +151,13 @@ class BatchCoordinatorState:
         self._applied_offset = offset
         return result
 
+    def skip(self, offset: int) -> None:
+        """Count a record that cannot be applied (``apply`` raised) as applied, changing
+        nothing else: every broker fails on it the same way, so all stay consistent."""
+        with self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO applied VALUES (0, ?)", (offset,))
+        self._applied_offset = offset
+
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         self._db.execute("BEGIN IMMEDIATE")

@@ -61,6 +61,7 @@ class Housekeeping:
         self.image = image
         self.store = store
         self.wal_prefix = f"{key_prefix}wal/"
+        self.merged_prefix = f"{self.wal_prefix}merged-"
         self.topic_defaults = topic_defaults
         self.settings = settings
         self.stats = HousekeepingStats()
@@ -160,8 +161,11 @@ class Housekeeping:
     async def merge_small_objects(self) -> None:
         """KIP-1165: rewrite small WAL objects' live batches into one object, ordered by
         partition and offset, and repoint their coordinates in one record."""
-        candidates = self.coordinator.state.merge_candidates(
-            self.settings.merge_max_object_bytes, self.settings.merge_max_objects)
+        # Only WAL objects as brokers wrote them: merged objects are already ordered by
+        # partition, and merging them again would rewrite the same bytes over and over.
+        candidates = [(key, batches) for key, batches in self.coordinator.state.merge_candidates(
+            self.settings.merge_max_object_bytes, 4 * self.settings.merge_max_objects)
+            if not key.startswith(self.merged_prefix)][:self.settings.merge_max_objects]
         if len(candidates) < self.settings.merge_min_objects:
             return
         coordinates = sorted((c for _, batches in candidates for c in batches),
@@ -181,7 +185,7 @@ class Housekeeping:
                           "base_offset": c.base_offset, "old_object_key": c.object_key,
                           "byte_offset": len(merged), "byte_size": c.byte_size})
             merged += data[(c.object_key, c.byte_offset)]
-        key = f"{self.wal_prefix}merged-{uuid.uuid4().hex}"
+        key = f"{self.merged_prefix}{uuid.uuid4().hex}"
         await self.store.put(WAL_BUCKET, key, bytes(merged))
         result = await self._commit({"type": "merge", "object_key": key,
                                      "object_size": len(merged), "now_ms": _now_ms(),

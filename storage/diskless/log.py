@@ -3,6 +3,7 @@ writer, offsets and reads come from the batch coordinator, bytes from object sto
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -118,7 +119,7 @@ class DisklessLog(PartitionLog):
     async def delete_records_before(self, offset: int) -> int:
         result = await self.control_plane.commit(
             {"type": "delete_records", "topic_id": self.topic_id, "partition": self.partition,
-             "offset": offset}, 30.0)
+             "offset": offset, "now_ms": time.time_ns() // 1_000_000}, 30.0)
         if result["error_code"] == ErrorCode.offset_out_of_range:
             raise OffsetOutOfRange()
         if result["error_code"] != 0:
