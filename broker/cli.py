@@ -11,6 +11,7 @@ from pathlib import Path
 
 import uvloop
 
+from bench import cli as bench_cli
 from storage.objectstore import cli as objectstore_cli
 
 from . import launcher
@@ -36,6 +37,7 @@ async def _run_broker(args: argparse.Namespace) -> int:
         "default_partitions": args.num_partitions,
         "controller": args.controller, "broker_role": args.broker_role,
         "metrics_listener": args.metrics_listener, "s3_endpoint": args.s3_endpoint,
+        "capture_trace_dir": args.capture_trace,
     })
     broker = Broker(config)
     await broker.start()
@@ -73,13 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--num-partitions", type=int, help="default partition count")
     broker.add_argument("--s3-endpoint",
                         help="S3 endpoint URL of the object store (MinIO, LocalStack, AWS)")
+    broker.add_argument("--capture-trace", type=Path, metavar="DIR",
+                        help="write the produce traffic received as a bench trace in DIR")
     broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=None)
     controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False,
                             controller=None, auto_create_topics=None,
-                            default_storage_mode=None, num_partitions=None, s3_endpoint=None)
+                            default_storage_mode=None, num_partitions=None, s3_endpoint=None,
+                            capture_trace=None)
 
     launcher.add_subcommands(commands)
     objectstore_cli.add_subcommands(commands)
+    bench_cli.add_subcommands(commands)
     return parser
 
 

@@ -40,6 +40,8 @@ class BrokerConfig:
     # S3 endpoint URL of the object store (MinIO, LocalStack, AWS, or `kipper cluster up`'s
     # embedded server). Recorded for the object-storage engines, which do not exist yet.
     s3_endpoint: str | None = None
+    # Directory where the produce traffic received is written as a bench trace; none = off.
+    capture_trace_dir: Path | None = None
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
@@ -64,7 +66,7 @@ def _coerce(kind: str, raw: Any) -> Any:
         return int(raw)
     if kind == "bool":
         return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
-    if kind == "Path":
+    if kind in ("Path", "Path | None"):
         return Path(raw)
     if kind.startswith("dict"):
         return {str(k): str(v) for k, v in dict(raw).items()}

@@ -131,6 +131,8 @@ class Cluster:
         ]
         if controller is not None:
             arguments += ["--controller", controller]
+        if self.args.capture_trace is not None:
+            arguments += ["--capture-trace", str(self.args.capture_trace / f"broker-{node}")]
         metrics = self.args.metrics_base_port is not None
         if metrics:
             arguments += ["--metrics-listener",
@@ -227,4 +229,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                     help="broker N serves /metrics on base+N (0: any free ports; default: off)")
     up.add_argument("--data-dir", type=Path, default=Path("data/cluster"),
                     help="brokers keep their logs in DATA_DIR/broker-N (default data/cluster)")
+    up.add_argument("--capture-trace", type=Path, metavar="DIR",
+                    help="brokers write the produce traffic they receive as bench traces in "
+                         "DIR/broker-N")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))

@@ -22,6 +22,7 @@ from coordinator.group_coordinator import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
 from storage.manager import LogManager
 
+from .capture import TraceCapture
 from .client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
@@ -58,6 +59,7 @@ class Broker:
                                          {"node_id": config.node_id, "rack": config.rack})
             self.metrics.add_source("network", self.traffic)
         self.logs = LogManager(config.data_dir)
+        self.capture = TraceCapture(config.capture_trace_dir) if config.capture_trace_dir else None
         self.replicas: ReplicaManager | None = None
         self.follower: MetadataFollower | None = None
         self.group_coordinator: GroupCoordinator | None = None
@@ -183,4 +185,6 @@ class Broker:
         if self.controller is not None:
             await self.controller.stop()
         await self.nodes.close()
+        if self.capture is not None:
+            self.capture.close()
         log.info("node %d stopped", self.config.node_id)
