@@ -61,11 +61,11 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from bench.analyze import analyze
+    from bench.analyze import analyze, headline
     from bench.spark import spark_session
     figures = analyze(spark_session(args.master), args.run)
     (args.run / "analysis.json").write_text(json.dumps(figures, indent=2))
-    print(json.dumps({k: v for k, v in figures.items() if k != "series"}, indent=2))
+    print(json.dumps(headline(figures), indent=2))
     return 0
 
 

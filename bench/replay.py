@@ -15,6 +15,7 @@ and ``e2e.parquet`` (one row per consumed record).
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import struct
@@ -336,13 +337,20 @@ def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: in
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(name, count, replication_factor, config=config or {})
-                                   for name, count in topics.items()])
+                                   for name, count in topics.items()],
+                                  request_timeout=timeout_s)
+    problem = None
     for name, future in futures.items():
         try:
-            future.result(timeout_s)
+            future.result(timeout_s + 5)
         except KafkaException as e:
-            error = e.args[0]
-            raise TopicCreationError(f"{error.name()}: {error.str()}") from None
+            problem = f"{e.args[0].name()}: {e.args[0].str()}"
+        except concurrent.futures.TimeoutError:
+            problem = f"CreateTopics for {name} got no answer in {timeout_s:.0f} s"
+    # Raised out here, so that no exception keeps this frame, and so the admin client and
+    # its connections, alive after the caller has given up on the cluster.
+    if problem is not None:
+        raise TopicCreationError(problem)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         metadata = admin.list_topics(timeout=10).topics
