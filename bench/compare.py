@@ -77,7 +77,7 @@ def compare(options: CompareOptions) -> dict:
         report = {
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "trace": {"path": str(options.trace) if options.trace else "synthetic",
-                      "synth": {**asdict(synth), "azs": list(synth.azs)} if synth else None,
+                      "synth": asdict(synth) if synth else None,
                       **asdict(summary), "duration_s": summary.duration_s},
             "options": {"modes": options.modes, "peers": options.peers,
                         "speedup": options.speedup, "quick": options.quick,
@@ -130,7 +130,7 @@ def run_tansu(spark, trace: Path, summary: TraceSummary, work: Path,
 
 
 def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
-              retention_hours: float) -> dict:
+              retention_hours: float, prices: dict | None = None) -> dict:
     """Cross-AZ bytes, object-store requests and storage of the replay, and their price."""
     cross_before, cross_after = cross_az_bytes(before), cross_az_bytes(after)
     cross = {cls: n - cross_before.get(cls, 0) for cls, n in cross_after.items()}
@@ -139,7 +139,7 @@ def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
     object_store = [object_store_delta(earlier.get(doc["node_id"]), snapshot)
                     for doc in after if (snapshot := object_store_snapshot(doc)) is not None]
     gb_months = storage_gb_months(stored, retention_hours)
-    costs = cost_breakdown(object_store, cross, gb_months)
+    costs = cost_breakdown(object_store, cross, gb_months, prices)
     total_cross = sum(cross.values())
     return {
         "produced_bytes": produced,

@@ -11,7 +11,7 @@ parameters, not on how Spark splits the work.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -101,6 +101,3 @@ def synthesize(spark, params: SynthParams, out: Path) -> TraceSummary:
     path = write_trace(table, out)
     return validate_trace(path)
 
-
-def params_dict(params: SynthParams) -> dict:
-    return {**asdict(params), "azs": list(params.azs)}
