@@ -77,7 +77,9 @@ def _compare(args: argparse.Namespace) -> int:
         retention_hours=args.retention_hours)
     report = compare(options)
     print(f"wrote {args.out / 'report.html'} and report.json in {report['wall_s']:.0f} s")
-    return 0
+    for name, run in report["modes"].items():
+        print(f"  {name}: {run['status']}")
+    return 1 if any(run["status"].startswith("failed") for run in report["modes"].values()) else 0
 
 
 def _report(args: argparse.Namespace) -> int:

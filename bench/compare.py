@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,8 @@ from bench.synth import SynthParams, synthesize
 from bench.tansu import TansuBroker
 from bench.trace import TraceSummary, validate_trace
 from storage.objectstore.names import REGIONAL, bucket_az
+
+log = logging.getLogger(__name__)
 
 AZS = ["az1", "az2", "az3"]
 BROKERS = 3
@@ -85,10 +88,14 @@ def compare(options: CompareOptions) -> dict:
                         "brokers": BROKERS, "replication_factor": REPLICATION_FACTOR},
             "modes": {},
         }
-        for mode in options.modes:
-            report["modes"][mode] = run_mode(spark, mode, trace, summary, work / mode, options)
-        for peer in options.peers:
-            report["modes"][peer] = run_tansu(spark, trace, summary, work / peer, options)
+        runs = [(mode, run_mode) for mode in options.modes]
+        runs += [(peer, run_tansu) for peer in options.peers]
+        for name, run in runs:
+            try:
+                report["modes"][name] = run(spark, name, trace, summary, work / name, options)
+            except Exception as e:  # one failed run must not lose the others' results
+                log.exception("%s failed", name)
+                report["modes"][name] = {"status": f"failed: {type(e).__name__}: {e}"}
     report["wall_s"] = time.monotonic() - started
     (options.out / "report.json").write_text(json.dumps(report, indent=1))
     write_report(report, options.out)
@@ -103,7 +110,7 @@ def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
             create_topics(cluster.bootstrap, summary.topics, REPLICATION_FACTOR,
                           {"kipper.storage.mode": mode}, CREATE_TIMEOUT_S)
         except TopicCreationError as e:
-            return {"status": f"unavailable: {e}"}
+            return {"status": f"unavailable: CreateTopics with kipper.storage.mode={mode}: {e}"}
         before = [cluster.metrics_json(node) for node in range(BROKERS)]
         result = replay(spark, trace, cluster.bootstrap, work / "run", speedup=options.speedup,
                         azs=AZS, label=mode)
@@ -116,10 +123,10 @@ def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
             **run_costs(before, after, stored, options.retention_hours)}
 
 
-def run_tansu(spark, trace: Path, summary: TraceSummary, work: Path,
+def run_tansu(spark, name: str, trace: Path, summary: TraceSummary, work: Path,
               options: CompareOptions) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
     with TansuBroker(log_path=work / "tansu.log") as tansu:
-        work.mkdir(parents=True, exist_ok=True)
         create_topics(tansu.bootstrap, summary.topics, 1, None, CREATE_TIMEOUT_S)
         result = replay(spark, trace, tansu.bootstrap, work / "run", speedup=options.speedup,
                         azs=AZS, label="tansu")
