@@ -88,3 +88,82 @@ def cost_breakdown(
     result = dict(sorted(costs.items()))
     result["total"] = sum(costs.values())
     return result
+
+
+# --- From a run's counters to the inputs above, and to dollars per TB produced. ----------
+#
+# ``metrics`` arguments are lists of brokers' /metrics.json documents: the "network" source
+# (broker/traffic.py) and, on brokers with an object store, its accounting snapshot.
+
+# AWS prorates monthly storage prices over a 730-hour month.
+HOURS_PER_MONTH = 730
+# The object-store source's name in /metrics.json (broker/metrics.py).
+OBJECT_STORE_SOURCES = ("objectstore", "object_store")
+CATEGORIES = ("cross_az_transfer", "object_store_requests", "storage")
+
+
+def _server_rows(metrics: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    # The server side counts every byte between kipper nodes and clients exactly once.
+    for document in metrics:
+        yield from document.get("network", {}).get("server", [])
+
+
+def cross_az_bytes(metrics: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Bytes between two different, known AZs, by traffic class."""
+    totals: dict[str, int] = defaultdict(int)
+    for row in _server_rows(metrics):
+        if "unknown" not in (row["local_az"], row["peer_az"]) and row["local_az"] != row["peer_az"]:
+            totals[row["class"]] += row["bytes"]
+    return dict(sorted(totals.items()))
+
+
+def produce_request_bytes(metrics: Iterable[Mapping[str, Any]]) -> int:
+    """Produce-request bytes the brokers received: the data produced, as it came in."""
+    return sum(row["bytes"] for row in _server_rows(metrics)
+               if row["class"] == "produce" and row["direction"] == "in")
+
+
+def object_store_snapshot(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A broker's object-store accounting snapshot; None for a broker without one."""
+    return next((document[name] for name in OBJECT_STORE_SOURCES if name in document), None)
+
+
+def object_store_delta(before: Mapping[str, Any] | None,
+                       after: Mapping[str, Any]) -> dict[str, Any]:
+    """The requests and bytes of ``after`` that ``before`` (same store, earlier) lacks."""
+    def key(row: Mapping[str, Any]) -> tuple:
+        return row["operation"], row["bucket"], row["caller_az"], row["bucket_az"]
+    earlier = {key(row): row for row in (before or {}).get("requests", [])}
+    rows = []
+    for row in after["requests"]:
+        old = earlier.get(key(row), {})
+        rows.append({**row, **{field: row[field] - old.get(field, 0)
+                               for field in ("requests", "errors", "bytes")}})
+    return {**after, "requests": rows}
+
+
+def storage_gb_months(bytes_by_class: Mapping[str, int], retention_hours: float) -> dict[str, float]:
+    """GB-months of keeping the bytes stored at the end of a run for ``retention_hours``."""
+    return {storage_class: nbytes / GB * retention_hours / HOURS_PER_MONTH
+            for storage_class, nbytes in bytes_by_class.items()}
+
+
+def category(item: str) -> str:
+    """cross_az_transfer, storage, or object_store_requests (S3 Express per-GB request
+    charges included) for an item of cost_breakdown's result."""
+    if item.startswith("cross_az."):
+        return "cross_az_transfer"
+    if item.endswith(".storage"):
+        return "storage"
+    return "object_store_requests"
+
+
+def per_tb_produced(costs: Mapping[str, float], produced_bytes: int) -> dict[str, float]:
+    """Dollars per 10¹² bytes produced, by category, plus "total"."""
+    scale = 1e12 / produced_bytes if produced_bytes else 0.0
+    result = {name: 0.0 for name in CATEGORIES}
+    for item, dollars in costs.items():
+        if item != "total":
+            result[category(item)] += dollars * scale
+    result["total"] = costs["total"] * scale
+    return result

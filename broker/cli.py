@@ -11,6 +11,7 @@ from pathlib import Path
 
 import uvloop
 
+from bench import cli as bench_cli
 from storage.objectstore import cli as objectstore_cli
 from storage.objectstore.latency import LATENCY_PROFILES
 
@@ -39,6 +40,7 @@ async def _run_broker(args: argparse.Namespace) -> int:
         "metrics_listener": args.metrics_listener, "s3_endpoint": args.s3_endpoint,
         "s3_access_key": args.s3_access_key, "s3_secret_key": args.s3_secret_key,
         "s3_latency_profile": args.s3_latency_profile,
+        "capture_trace_dir": args.capture_trace,
     })
     broker = Broker(config)
     await broker.start()
@@ -80,15 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--s3-secret-key")
     broker.add_argument("--s3-latency-profile", choices=sorted(LATENCY_PROFILES),
                         help="delay added to every object-store request (default none)")
+    broker.add_argument("--capture-trace", type=Path, metavar="DIR",
+                        help="write the produce traffic received as a bench trace in DIR")
     broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=None)
     controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False,
                             controller=None, auto_create_topics=None,
                             default_storage_mode=None, num_partitions=None, s3_endpoint=None,
                             s3_access_key=None, s3_secret_key=None,
-                            s3_latency_profile=None)
+                            s3_latency_profile=None, capture_trace=None)
 
     launcher.add_subcommands(commands)
     objectstore_cli.add_subcommands(commands)
+    bench_cli.add_subcommands(commands)
     return parser
 
 

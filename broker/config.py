@@ -60,6 +60,8 @@ class BrokerConfig:
     diskless_orphan_grace_ms: int = 600_000
     diskless_merge_max_object_bytes: int = 4 * 1024 * 1024
     diskless_merge_min_objects: int = 8
+    # Directory where the produce traffic received is written as a bench trace; none = off.
+    capture_trace_dir: Path | None = None
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
@@ -84,7 +86,7 @@ def _coerce(kind: str, raw: Any) -> Any:
         return int(raw)
     if kind == "bool":
         return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
-    if kind == "Path":
+    if kind in ("Path", "Path | None"):
         return Path(raw)
     if kind.startswith("dict"):
         return {str(k): str(v) for k, v in dict(raw).items()}

@@ -136,6 +136,8 @@ class Cluster:
         ]
         if controller is not None:
             arguments += ["--controller", controller]
+        if self.args.capture_trace is not None:
+            arguments += ["--capture-trace", str(self.args.capture_trace / f"broker-{node}")]
         metrics = self.args.metrics_base_port is not None
         if metrics:
             arguments += ["--metrics-listener",
@@ -234,4 +236,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                     help="brokers keep their logs in DATA_DIR/broker-N (default data/cluster)")
     up.add_argument("--s3-latency-profile", choices=sorted(LATENCY_PROFILES), default="none",
                     help="delay the brokers add to every object-store request (default none)")
+    up.add_argument("--capture-trace", type=Path, metavar="DIR",
+                    help="brokers write the produce traffic they receive as bench traces in "
+                         "DIR/broker-N")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))

@@ -28,6 +28,7 @@ from storage.diskless.log import log_factory as diskless_log_factory
 from storage.manager import LogManager
 from storage.objectstore import ObjectStore, ObjectStoreConfig
 
+from .capture import TraceCapture
 from .client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
@@ -74,6 +75,7 @@ class Broker:
                 latency_profile=config.s3_latency_profile))
             if self.metrics is not None:
                 self.metrics.add_object_store(self.object_store)
+        self.capture = TraceCapture(config.capture_trace_dir) if config.capture_trace_dir else None
         self.replicas: ReplicaManager | None = None
         self.batch_coordinator: BatchCoordinator | None = None
         self.wal_writer: WalWriter | None = None
@@ -252,4 +254,6 @@ class Broker:
         await self.nodes.close()
         if self.object_store is not None:
             await self.object_store.close()
+        if self.capture is not None:
+            self.capture.close()
         log.info("node %d stopped", self.config.node_id)

@@ -37,6 +37,9 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
         partition = ctx.broker.replicas.get(topic, partition_index)
         partition.check_leader()
         batches = validate_produce_records(records or b"")
+        if ctx.broker.capture is not None:
+            ctx.broker.capture.record(ctx.header.client_id, topic, partition_index, batches,
+                                      len(records), acks)
         return await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
     except PartitionError as e:
         return e.error_code, str(e)

@@ -1,0 +1,149 @@
+"""`kipper bench …`: trace validation, synthesis, Spark replay and analysis, the mode comparison.
+
+The heavy modules (pyspark, matplotlib) are imported inside the commands, so that `kipper
+broker` does not pay for them at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench.spark import DEFAULT_MASTER
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from bench.trace import TraceError, validate_trace
+    try:
+        summary = validate_trace(args.trace)
+    except TraceError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(f"{args.trace}: valid trace (schema v1): {summary.rows} requests, {summary.records} "
+          f"records, {summary.bytes} bytes, {summary.producers} producers, "
+          f"{summary.duration_s:.1f} s, topics {summary.topics}")
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from bench.spark import spark_session
+    from bench.synth import SynthParams, synthesize
+    params = SynthParams(producers=args.producers, topics=args.topics,
+                         partitions=args.partitions, duration_s=args.duration, rate=args.rate,
+                         zipf_s=args.zipf, mean_records=args.mean_records,
+                         azs=tuple(args.azs.split(",")), seed=args.seed)
+    summary = synthesize(spark_session(args.master), params, args.out)
+    print(f"wrote {args.out}: {summary.rows} requests, {summary.records} records, "
+          f"{summary.bytes} bytes over {summary.duration_s:.1f} s")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from bench.replay import create_topics, replay
+    from bench.spark import spark_session
+    from bench.trace import validate_trace
+    if args.create_topics:
+        create_topics(args.bootstrap, validate_trace(args.trace).topics,
+                      args.replication_factor, dict(args.topic_config))
+    result = replay(spark_session(args.master), args.trace, args.bootstrap, args.out,
+                    speedup=args.speedup, producer_config=dict(args.producer_config))
+    print(json.dumps(result.as_dict(), indent=2))
+    return 0 if result.failed == 0 and result.consumed == result.acked else 1
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from bench.analyze import analyze, headline
+    from bench.spark import spark_session
+    figures = analyze(spark_session(args.master), args.run)
+    (args.run / "analysis.json").write_text(json.dumps(figures, indent=2))
+    print(json.dumps(headline(figures), indent=2))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from bench.compare import CompareOptions, compare
+    options = CompareOptions(
+        trace=args.trace, modes=args.modes.split(","), peers=args.peer, out=args.out,
+        speedup=args.speedup, master=args.master, quick=args.quick,
+        retention_hours=args.retention_hours)
+    report = compare(options)
+    print(f"wrote {args.out / 'report.html'} and report.json in {report['wall_s']:.0f} s")
+    for name, run in report["modes"].items():
+        print(f"  {name}: {run['status']}")
+    return 1 if any(run["status"].startswith("failed") for run in report["modes"].values()) else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from bench.report import write_report
+    report = json.loads((args.run / "report.json").read_text())
+    write_report(report, args.run)
+    print(f"wrote {args.run / 'report.html'}")
+    return 0
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("bench", help="produce traces, Spark replay, mode comparison")
+    commands = bench.add_subparsers(dest="bench_command", required=True)
+
+    validate = commands.add_parser("validate", help="check a trace file or directory")
+    validate.add_argument("trace", type=Path)
+    validate.set_defaults(func=_validate)
+
+    synth = commands.add_parser("synth", help="generate a synthetic trace with Spark")
+    synth.add_argument("--out", type=Path, required=True, help="trace file to write")
+    synth.add_argument("--producers", type=int, default=12)
+    synth.add_argument("--topics", type=int, default=2)
+    synth.add_argument("--partitions", type=int, default=12, help="per topic")
+    synth.add_argument("--duration", type=float, default=60.0, help="seconds of trace")
+    synth.add_argument("--rate", type=float, default=20.0,
+                       help="mean produce requests/s per producer")
+    synth.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent over partitions")
+    synth.add_argument("--mean-records", type=float, default=4.0, help="records per request")
+    synth.add_argument("--azs", default="az1,az2,az3")
+    synth.add_argument("--seed", type=int, default=1)
+
+    replay = commands.add_parser("replay", help="replay a trace against a running cluster")
+    replay.add_argument("--trace", type=Path, required=True)
+    replay.add_argument("--bootstrap", required=True)
+    replay.add_argument("--out", type=Path, required=True, help="run directory for results")
+    replay.add_argument("--speedup", type=float, default=1.0)
+    replay.add_argument("--create-topics", action="store_true",
+                        help="create the trace's topics first")
+    replay.add_argument("--replication-factor", type=int, default=1)
+    replay.add_argument("--topic-config", type=_key_value, action="append", default=[],
+                        metavar="KEY=VALUE", help="config of created topics")
+    replay.add_argument("--producer-config", type=_key_value, action="append", default=[],
+                        metavar="KEY=VALUE", help="extra librdkafka producer setting")
+
+    analyze = commands.add_parser("analyze", help="latency, throughput and errors of a replay")
+    analyze.add_argument("--run", type=Path, required=True, help="a replay's run directory")
+
+    compare = commands.add_parser("compare", help="one trace against every storage mode")
+    compare.add_argument("--trace", type=Path, help="default: a synthetic trace")
+    compare.add_argument("--modes", default="classic,active-tiered,diskless")
+    compare.add_argument("--peer", action="append", default=[], choices=["tansu"])
+    compare.add_argument("--out", type=Path, default=Path("bench-report"))
+    compare.add_argument("--speedup", type=float, default=1.0)
+    compare.add_argument("--quick", action="store_true",
+                         help="a small synthetic trace (20 s): the whole run in minutes")
+    compare.add_argument("--retention-hours", type=float, default=168.0,
+                         help="how long produced data is kept, for the storage cost")
+
+    report = commands.add_parser("report", help="redraw report.html from a run's report.json")
+    report.add_argument("--run", type=Path, required=True)
+
+    for command in (synth, replay, analyze, compare):
+        command.add_argument("--master", default=DEFAULT_MASTER,
+                             help="Spark master (local[*], spark://host:7077)")
+    for command, func in ((synth, _synth), (replay, _replay), (analyze, _analyze),
+                          (compare, _compare), (report, _report)):
+        command.set_defaults(func=func)
