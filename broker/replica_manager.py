@@ -17,7 +17,7 @@ from coordinator.metadata import NO_LEADER, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
 from replication.fetcher import LeaderFetcher
-from storage.config import LogConfig
+from storage.config import InvalidConfig, LogConfig
 from storage.manager import LogManager
 
 from .client import NodeClient, NodeConnection
@@ -72,6 +72,13 @@ class ReplicaManager:
                 self._follow(partition)
 
     def _apply_partition(self, info: PartitionInfo) -> None:
+        try:
+            self._host_partition(info)
+        except InvalidConfig as e:
+            # e.g. a diskless topic on a broker without an object store: serve the others.
+            log.error("cannot host %s-%d: %s", info.topic, info.partition, e)
+
+    def _host_partition(self, info: PartitionInfo) -> None:
         key = (info.topic, info.partition)
         config = self.log_config(info.topic)
         if config.storage_mode == "diskless":

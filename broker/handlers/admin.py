@@ -74,10 +74,23 @@ async def create_topics(ctx: RequestContext, request) -> object:
     return await _on_controller(ctx, request, _create_topics)
 
 
+def _check_storage_mode(ctx: RequestContext, topic) -> None:
+    """Refuse a storage mode this broker cannot open (no object store configured), before
+    the controller records a topic no broker could serve."""
+    requested = {c.name: c.value for c in topic.configs}.get(
+        "kipper.storage.mode", ctx.broker.config.default_storage_mode)
+    if ctx.broker.config.broker_role and requested not in ctx.broker.logs.engines:
+        raise ControllerError(
+            ErrorCode.invalid_config,
+            f"kipper.storage.mode={requested} needs an object store: start the brokers with "
+            f"--s3-endpoint (available here: {', '.join(sorted(ctx.broker.logs.engines))})")
+
+
 async def _create_topics(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
+            _check_storage_mode(ctx, topic)
             if topic.assignments:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "Manual replica assignment is not supported by kipper; "

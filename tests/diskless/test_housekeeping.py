@@ -4,8 +4,8 @@ consumers read, DeleteRecords, time retention, and deletion of emptied WAL objec
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from support import consume_all, create_topic, wait_until
 
@@ -79,3 +79,14 @@ def test_time_retention_empties_the_log_and_its_objects_are_deleted(cluster, top
         "SELECT DISTINCT object_key FROM batches WHERE topic_id = ?", (topic_id,))}
     wait_until(lambda: offsets(cluster.bootstrap, topic_name) == (len(values), len(values)), 60, 0.5)
     wait_until(lambda: not keys & wal_keys(cluster), 60, 0.5)
+
+
+def test_diskless_topic_without_object_store_is_refused(broker_factory, topic_name):
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    future = admin.create_topics([NewTopic(topic_name, 1, 1,
+                                           config={"kipper.storage.mode": "diskless"})])[topic_name]
+    with pytest.raises(KafkaException) as refused:
+        future.result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "--s3-endpoint" in refused.value.args[0].str()
