@@ -23,6 +23,8 @@ class LocalCluster:
     root: Path
     brokers: int = 3
     metrics: bool = False
+    # More `kipper cluster up` arguments, e.g. ["--s3-latency-profile", "s3-standard"].
+    extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     bootstrap: str = ""
     # "s3", "broker 0", ...: the key=value fields of the launcher's line for that node.
@@ -36,6 +38,7 @@ class LocalCluster:
                    "--data-dir", str(self.root / "data")]
         if self.metrics:
             command += ["--metrics-base-port", "0"]
+        command += self.extra_args
         with open(self.root / "cluster.log", "ab") as log:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL, text=True)

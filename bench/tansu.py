@@ -80,6 +80,8 @@ class TansuBroker(ChildProcess):
     port: int = 0
     storage_engine: str = "memory://tansu/"
     extra_args: list[str] = field(default_factory=list)
+    # Extra environment for the broker, e.g. the AWS_* settings of the s3:// engine.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -98,7 +100,7 @@ class TansuBroker(ChildProcess):
             cmd = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                    "--storage-engine", self.storage_engine, *self.extra_args]
             # Keep Tansu's own logging quiet unless asked for.
-            env = {**os.environ}
+            env = {**os.environ, **self.env}
             env.setdefault("RUST_LOG", "warn")
             self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env)
