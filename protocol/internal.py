@@ -23,9 +23,6 @@ class InternalApiKey(enum.IntEnum):
     # Append one record to the diskless batch coordinator's log, answered with the result
     # of applying it (commit a WAL file, delete records). Sent to the coordinator.
     DISKLESS_COORDINATOR_APPEND = 9000
-    # A read-only coordinator query (find batches, log info), sent to any broker that
-    # materialises the coordinator state.
-    DISKLESS_COORDINATOR_QUERY = 9001
 
 
 @dataclass(frozen=True, slots=True)
