@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import zlib
 
-from coordinator.metadata import BrokerInfo
+from coordinator.metadata import DISKLESS_METADATA_TOPIC, BrokerInfo, MetadataImage
+
+
+def diskless_servers(image: MetadataImage) -> list[BrokerInfo]:
+    """Live brokers that materialise the batch coordinator's state (replicas of its log),
+    so they can answer reads; all live brokers before the log exists."""
+    live = image.live_brokers()
+    topic = image.topics.get(DISKLESS_METADATA_TOPIC)
+    if topic is None or 0 not in topic.partitions:
+        return live
+    replicas = set(topic.partitions[0].replicas)
+    return [b for b in live if b.node_id in replicas] or live
 
 
 def diskless_leader(topic: str, partition: int, brokers: list[BrokerInfo],

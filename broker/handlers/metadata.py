@@ -8,7 +8,7 @@ from coordinator.controller import ControllerError, validate_topic_name
 from coordinator.metadata import PartitionInfo, TopicInfo
 from protocol.apis import ApiKey
 
-from ..diskless_routing import diskless_leader
+from ..diskless_routing import diskless_leader, diskless_servers
 from ..traffic import az_from_client_id
 from .registry import RequestContext, handles
 
@@ -36,7 +36,7 @@ def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
     leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
     if ctx.broker.replicas.log_config(p.topic).storage_mode == "diskless":
         # Leaderless: name the broker this client should use (KIP-1181).
-        leader = diskless_leader(p.topic, p.partition, ctx.broker.image.live_brokers(),
+        leader = diskless_leader(p.topic, p.partition, diskless_servers(ctx.broker.image),
                                  az_from_client_id(ctx.header.client_id))
         replicas = isr = (leader,)
     return ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
