@@ -48,6 +48,10 @@ class BrokerConfig:
     s3_latency_profile: str = "none"
     # Prepended to every object key this cluster writes, so clusters can share buckets.
     s3_key_prefix: str = ""
+    # Active-tiered (KIP-1176): the broker's WAL uploader closes a combined object of all its
+    # leader partitions' new bytes every interval, or sooner once it holds max_bytes.
+    active_tiered_upload_interval_ms: int = 100
+    active_tiered_upload_max_bytes: int = 4 << 20
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

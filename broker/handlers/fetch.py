@@ -50,9 +50,14 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             if fetch.fetch_offset < partition.log.log_start_offset:
                 raise OffsetOutOfRange()
         else:
-            result = await partition.log.read(
-                fetch.fetch_offset, min(fetch.partition_max_bytes, budget),
-                max_offset=upper, min_one_batch=first_data)
+            max_bytes = min(fetch.partition_max_bytes, budget)
+            if replica_id >= 0:
+                result = await partition.log.read_for_replica(
+                    replica_id, fetch.fetch_offset, max_bytes, max_offset=upper,
+                    min_one_batch=first_data)
+            else:
+                result = await partition.log.read(fetch.fetch_offset, max_bytes,
+                                                  max_offset=upper, min_one_batch=first_data)
             records = result.records
         error = ErrorCode.none
     except PartitionError as e:
