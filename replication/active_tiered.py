@@ -54,7 +54,9 @@ class BrokerReplicaLink:
 
     # -- the metadata topic --------------------------------------------------------------
 
-    async def _leader(self, create: bool) -> NodeConnection:
+    async def _leader(self, create: bool, purpose: str = "wal-metadata-produce") -> NodeConnection:
+        """A connection to the partition's leader; produce and fetch get one each, as a
+        connection answers in request order and the fetch long-polls."""
         image = self.broker.image
         topic = image.topics.get(WAL_METADATA_TOPIC)
         if topic is None:
@@ -69,7 +71,10 @@ class BrokerReplicaLink:
         leader = image.brokers.get(topic.partitions[METADATA_TOPIC_PARTITION].leader)
         if leader is None:
             raise LookupError(f"{WAL_METADATA_TOPIC} has no leader")
-        return self.broker.nodes.connection(leader.host, leader.port, "wal-metadata")
+        return self.broker.nodes.connection(leader.host, leader.port, purpose)
+
+    async def ensure_topic(self) -> None:
+        await self._leader(create=True)
 
     async def produce(self, values: list[bytes]) -> None:
         """One batch of records (acks=all, as metadata must survive the leader)."""
@@ -86,7 +91,7 @@ class BrokerReplicaLink:
             raise LookupError(f"producing to {WAL_METADATA_TOPIC}: {error.name}")
 
     async def fetch(self, offset: int) -> tuple[bytes, int]:
-        connection = await self._leader(create=False)
+        connection = await self._leader(create=False, purpose="wal-metadata-fetch")
         request = make(FetchRequest, replica_id=-1, max_wait=FETCH_MAX_WAIT_MS, min_bytes=1,
                        max_bytes=4 << 20, isolation_level=0, session_id=0, session_epoch=-1,
                        forgotten_topics_data=(), rack_id="", topics=(make(

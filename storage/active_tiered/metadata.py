@@ -211,6 +211,9 @@ class WalMetadataFile:
 class MetadataTopicClient(Protocol):
     """The broker's access to ``__remote_wal_log_metadata`` (replication.active_tiered)."""
 
+    async def ensure_topic(self) -> None:
+        """Create the topic if it does not exist yet."""
+
     async def produce(self, values: list[bytes]) -> None: ...
 
     async def fetch(self, offset: int) -> tuple[bytes, int]:
@@ -292,9 +295,24 @@ class TopicScheme(MetadataScheme):
         self._logs: dict[tuple[str, int], "ActiveTieredLog"] = {}
         self._changed = asyncio.Event()
         self._consumer: asyncio.Task | None = None
+        self._creation: asyncio.Future | None = None
 
     def opened(self, log_: "ActiveTieredLog") -> None:
         self._logs[(log_.topic, log_.partition)] = log_
+        self._ensure_topic()
+
+    def _ensure_topic(self) -> None:
+        """Created with the first partition of this scheme, so that it is ready by the
+        first upload rather than created by it."""
+        if self._client is not None and self._logs and self._creation is None:
+            self._creation = asyncio.ensure_future(self._client.ensure_topic())
+            self._creation.add_done_callback(self._created)
+
+    def _created(self, task: asyncio.Future) -> None:
+        if task.cancelled() or task.exception() is not None:
+            log.warning("cannot create %s yet: %s", WAL_METADATA_TOPIC,
+                        "cancelled" if task.cancelled() else task.exception())
+            self._creation = None  # the next partition opened tries again
 
     def pointers(self, refs: list[WalRef]) -> WalPointers:
         # The refs travel through the topic; the follower only learns what is uploaded.
@@ -330,6 +348,7 @@ class TopicScheme(MetadataScheme):
     async def start(self, topic_client: MetadataTopicClient) -> None:
         self._client = topic_client
         self._consumer = asyncio.create_task(self._consume())
+        self._ensure_topic()
 
     async def stop(self) -> None:
         if self._consumer is not None:

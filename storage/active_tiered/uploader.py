@@ -181,23 +181,25 @@ class WalUploader:
         self.metrics.uploaded(self.bucket, len(body), len(parts))
         uploaded_at = _now_ms()
         obj = _Object(self.bucket, key, uploaded_at)
-        refs = []
+        self._objects.append(obj)
+        published: list[tuple[_Leading, WalRef]] = []
         position = 0
         for state, base, data, next_offset in parts:
-            ref = WalRef(self.bucket, key, state.log.topic, state.log.partition, base,
-                         next_offset - 1, position, len(data), uploaded_at)
+            published.append((state, WalRef(
+                self.bucket, key, state.log.topic, state.log.partition, base, next_offset - 1,
+                position, len(data), uploaded_at)))
             position += len(data)
-            if self._leading.get(id(state.log)) is not state or state.cursor != base:
-                continue  # leadership changed while uploading: these refs mean nothing
-            state.cursor = next_offset
-            state.log.wal_refs.add(ref)
+        # Published before followers are pointed at the refs (and before the cursor moves,
+        # so that they wait for it meanwhile): with the topic scheme a follower then finds
+        # the refs committed to the topic when it looks.
+        await self._publish([ref for _, ref in published])
+        for state, ref in published:
             obj.parts.append((state.log, ref.last_offset))
-            refs.append(ref)
-        self._objects.append(obj)
-        if refs:
-            await self._publish(refs)
-            for ref in refs:
-                self._on_uploaded(ref.topic, ref.partition)
+            if self._leading.get(id(state.log)) is not state or state.cursor != ref.base_offset:
+                continue  # leadership changed while uploading: not ours to hand out
+            state.cursor = ref.last_offset + 1
+            state.log.wal_refs.add(ref)
+            self._on_uploaded(ref.topic, ref.partition)
         return left_behind
 
     @staticmethod
