@@ -68,11 +68,11 @@ class TieredCluster(Cluster):
                     total[name] += value
         return total
 
-    def network(self, side: str = "server") -> Counter:
+    def network(self, side: str = "server", nodes=None) -> Counter:
         """Network bytes summed over live brokers by (class, same|cross|unknown)."""
         totals: Counter = Counter()
         for node, broker in enumerate(self.brokers):
-            if not broker.alive():
+            if not broker.alive() or (nodes is not None and node not in nodes):
                 continue
             for row in self.metrics(node)["network"][side]:
                 if row["peer_az"] == "unknown":
@@ -98,3 +98,29 @@ def create_tiered_topic(cluster: Cluster, name: str, **configs: str) -> None:
     config = {**TIERED, **{k.replace("_", "."): v for k, v in configs.items()}}
     create_topic(cluster.bootstrap, name, replication_factor=3, config=config)
     wait_until(lambda: len(cluster.isr_of(name)) == 3, timeout=30, interval=0.2)
+
+
+class AckTracker:
+    """A confluent-kafka producer (acks=all, idempotent) that records what was acknowledged."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+        self.acked: list[bytes] = []
+        self.failed = 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 5,
+                                  "message.timeout.ms": 120_000})
+
+    def _delivered(self, error, message) -> None:
+        if error is None:
+            self.acked.append(message.value())
+        else:
+            self.failed += 1
+
+    def send(self, topic: str, values: list[bytes]) -> None:
+        for value in values:
+            self.producer.produce(topic, value, partition=0, on_delivery=self._delivered)
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 120) -> None:
+        assert self.producer.flush(timeout) == 0
