@@ -4,6 +4,7 @@ whichever AZ's fast bucket the leader uploaded them to."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 
 from ..objectstore import ObjectStore
@@ -33,7 +34,9 @@ class WalDownloader:
             self.metrics.downloaded(bucket, sum(length for _, length in ranges))
 
         result: list[bytes] = [b""] * len(refs)
+        started = time.monotonic()
         await asyncio.wait_for(asyncio.gather(*(
             read(bucket, key, members) for (bucket, key), members in by_object.items())),
             DOWNLOAD_TIMEOUT_S)
+        self.metrics.timed("download", time.monotonic() - started)
         return result

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +29,8 @@ from ..classic.log import UnexpectedAppendOffset
 from ..config import LogConfig
 from ..log import ReadResult
 from ..objectstore import ObjectStoreError
-from .metadata import MetadataScheme, WalIndex, WalMetadataFile, decode_pointers, encode_pointers
+from .metadata import (MetadataScheme, WalIndex, WalMetadataFile, WalRef, decode_pointers,
+                       encode_pointers)
 
 if TYPE_CHECKING:
     from . import ActiveTiered
@@ -49,6 +52,8 @@ class ActiveTieredLog(ClassicLog):
         # Follower -> the offset it was last given pointers for. Asking again for that
         # offset means it could not use them (download failed, metadata late): records.
         self._pointed: dict[int, int] = {}
+        # (last offset, when handed out) of uploads not yet held by every in-sync follower.
+        self._unreplicated: deque[tuple[int, float]] = deque(maxlen=10_000)
         self.scheme.opened(self)
 
     def __repr__(self) -> str:
@@ -67,10 +72,23 @@ class ActiveTieredLog(ClassicLog):
         self._shared.uploader.appended(self, log_end_before, leader_epoch, len(records))
         return result
 
+    def handed_out(self, ref: WalRef) -> None:
+        """The uploader made ``ref`` available to followers (timed until they hold it)."""
+        if self._shared.in_sync_followers(self.topic, self.partition):
+            self._unreplicated.append((ref.last_offset, time.monotonic()))
+
+    def _time_replication(self) -> None:
+        followers = self._shared.in_sync_followers(self.topic, self.partition)
+        held = min((self._replica_offsets.get(r, -1) for r in followers), default=None)
+        while self._unreplicated and held is not None and held > self._unreplicated[0][0]:
+            _, handed_at = self._unreplicated.popleft()
+            self._shared.metrics.timed("replicated", time.monotonic() - handed_at)
+
     async def read_for_replica(self, replica_id: int, offset: int, max_bytes: int, *,
                                max_offset: int | None = None,
                                min_one_batch: bool = True) -> ReadResult:
         self._replica_offsets[replica_id] = offset
+        self._time_replication()
         refs = self.wal_refs.covering(offset, max_bytes)
         if refs and self._pointed.get(replica_id) != offset:
             self._pointed[replica_id] = offset
@@ -143,6 +161,7 @@ class ActiveTieredLog(ClassicLog):
 
     async def truncate_to(self, offset: int) -> None:
         self._shared.uploader.forget(self)
+        self._unreplicated.clear()
         self.wal_refs.drop_from(offset)
         await super().truncate_to(offset)
 

@@ -6,7 +6,7 @@ as cross-AZ replication."""
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry
@@ -21,6 +21,7 @@ class ActiveTieredMetrics:
         self._by_bucket: Counter = Counter()  # (what, bucket) -> n
         self._by_scheme: Counter = Counter()  # (what, scheme) -> n
         self._totals: Counter = Counter()
+        self._timings: dict[str, list] = defaultdict(lambda: [0, 0.0])
 
     def uploaded(self, bucket: str, nbytes: int, partitions: int) -> None:
         """One WAL object PUT to ``bucket``, holding ``partitions`` partitions' bytes."""
@@ -60,9 +61,20 @@ class ActiveTieredMetrics:
         with self._lock:
             self._by_scheme["metadata_file_bytes", "fetch"] += nbytes
 
+    def timed(self, step: str, seconds: float) -> None:
+        """One occurrence of a step of the acks=all path (see docs/active-tiered.md):
+        upload_wait (first append to PUT start), put, publish, download, replicated (refs
+        handed out until every in-sync follower fetched past them)."""
+        with self._lock:
+            self._timings[step][0] += 1
+            self._timings[step][1] += seconds
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             result: dict[str, Any] = dict(self._totals)
+            if self._timings:
+                result["timings"] = {step: {"count": n, "sum_s": total}
+                                     for step, (n, total) in self._timings.items()}
             for (what, bucket), n in self._by_bucket.items():
                 result.setdefault(what, {})[bucket] = n
             for (what, scheme), n in self._by_scheme.items():
@@ -79,7 +91,13 @@ class _PrometheusCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         for name, value in sorted(self._metrics.snapshot().items()):
-            if isinstance(value, dict):
+            if name == "timings":
+                family = CounterMetricFamily("kipper_active_tiered_step_seconds",
+                                             "time spent in each step of the acks=all path",
+                                             labels=["step"])
+                for step, timing in sorted(value.items()):
+                    family.add_metric([step], timing["sum_s"])
+            elif isinstance(value, dict):
                 label = "scheme" if name.startswith("metadata") else "bucket"
                 family = CounterMetricFamily(f"kipper_active_tiered_{name}",
                                              f"active-tiered {name.replace('_', ' ')}",

@@ -54,6 +54,8 @@ class _Leading:
     # Next offset to upload: everything below it (and at or above first_tiered_offset) is
     # in an uploaded object.
     cursor: int
+    # When the oldest bytes not yet uploaded were appended (None: nothing waiting).
+    waiting_since: float | None = None
 
 
 @dataclass
@@ -105,7 +107,10 @@ class WalUploader:
                  nbytes: int) -> None:
         state = self._leading.get(id(log_))
         if state is None or state.leader_epoch != leader_epoch:
-            self._leading[id(log_)] = _Leading(log_, leader_epoch, log_end_before, log_end_before)
+            state = self._leading[id(log_)] = _Leading(log_, leader_epoch, log_end_before,
+                                                       log_end_before)
+        if state.waiting_since is None:
+            state.waiting_since = time.monotonic()
         self._waiting_bytes += nbytes
         if self._waiting_bytes >= self.max_bytes:
             self._full.set()
@@ -169,6 +174,11 @@ class WalUploader:
             return False
         key = f"{self.key_prefix}{_now_ms():013d}-{uuid.uuid4().hex[:8]}"
         body = b"".join(data for _, _, data, _ in parts)
+        put_started = time.monotonic()
+        for state, *_ in parts:
+            if state.waiting_since is not None:
+                self.metrics.timed("upload_wait", put_started - state.waiting_since)
+                state.waiting_since = None
         try:
             await self.store.put(self.bucket, key, body)
         except ObjectStoreError as e:
@@ -178,6 +188,7 @@ class WalUploader:
             self.healthy = False
             return False
         self.healthy = True
+        self.metrics.timed("put", time.monotonic() - put_started)
         self.metrics.uploaded(self.bucket, len(body), len(parts))
         uploaded_at = _now_ms()
         obj = _Object(self.bucket, key, uploaded_at)
@@ -192,13 +203,18 @@ class WalUploader:
         # Published before followers are pointed at the refs (and before the cursor moves,
         # so that they wait for it meanwhile): with the topic scheme a follower then finds
         # the refs committed to the topic when it looks.
+        publish_started = time.monotonic()
         await self._publish([ref for _, ref in published])
+        self.metrics.timed("publish", time.monotonic() - publish_started)
         for state, ref in published:
             obj.parts.append((state.log, ref.last_offset))
             if self._leading.get(id(state.log)) is not state or state.cursor != ref.base_offset:
                 continue  # leadership changed while uploading: not ours to hand out
             state.cursor = ref.last_offset + 1
+            if state.log.log_end_offset > state.cursor and state.waiting_since is None:
+                state.waiting_since = time.monotonic()  # appended while this one uploaded
             state.log.wal_refs.add(ref)
+            state.log.handed_out(ref)
             self._on_uploaded(ref.topic, ref.partition)
         return left_behind
 

@@ -60,7 +60,11 @@ class TieredCluster(Cluster):
             if not self.brokers[node].alive():
                 continue
             for name, value in self.metrics(node).get("active_tiered", {}).items():
-                if isinstance(value, dict):
+                if name == "timings":
+                    for step, timing in value.items():
+                        total["timing_count", step] += timing["count"]
+                        total["timing_sum_s", step] += timing["sum_s"]
+                elif isinstance(value, dict):
                     for label, n in value.items():
                         total[name, label] += n
                         total[name] += n
