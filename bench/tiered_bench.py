@@ -13,6 +13,8 @@ topics: one classic, one active-tiered per metadata scheme (topic, fetch, memory
    in-sync follower fetched past them: pointer delivery + download + append + next fetch).
 3. Throughput run per topic (--mb of 1 KiB records, acks=1): cross-AZ replication bytes
    and fast-bucket PUT/GET bytes; WAL metadata bytes per GB produced for each scheme.
+4. Paced run per scheme (--paced-mb-per-s for --paced-seconds): metadata per GB when
+   uploads close on the interval rather than on max.bytes, as for most real partitions.
 
 Every figure is printed and, with --json, written out. The brokers' KIPPER_* environment
 (e.g. KIPPER_ACTIVE_TIERED_UPLOAD_INTERVAL_MS) reaches them through the launcher.
@@ -37,6 +39,8 @@ from bench.local_cluster import LocalCluster
 
 SCHEMES = ("topic", "fetch", "memory")
 GB = 1 << 30
+# A KIP-405 RemoteLogSegmentMetadata record is a few hundred bytes per (1 GiB) segment.
+SEGMENT_RECORD_BYTES = 300
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -183,6 +187,36 @@ def throughput_run(cluster: LocalCluster, topics: dict[str, str], mb: float) -> 
     return result
 
 
+def paced_metadata_run(cluster: LocalCluster, topics: dict[str, str], mb_per_s: float,
+                       seconds: float) -> dict:
+    """Metadata per GB at a steady per-partition rate: here uploads close on the interval,
+    not on max.bytes, so every object carries little data and metadata per GB grows."""
+    record = os.urandom(1024)
+    per_tick = max(1, int(mb_per_s * (1 << 20) / len(record) / 100))  # 100 ticks per second
+    result = {}
+    for case in SCHEMES:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1",
+                             "linger.ms": 5})
+        before = broker_counters(cluster)
+        started = time.monotonic()
+        sent = 0
+        while time.monotonic() - started < seconds:
+            for _ in range(per_tick):
+                producer.produce(topics[case], record, partition=0)
+            sent += per_tick
+            producer.poll(0)
+            time.sleep(max(0.0, started + sent / per_tick / 100 - time.monotonic()))
+        producer.flush(60)
+        time.sleep(1)
+        grown = broker_counters(cluster) - before
+        produced = sent * len(record)
+        metadata = grown["metadata_bytes", case] + grown["metadata_file_bytes", case]
+        result[case] = {"produced_bytes": produced, "uploads": grown["uploads"],
+                        "metadata_bytes_per_gb": metadata / produced * GB,
+                        "metadata_records_per_gb": grown["metadata_records", case] / produced * GB}
+    return result
+
+
 def print_report(report: dict) -> None:
     a1 = report["acks1"]
     print(f"\nacks=1, {a1['classic']['requests']} single-record requests each (interleaved)")
@@ -203,12 +237,18 @@ def print_report(report: dict) -> None:
                 f"buckets PUT {t['fast_bucket_put_bytes']:>11} B ({t['puts']} req), GET "
                 f"{t['fast_bucket_get_bytes']:>11} B ({t['gets']} req)")
         print(line)
-    print("\nWAL metadata per GB produced")
+    paced = report["paced"]
+    rate = paced["mb_per_s"]
+    print(f"\nWAL metadata per GB produced (KIP-405 for comparison: one ~{SEGMENT_RECORD_BYTES} B"
+          f" record per 1 GiB segment = {SEGMENT_RECORD_BYTES} B/GB)")
     for case in SCHEMES:
-        t = report["throughput"][case]
-        print(f"  {case:6} {t['metadata_bytes_per_gb'] / 1024:9.1f} KiB/GB "
-              f"({t['metadata_records_per_gb']:.0f} records/GB; file bytes "
-              f"{t['metadata_file_bytes']})")
+        t, p = report["throughput"][case], paced[case]
+        print(f"  {case:6} full speed: {t['metadata_bytes_per_gb'] / 1024:8.1f} KiB/GB "
+              f"({t['metadata_records_per_gb']:6.0f} records/GB, "
+              f"{t['metadata_bytes_per_gb'] / SEGMENT_RECORD_BYTES:7.0f}x KIP-405); "
+              f"at {rate} MiB/s: {p['metadata_bytes_per_gb'] / 1024:8.1f} KiB/GB "
+              f"({p['metadata_records_per_gb']:6.0f} records/GB, "
+              f"{p['metadata_bytes_per_gb'] / SEGMENT_RECORD_BYTES:7.0f}x KIP-405)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="acks=1 requests per mode (acks=all: a fifth of it per topic)")
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--mb", type=float, default=64, help="MiB per topic in the throughput run")
+    parser.add_argument("--paced-mb-per-s", type=float, default=1.0,
+                        help="rate of the paced metadata run (one partition)")
+    parser.add_argument("--paced-seconds", type=float, default=10)
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args(argv)
     payload = os.urandom(args.record_bytes)
@@ -232,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                 "acks_all": acks_all_latency(cluster, topics, max(args.requests // 5, 20),
                                              payload),
                 "throughput": throughput_run(cluster, topics, args.mb),
+                "paced": {"mb_per_s": args.paced_mb_per_s, **paced_metadata_run(
+                    cluster, topics, args.paced_mb_per_s, args.paced_seconds)},
             }
         finally:
             cluster.stop()
