@@ -22,12 +22,12 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from protocol.records import iter_batches
+from protocol.records import BatchHeader, iter_batches
 
 from ..classic import ClassicLog
 from ..classic.log import UnexpectedAppendOffset
 from ..config import LogConfig
-from ..log import ReadResult
+from ..log import AppendResult, ReadResult
 from ..objectstore import ObjectStoreError
 from .metadata import (MetadataScheme, WalIndex, WalMetadataFile, WalRef, decode_pointers,
                        encode_pointers)
@@ -66,7 +66,8 @@ class ActiveTieredLog(ClassicLog):
 
     # -- leader --------------------------------------------------------------------------
 
-    async def append(self, records, batches, leader_epoch):
+    async def append(self, records: bytearray, batches: list[BatchHeader],
+                     leader_epoch: int) -> AppendResult:
         log_end_before = self.log_end_offset
         result = await super().append(records, batches, leader_epoch)
         self._shared.uploader.appended(self, log_end_before, leader_epoch, len(records))

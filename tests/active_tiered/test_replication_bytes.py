@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from confluent_kafka import Producer
 
 from support import consume_all
