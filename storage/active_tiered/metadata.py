@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAL_METADATA_TOPIC = "__remote_wal_log_metadata"
+LogsByPartition = dict[tuple[str, int], "ActiveTieredLog"]
 # No producer is ever given a negative id other than -1 (none), so this one cannot clash.
 POINTER_PRODUCER_ID = -1176
 _PRODUCER_ID_OFFSET = 43
@@ -230,7 +231,7 @@ class MetadataScheme(abc.ABC):
     def opened(self, log_: "ActiveTieredLog") -> None:
         """A log of this scheme was opened on this broker."""
 
-    async def publish(self, refs: list[WalRef], logs: dict[tuple[str, int], "ActiveTieredLog"]) -> None:
+    async def publish(self, refs: list[WalRef], logs: "LogsByPartition") -> None:
         """Leader, after an upload: make ``refs`` (all of this scheme) known to followers."""
 
     def pointers(self, refs: list[WalRef]) -> WalPointers:
@@ -266,7 +267,7 @@ class FetchScheme(MetadataScheme):
         for ref in log_.wal_file.load(log_.config.wal_retention_ms):
             log_.wal_refs.add(ref)
 
-    async def publish(self, refs: list[WalRef], logs: dict[tuple[str, int], "ActiveTieredLog"]) -> None:
+    async def publish(self, refs: list[WalRef], logs: "LogsByPartition") -> None:
         for ref in refs:
             self._persist(logs[(ref.topic, ref.partition)], [ref])
 
@@ -318,7 +319,7 @@ class TopicScheme(MetadataScheme):
         # The refs travel through the topic; the follower only learns what is uploaded.
         return WalPointers(refs[0].base_offset, refs[-1].last_offset, None)
 
-    async def publish(self, refs: list[WalRef], logs: dict[tuple[str, int], "ActiveTieredLog"]) -> None:
+    async def publish(self, refs: list[WalRef], logs: "LogsByPartition") -> None:
         values = [ref.to_json() for ref in refs]
         await self._client.produce(values)
         self.metrics.metadata(self.name, len(values), sum(len(v) for v in values))

@@ -48,7 +48,8 @@ class TieredCluster(Cluster):
         """Apply an object-store fault spec in one broker's S3 client (HTTP admin route)."""
         broker = self.brokers[node_id]
         request = urllib.request.Request(
-            self._metrics_urls[broker.proc.pid] + "/admin/s3-faults", data=json.dumps(spec).encode(),
+            self._metrics_urls[broker.proc.pid] + "/admin/s3-faults",
+            data=json.dumps(spec).encode(),
             headers={"Content-Type": "application/json"}, method="POST")
         urllib.request.urlopen(request, timeout=10).read()
 

@@ -50,7 +50,8 @@ def test_replication_goes_through_object_storage(make_cluster, topic_name):
               f"{network['metadata', 'cross'] + network['metadata', 'same']} B; "
               f"fast-bucket PUT {put} B, GET {get} B; uploads {tiered['uploads']}, "
               f"downloads {tiered['downloads']}; WAL metadata {tiered['metadata_bytes', scheme]} B "
-              f"in {tiered['metadata_records', scheme]} records; fallback {tiered['fallback_bytes']} B")
+              f"in {tiered['metadata_records', scheme]} records; "
+              f"fallback {tiered['fallback_bytes']} B")
         assert cross_replication < 0.01 * PAYLOAD
         assert PAYLOAD <= put < 1.05 * PAYLOAD  # record and batch framing on top of values
         assert 2 * PAYLOAD <= get < 2.1 * PAYLOAD  # each follower downloads once
