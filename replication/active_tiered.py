@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 METADATA_TOPIC_PARTITION = 0
 FETCH_MAX_WAIT_MS = 500
 # Refs older than the WAL objects they name are useless; a day bounds a topic nobody reads.
-METADATA_TOPIC_CONFIGS = {"retention.ms": str(24 * 3600 * 1000), "segment.ms": str(3600 * 1000)}
+# Classic whatever the broker's default mode: the metadata cannot travel by itself.
+METADATA_TOPIC_CONFIGS = {"kipper.storage.mode": "classic", "retention.ms": str(24 * 3600 * 1000),
+                          "segment.ms": str(3600 * 1000)}
 
 
 class BrokerReplicaLink:
