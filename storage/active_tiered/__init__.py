@@ -41,9 +41,10 @@ class ReplicaLink(MetadataTopicClient, Protocol):
 
 class ActiveTiered:
     def __init__(self, store: ObjectStore, *, node_id: int, az: str, key_prefix: str,
-                 upload_interval_ms: int, upload_max_bytes: int) -> None:
+                 upload_interval_ms: int, upload_max_bytes: int,
+                 download_timeout_ms: int) -> None:
         self.metrics = ActiveTieredMetrics()
-        self.downloader = WalDownloader(store, self.metrics)
+        self.downloader = WalDownloader(store, self.metrics, download_timeout_ms)
         self.uploader = WalUploader(store, fast_bucket(az),
                                     f"{key_prefix}wal/{az}/broker-{node_id}/",
                                     upload_interval_ms, upload_max_bytes, self.metrics)
@@ -56,7 +57,8 @@ class ActiveTiered:
         return cls(store, node_id=config.node_id, az=store.config.az,
                    key_prefix=config.s3_key_prefix,
                    upload_interval_ms=config.active_tiered_upload_interval_ms,
-                   upload_max_bytes=config.active_tiered_upload_max_bytes)
+                   upload_max_bytes=config.active_tiered_upload_max_bytes,
+                   download_timeout_ms=config.active_tiered_download_timeout_ms)
 
     def open_log(self, topic: str, partition: int, config: LogConfig,
                  directory: Path) -> ActiveTieredLog:

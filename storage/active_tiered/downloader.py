@@ -11,14 +11,15 @@ from ..objectstore import ObjectStore
 from .metadata import WalRef
 from .metrics import ActiveTieredMetrics
 
-# A follower that cannot download in this time asks the leader again, and gets records.
-DOWNLOAD_TIMEOUT_S = 2.0
-
 
 class WalDownloader:
-    def __init__(self, store: ObjectStore, metrics: ActiveTieredMetrics) -> None:
+    def __init__(self, store: ObjectStore, metrics: ActiveTieredMetrics,
+                 timeout_ms: int) -> None:
         self.store = store
         self.metrics = metrics
+        # A follower that cannot download in this time asks the leader again, and gets
+        # records (the fallback).
+        self.timeout_s = timeout_ms / 1000
 
     async def download(self, refs: list[WalRef]) -> list[bytes]:
         """The bytes of each ref, in order: one ranged GET per object (ranges of the same
@@ -37,6 +38,6 @@ class WalDownloader:
         started = time.monotonic()
         await asyncio.wait_for(asyncio.gather(*(
             read(bucket, key, members) for (bucket, key), members in by_object.items())),
-            DOWNLOAD_TIMEOUT_S)
+            self.timeout_s)
         self.metrics.timed("download", time.monotonic() - started)
         return result
