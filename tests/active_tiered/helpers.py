@@ -14,6 +14,9 @@ from pathlib import Path
 from support import BrokerProcess, Cluster, _readline_with_timeout, create_topic, wait_until
 
 METRICS_LINE = "kipper metrics listening on "
+# For tests that assert the object-store path: a loaded machine must not turn a slow
+# download into a fallback.
+PATIENT_DOWNLOADS = {"KIPPER_ACTIVE_TIERED_DOWNLOAD_TIMEOUT_MS": "30000"}
 TIERED = {"kipper.storage.mode": "active-tiered"}
 
 

@@ -19,14 +19,15 @@ from clients.dataset import (CREATE_TIME, Consumed, Record, base_timestamp, chec
                              make_records, segment_batches)
 from clients.test_kcat import kcat
 
-from .helpers import TieredCluster, create_tiered_topic
+from .helpers import PATIENT_DOWNLOADS, TieredCluster, create_tiered_topic
 
 N = 2000
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3_endpoint):
-    started = TieredCluster(tmp_path_factory.mktemp("tiered-clients"), s3_endpoint).start()
+    started = TieredCluster(tmp_path_factory.mktemp("tiered-clients"), s3_endpoint,
+                            PATIENT_DOWNLOADS).start()
     yield started
     started.stop()
 

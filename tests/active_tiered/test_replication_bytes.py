@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from support import consume_all
 
-from .helpers import create_tiered_topic
+from .helpers import PATIENT_DOWNLOADS, create_tiered_topic
 
 RECORDS = 2000
 RECORD_SIZE = 2048
@@ -24,7 +24,7 @@ def fast_bucket_bytes(objectstore, operation: str) -> int:
 
 
 def test_replication_goes_through_object_storage(make_cluster, topic_name):
-    cluster = make_cluster()
+    cluster = make_cluster(**PATIENT_DOWNLOADS)
     print(f"\npayload {PAYLOAD} B per scheme")
     for scheme in ("topic", "fetch", "memory"):
         topic = f"{topic_name}-{scheme}"
