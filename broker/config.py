@@ -52,7 +52,8 @@ class BrokerConfig:
     # leader partitions' new bytes every interval, or sooner once it holds max_bytes.
     active_tiered_upload_interval_ms: int = 100
     active_tiered_upload_max_bytes: int = 4 << 20
-    # A follower that cannot download a WAL range in this time asks the leader for records.
+    # A follower that cannot get a WAL range in this time (its bytes, or with the topic
+    # scheme its metadata) asks the leader for the records instead.
     active_tiered_download_timeout_ms: int = 2000
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)

@@ -48,7 +48,7 @@ class ActiveTiered:
         self.uploader = WalUploader(store, fast_bucket(az),
                                     f"{key_prefix}wal/{az}/broker-{node_id}/",
                                     upload_interval_ms, upload_max_bytes, self.metrics)
-        self.schemes = make_schemes(self.metrics)
+        self.schemes = make_schemes(self.metrics, download_timeout_ms / 1000)
         self._logs: dict[tuple[str, int], ActiveTieredLog] = {}
         self._link: ReplicaLink | None = None
 

@@ -51,8 +51,6 @@ LogsByPartition = dict[tuple[str, int], "ActiveTieredLog"]
 # No producer is ever given a negative id other than -1 (none), so this one cannot clash.
 POINTER_PRODUCER_ID = -1176
 _PRODUCER_ID_OFFSET = 43
-# How long a follower waits for the topic to bring the refs a pointer batch announced.
-TOPIC_WAIT_S = 2.0
 
 
 def _now_ms() -> int:
@@ -288,8 +286,11 @@ class FetchScheme(MetadataScheme):
 class TopicScheme(MetadataScheme):
     name = "topic"
 
-    def __init__(self, metrics: ActiveTieredMetrics) -> None:
+    def __init__(self, metrics: ActiveTieredMetrics, wait_s: float) -> None:
         super().__init__(metrics)
+        # How long a follower waits for the topic to bring the refs a pointer batch
+        # announced before it asks again (and gets records).
+        self.wait_s = wait_s
         self._client: MetadataTopicClient | None = None
         # Refs consumed from the topic for the partitions this broker hosts.
         self._followed: dict[tuple[str, int], WalIndex] = {}
@@ -326,7 +327,7 @@ class TopicScheme(MetadataScheme):
 
     async def resolve(self, log_: "ActiveTieredLog", pointers: WalPointers) -> list[WalRef]:
         key = (log_.topic, log_.partition)
-        deadline = time.monotonic() + TOPIC_WAIT_S
+        deadline = time.monotonic() + self.wait_s
         while True:
             index = self._followed.get(key)
             refs = index.covering(log_.log_end_offset, 1 << 30) if index else []
@@ -394,6 +395,6 @@ class TopicScheme(MetadataScheme):
         self._followed.pop(key, None)
 
 
-def make_schemes(metrics: ActiveTieredMetrics) -> dict[str, MetadataScheme]:
+def make_schemes(metrics: ActiveTieredMetrics, wait_s: float) -> dict[str, MetadataScheme]:
     return {scheme.name: scheme for scheme in (
-        TopicScheme(metrics), FetchScheme(metrics), MemoryScheme(metrics))}
+        TopicScheme(metrics, wait_s), FetchScheme(metrics), MemoryScheme(metrics))}
