@@ -62,6 +62,13 @@ class BrokerConfig:
     diskless_merge_min_objects: int = 8
     # Directory where the produce traffic received is written as a bench trace; none = off.
     capture_trace_dir: Path | None = None
+    # Active-tiered (KIP-1176): the broker's WAL uploader closes a combined object of all its
+    # leader partitions' new bytes every interval, or sooner once it holds max_bytes.
+    active_tiered_upload_interval_ms: int = 100
+    active_tiered_upload_max_bytes: int = 4 << 20
+    # A follower that cannot get a WAL range in this time (its bytes, or with the topic
+    # scheme its metadata) asks the leader for the records instead.
+    active_tiered_download_timeout_ms: int = 2000
     # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 

@@ -162,7 +162,7 @@ class Partition(Watchable):
         ends = [self.log.log_end_offset] + [
             self._followers[r].log_end_offset if r in self._followers else -1
             for r in self.isr if r != self.node_id]
-        new_hw = min(ends)
+        new_hw = max(min(ends), min(self.log.durable_end_offset(), self.log.log_end_offset))
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             self.notify_waiters()

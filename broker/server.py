@@ -23,6 +23,8 @@ from protocol.build import make
 from coordinator.group_config import GroupConfig
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
+from replication.active_tiered import BrokerReplicaLink
+from storage.active_tiered import ActiveTiered
 from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
 from storage.manager import LogManager
@@ -68,6 +70,7 @@ class Broker:
         self.logs = LogManager(config.data_dir)
         # Shared by the engines that keep data in object storage (active-tiered, diskless).
         self.object_store: ObjectStore | None = None
+        self.active_tiered: ActiveTiered | None = None
         if config.broker_role and config.s3_endpoint is not None:
             self.object_store = ObjectStore(ObjectStoreConfig(
                 endpoint_url=config.s3_endpoint, access_key=config.s3_access_key,
@@ -75,6 +78,10 @@ class Broker:
                 latency_profile=config.s3_latency_profile))
             if self.metrics is not None:
                 self.metrics.add_object_store(self.object_store)
+            self.active_tiered = ActiveTiered.for_broker(self.object_store, config)
+            self.logs.register_engine("active-tiered", self.active_tiered.open_log)
+            if self.metrics is not None:
+                self.metrics.add_source("active_tiered", self.active_tiered.metrics)
         self.capture = TraceCapture(config.capture_trace_dir) if config.capture_trace_dir else None
         self.replicas: ReplicaManager | None = None
         self.batch_coordinator: BatchCoordinator | None = None
@@ -127,6 +134,8 @@ class Broker:
                                       self.config.rack)
             self.replicas.broker_epoch = self.follower.epoch
             self.replicas.start()
+            if self.active_tiered is not None:
+                await self.active_tiered.start(BrokerReplicaLink(self))
             await self.group_coordinator.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
@@ -242,6 +251,8 @@ class Broker:
             await self.group_coordinator.stop()
         if self.metrics is not None:
             await self.metrics.stop()
+        if self.active_tiered is not None:
+            await self.active_tiered.stop()
         for task in list(self._connections) + self._background:
             task.cancel()
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)

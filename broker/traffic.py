@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from coordinator.metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage
 from protocol.apis import ApiKey
 from protocol.internal import is_internal
+from storage.active_tiered.metadata import WAL_METADATA_TOPIC
 
 UNKNOWN = "unknown"
 # Traffic classes.
@@ -67,6 +68,8 @@ def classify(api_key: int, body: Any) -> str:
             return METADATA
         if any(topic.topic == DISKLESS_METADATA_TOPIC for topic in body.topics):
             return DISKLESS_COORDINATOR
+        if body.replica_id < 0 and all(t.topic == WAL_METADATA_TOPIC for t in body.topics):
+            return METADATA  # a broker reading KIP-1176's WAL metadata topic
         # Fetch v15+ would carry the id in replica_state; kipper stops at v12.
         return REPLICATION if body.replica_id >= 0 else FETCH_CONSUMER
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:

@@ -116,13 +116,13 @@ class LeaderFetcher:
                        topics=tuple(make(FetchTopic, topic=t, partitions=tuple(ps))
                                     for t, ps in by_topic.items()))
         response = await self.connection.call(ApiKey.FETCH, request, FETCH_MAX_WAIT_MS / 1000 + 30)
-        healthy = False
-        for topic in response.responses:
-            for data in topic.partitions:
-                partition = self.partitions.get((topic.topic, data.partition_index))
-                if partition is not None:
-                    healthy |= await self._apply(partition, data)
-        if not healthy:
+        # Concurrently: an active-tiered partition's append downloads from object storage,
+        # which must not hold back the other partitions.
+        applied = await asyncio.gather(*(
+            self._apply(partition, data)
+            for topic in response.responses for data in topic.partitions
+            if (partition := self.partitions.get((topic.topic, data.partition_index))) is not None))
+        if not any(applied):
             # Every partition is waiting for metadata that moves it: do not spin.
             await asyncio.sleep(0.1)
 

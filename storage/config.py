@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 STORAGE_MODES = ("classic", "active-tiered", "diskless")
+WAL_METADATA_SCHEMES = ("topic", "fetch", "memory")
 
 
 class InvalidConfig(ValueError):
@@ -71,6 +72,14 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("unclean.leader.election.enable", "false", _choice("true", "false"),
               "allow electing an out-of-sync replica"),
     ConfigDef("file.delete.delay.ms", "60000", _int(0), "delay before deleting removed segments"),
+    ConfigDef("active.tiered.metadata.scheme", "topic", _choice(*WAL_METADATA_SCHEMES),
+              "how followers learn of uploaded WAL objects (active-tiered): the "
+              "__remote_wal_log_metadata topic, piggybacked on fetch responses, or in memory"),
+    ConfigDef("active.tiered.ack.on.upload", "false", _choice("true", "false"),
+              "acks=all completes once the data is uploaded, before followers have it "
+              "(weaker: a single-AZ bucket outage plus a leader loss loses acked data)"),
+    ConfigDef("active.tiered.wal.retention.ms", str(5 * 60 * 1000), _int(0),
+              "WAL objects not yet held by every in-sync replica are deleted after this"),
 )}
 
 
@@ -109,6 +118,9 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     unclean_leader_election: bool = False
     file_delete_delay_ms: int = 60000
+    wal_metadata_scheme: str = "topic"
+    ack_on_upload: bool = False
+    wal_retention_ms: int = 5 * 60 * 1000
     explicit: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -133,5 +145,8 @@ class LogConfig:
             flush_ms=value["flush.ms"],
             unclean_leader_election=value["unclean.leader.election.enable"] == "true",
             file_delete_delay_ms=value["file.delete.delay.ms"],
+            wal_metadata_scheme=value["active.tiered.metadata.scheme"],
+            ack_on_upload=value["active.tiered.ack.on.upload"] == "true",
+            wal_retention_ms=value["active.tiered.wal.retention.ms"],
             explicit=dict(explicit),
         )

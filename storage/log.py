@@ -93,6 +93,21 @@ class PartitionLog(abc.ABC):
         larger and ``min_one_batch`` (KIP-74); never past ``max_offset`` (exclusive, e.g. the
         high watermark). Raises OffsetOutOfRange."""
 
+    async def read_for_replica(self, replica_id: int, offset: int, max_bytes: int, *,
+                               max_offset: int | None = None,
+                               min_one_batch: bool = True) -> ReadResult:
+        """What a follower fetching from ``offset`` gets: the records, as ``read`` returns
+        them, unless the engine replicates some other way (active-tiered hands out pointers
+        to object-store copies instead)."""
+        return await self.read(offset, max_bytes, max_offset=max_offset,
+                               min_one_batch=min_one_batch)
+
+    def durable_end_offset(self) -> int:
+        """Offsets below this are durable without any follower holding them (e.g. uploaded
+        with ``active.tiered.ack.on.upload``), so the high watermark may pass them; -1 when
+        only the in-sync replicas make records durable."""
+        return -1
+
     @abc.abstractmethod
     async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
         """The earliest batch whose max timestamp >= ``timestamp_ms`` (ListOffsets)."""

@@ -44,15 +44,21 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
                      else partition.high_watermark)
         if fetch.fetch_offset > partition.log.log_end_offset:
             raise OffsetOutOfRange()
-        if fetch.fetch_offset >= upper:
+        max_bytes = min(fetch.partition_max_bytes, budget)
+        if replica_id >= 0:
+            # Also when caught up: the engine may track what its followers hold.
+            result = await partition.log.read_for_replica(
+                replica_id, fetch.fetch_offset, max_bytes, max_offset=upper,
+                min_one_batch=first_data)
+            records = result.records
+        elif fetch.fetch_offset >= upper:
             records = b""
             # An offset below the log start is out of range even when nothing is readable.
             if fetch.fetch_offset < partition.log.log_start_offset:
                 raise OffsetOutOfRange()
         else:
-            result = await partition.log.read(
-                fetch.fetch_offset, min(fetch.partition_max_bytes, budget),
-                max_offset=upper, min_one_batch=first_data)
+            result = await partition.log.read(fetch.fetch_offset, max_bytes,
+                                              max_offset=upper, min_one_batch=first_data)
             records = result.records
         error = ErrorCode.none
     except PartitionError as e:
