@@ -105,6 +105,13 @@ def _readline_with_timeout(proc: subprocess.Popen, timeout: float) -> str | None
     return result[0] if result else None
 
 
+def az_locality(row: dict) -> str:
+    """"same", "cross" or "unknown": where a /metrics.json network row's peer is."""
+    if row["peer_az"] == "unknown":
+        return "unknown"
+    return "same" if row["peer_az"] == row["local_az"] else "cross"
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -206,3 +213,30 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60,
     finally:
         consumer.close()
     return values
+
+
+class ConfluentWriter:
+    """An idempotent acks=all confluent-kafka producer that records what was acknowledged."""
+
+    def __init__(self, bootstrap: str, linger_ms: int = 2) -> None:
+        from confluent_kafka import Producer
+        self.acked: list[bytes] = []
+        self.failed = 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": linger_ms,
+                                  "message.timeout.ms": 120_000})
+
+    def _delivered(self, error, message) -> None:
+        if error is None:
+            self.acked.append(message.value())
+        else:
+            self.failed += 1
+
+    def send(self, topic: str, *values: bytes) -> None:
+        for value in values:
+            self.producer.produce(topic, value, partition=0, on_delivery=self._delivered)
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 120) -> int:
+        """Wait for every outstanding delivery report; the number still undelivered."""
+        return self.producer.flush(timeout)

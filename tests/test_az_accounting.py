@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.local_cluster import LocalCluster
-from support import consume_all, wait_until
+from support import az_locality, consume_all, wait_until
 
 RECORDS = 2000
 RECORD_SIZE = 2048
@@ -47,11 +47,7 @@ def network_bytes(cluster: LocalCluster, side: str) -> Counter:
     totals: Counter = Counter()
     for node in range(BROKERS):
         for row in cluster.metrics_json(node)["network"][side]:
-            if row["peer_az"] == "unknown":
-                locality = "unknown"
-            else:
-                locality = "same" if row["peer_az"] == row["local_az"] else "cross"
-            totals[row["class"], locality] += row["bytes"]
+            totals[row["class"], az_locality(row)] += row["bytes"]
     return totals
 
 

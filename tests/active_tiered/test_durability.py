@@ -19,9 +19,9 @@ import pytest
 
 from clients.dataset import segment_batches
 from storage.objectstore import ObjectStore, fast_bucket
-from support import consume_all, wait_until
+from support import ConfluentWriter, consume_all, wait_until
 
-from .helpers import AckTracker, create_tiered_topic
+from .helpers import create_tiered_topic
 
 pytestmark = pytest.mark.system
 BATCH = 200
@@ -37,14 +37,14 @@ def test_scenario_1_leader_killed_before_upload_loses_no_acked_record(make_clust
     cluster = make_cluster()
     create_tiered_topic(cluster, topic_name)
     leader = cluster.leader_of(topic_name)
-    writer = AckTracker(cluster.bootstrap)
-    writer.send(topic_name, values(BATCH))
+    writer = ConfluentWriter(cluster.bootstrap, linger_ms=5)
+    writer.send(topic_name, *values(BATCH))
     writer.flush()
     assert len(writer.acked) == BATCH
 
     # From now on the leader's uploads never complete: what it appends stays local.
     cluster.fault(leader, BUCKET_OUTAGE)
-    writer.send(topic_name, values(BATCH))
+    writer.send(topic_name, *values(BATCH))
     wait_until(lambda: sum(count for _, count, _ in segment_batches(
         cluster.brokers[leader].data_dir, topic_name)) == 2 * BATCH, timeout=30)
     writer.producer.poll(0.5)
@@ -77,9 +77,9 @@ def test_scenario_2_bucket_outage_and_leader_loss(make_cluster, topic_name, s3_e
         if broker.node_id != leader:
             cluster.fault(broker.node_id, BUCKET_OUTAGE)
 
-    writer = AckTracker(cluster.bootstrap)
+    writer = ConfluentWriter(cluster.bootstrap, linger_ms=5)
     sent = values(BATCH)
-    writer.send(topic_name, sent)
+    writer.send(topic_name, *sent)
     writer.flush()
     assert len(writer.acked) == BATCH
     cluster.brokers[leader].kill()

@@ -41,7 +41,7 @@ def test_follower_behind_the_objects_falls_back_to_records(make_cluster, topic_n
     before_tiered = cluster.tiered_counters([leader])
     before_network = cluster.network(nodes=[leader])
 
-    cluster.start_broker(follower)
+    follower.start()
     wait_until(lambda: len(cluster.isr_of(topic_name)) == 3, timeout=60, interval=0.2)
     stored = sum(count for _, count, _ in segment_batches(follower.data_dir, topic_name))
     assert stored == RECORDS

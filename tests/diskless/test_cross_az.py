@@ -13,7 +13,7 @@ from collections import Counter
 
 from confluent_kafka import Producer
 
-from support import consume_all, create_topic
+from support import az_locality, consume_all, create_topic
 
 RECORDS = 2000
 RECORD_SIZE = 2048
@@ -28,9 +28,7 @@ def traffic(cluster) -> tuple[Counter, Counter]:
     for broker in cluster.brokers:
         counters = broker.metrics_json()
         for row in counters["network"]["server"]:
-            locality = ("unknown" if row["peer_az"] == "unknown" else
-                        "same" if row["peer_az"] == row["local_az"] else "cross")
-            network[row["class"], locality] += row["bytes"]
+            network[row["class"], az_locality(row)] += row["bytes"]
         for row in counters["objectstore"]["requests"]:
             objects[row["operation"]] += row["bytes"]
     return network, objects

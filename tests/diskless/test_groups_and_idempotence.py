@@ -10,6 +10,7 @@ import pytest
 
 from groups.harness import Member, kafkajs_member, python_member, run_group_scenario
 from groups.proxy import ProduceDroppingProxy
+from groups.test_consumer_groups import members  # noqa: F401  (fixture)
 from groups.test_idempotent_producer import test_retried_batches_are_stored_once  # noqa: F401
 from support import BrokerProcess, Cluster
 
@@ -30,14 +31,6 @@ class WholeCluster:
     def start(self) -> None:
         for broker in self.cluster.brokers:
             broker.start()
-
-
-@pytest.fixture
-def members():
-    started: list[Member] = []
-    yield started
-    for member in started:
-        member.kill()
 
 
 @pytest.mark.parametrize("client", CLIENTS)

@@ -5,35 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Producer
 from kafka import KafkaProducer
 
-from support import consume_all, create_topic
+from support import ConfluentWriter, consume_all, create_topic
 
 pytestmark = pytest.mark.system
 KILL_CYCLES = 10
-
-
-class ConfluentWriter:
-    def __init__(self, bootstrap: str) -> None:
-        self.acked: list[bytes] = []
-        self.failed = 0
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                  "enable.idempotence": True, "linger.ms": 2,
-                                  "message.timeout.ms": 120_000})
-
-    def _delivered(self, error, message) -> None:
-        if error is None:
-            self.acked.append(message.value())
-        else:
-            self.failed += 1
-
-    def send(self, topic: str, value: bytes) -> None:
-        self.producer.produce(topic, value, partition=0, on_delivery=self._delivered)
-        self.producer.poll(0)
-
-    def flush(self) -> None:
-        self.producer.flush(120)
 
 
 class KafkaPythonWriter:
