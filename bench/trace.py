@@ -16,22 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-VERSION = 1
-VERSION_KEY = b"kipper.trace.version"
+from broker.capture import SCHEMA, VERSION, VERSION_KEY
+
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = (-1, 0, 1)
-
-SCHEMA = pa.schema([
-    pa.field("timestamp_us", pa.int64(), nullable=False),
-    pa.field("client_id", pa.string(), nullable=False),
-    pa.field("client_az", pa.string()),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("record_count", pa.int32(), nullable=False),
-    pa.field("bytes", pa.int64(), nullable=False),
-    pa.field("acks", pa.int8(), nullable=False),
-    pa.field("compression", pa.string(), nullable=False),
-], metadata={VERSION_KEY: str(VERSION).encode()})
 
 
 class TraceError(ValueError):

@@ -16,10 +16,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.trace import SCHEMA
 from protocol.records import BatchHeader
 
 from .traffic import az_from_client_id
+
+# The trace format, schema v1 (bench.trace reads it; bench/README.md documents the columns).
+VERSION = 1
+VERSION_KEY = b"kipper.trace.version"
+SCHEMA = pa.schema([
+    pa.field("timestamp_us", pa.int64(), nullable=False),
+    pa.field("client_id", pa.string(), nullable=False),
+    pa.field("client_az", pa.string()),
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("record_count", pa.int32(), nullable=False),
+    pa.field("bytes", pa.int64(), nullable=False),
+    pa.field("acks", pa.int8(), nullable=False),
+    pa.field("compression", pa.string(), nullable=False),
+], metadata={VERSION_KEY: str(VERSION).encode()})
 
 log = logging.getLogger(__name__)
 

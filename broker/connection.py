@@ -27,7 +27,8 @@ from .handlers import HANDLERS, RequestContext
 from .handlers.api_versions import unsupported_version_response
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .services import BrokerServices
+    from .traffic import NetworkTraffic
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -45,14 +46,15 @@ def _api_name(api_key: int) -> str:
 
 
 class Connection:
-    def __init__(self, broker: "Broker", reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        self.broker = broker
+    def __init__(self, services: "BrokerServices", traffic: "NetworkTraffic",
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.services = services
+        self.config = services.config
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
-        self.traffic = broker.traffic.accepted_connection()
+        self.traffic = traffic.accepted_connection()
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._in_flight: set[asyncio.Future] = set()
 
@@ -70,8 +72,8 @@ class Connection:
             self.writer.close()
 
     async def _read_requests(self) -> None:
-        idle_timeout = self.broker.config.connections_max_idle_ms / 1000
-        max_size = self.broker.config.max_request_bytes
+        idle_timeout = self.config.connections_max_idle_ms / 1000
+        max_size = self.config.max_request_bytes
         while not self.writer.is_closing():
             try:
                 prefix = await asyncio.wait_for(self.reader.readexactly(4), idle_timeout)
@@ -116,7 +118,7 @@ class Connection:
 
     async def _handle(self, header: RequestHeader, body: object,
                       traffic_class: str) -> bytes | None:
-        context = RequestContext(header, self.broker, self.peer)
+        context = RequestContext(header, self.services, self.peer)
         try:
             response = await HANDLERS[header.api_key](context, body)
         except Exception:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 
-from coordinator.metadata import DISKLESS_METADATA_TOPIC, BrokerInfo, MetadataImage
+from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, BrokerInfo, MetadataImage
 
 
 def diskless_servers(image: MetadataImage) -> list[BrokerInfo]:

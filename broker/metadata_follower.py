@@ -21,11 +21,12 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsTopic,
 )
 
-from coordinator.metadata import METADATA_TOPIC, MetadataImage, decode_records
+from protocol.records import decode_json_records
+from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from protocol.apis import ApiKey
 from protocol.build import make
 
-from .client import NodeConnection
+from replication.node_client import NodeConnection
 
 log = logging.getLogger(__name__)
 FETCH_MAX_WAIT_MS = 500
@@ -121,7 +122,7 @@ class MetadataFollower:
                 log.warning("metadata fetch error %s", data.error_code.name)
                 await asyncio.sleep(0.5)
                 continue
-            for offset, record in decode_records(data.records or b""):
+            for offset, record in decode_json_records(data.records or b""):
                 if offset < self.image.next_offset:
                     continue
                 self.image.apply(record)

@@ -5,21 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
-
-from kio.schema.create_topics.v7.request import (
-    CreatableTopic,
-    CreatableTopicConfig,
-    CreateTopicsRequest,
-)
-from kio.schema.errors import ErrorCode
 
 from coordinator.batch_coordinator import BatchCoordinator
-from coordinator.controller import Controller, ControllerError, ControllerSettings
+from coordinator.controller import Controller, ControllerSettings
 from coordinator.diskless_housekeeping import Housekeeping, HousekeepingSettings
-from coordinator.metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
-from protocol.apis import ApiKey
-from protocol.build import make
+from replication.cluster_metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
 from coordinator.group_config import GroupConfig
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
@@ -31,15 +21,16 @@ from storage.manager import LogManager
 from storage.objectstore import ObjectStore, ObjectStoreConfig
 
 from .capture import TraceCapture
-from .client import NodeClient
+from replication.node_client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .diskless_metrics import DisklessMetrics
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
-from .partition import Partition
-from .handlers.producer_id import ProducerIdAllocator
-from .replica_manager import ReplicaManager
+from .producer_ids import ProducerIdAllocator
+from replication.partition import ReplicatedPartition
+from replication.replica_manager import ReplicaManager
+from .services import BrokerServices, ControllerChannel
 from .traffic import NetworkTraffic, node_client_id
 
 log = logging.getLogger(__name__)
@@ -78,7 +69,12 @@ class Broker:
                 latency_profile=config.s3_latency_profile))
             if self.metrics is not None:
                 self.metrics.add_object_store(self.object_store)
-            self.active_tiered = ActiveTiered.for_broker(self.object_store, config)
+            self.active_tiered = ActiveTiered(
+                self.object_store, node_id=config.node_id, az=self.object_store.config.az,
+                key_prefix=config.s3_key_prefix,
+                upload_interval_ms=config.active_tiered_upload_interval_ms,
+                upload_max_bytes=config.active_tiered_upload_max_bytes,
+                download_timeout_ms=config.active_tiered_download_timeout_ms)
             self.logs.register_engine("active-tiered", self.active_tiered.open_log)
             if self.metrics is not None:
                 self.metrics.add_source("active_tiered", self.active_tiered.metrics)
@@ -91,15 +87,14 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
                                                 config.node_id)
+        self.controller_channel: ControllerChannel | None = None
+        # What the request handlers use; connections wait for it (see _accept).
+        self.services: BrokerServices | None = None
+        self._services_ready = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._background: list[asyncio.Task] = []
         self.bound_port = 0
-
-    @property
-    def controller_id(self) -> int:
-        live = self.image.live_brokers()
-        return live[0].node_id if live else self.config.node_id
 
     async def start(self) -> None:
         if self.object_store is not None:
@@ -114,28 +109,35 @@ class Broker:
         self.replicas = ReplicaManager(
             self.config.node_id, self.image, self.logs, self.config.topic_config_defaults(),
             self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
+        if self.config.broker_role:
+            metadata_fetches = self.nodes.connection(controller_host, controller_port,
+                                                     "metadata-fetch")
+            self.follower = MetadataFollower(
+                self.config.node_id, controller_connection, metadata_fetches, self.image,
+                self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
+        self.controller_channel = ControllerChannel(
+            self.controller, self.config.controller, self.nodes, self.follower)
         if self.controller is not None:
             await self.controller.start()
             self._serve_metadata_log()
         if self.config.broker_role and self.object_store is not None:
             self._start_diskless()
         if self.config.broker_role:
-            advertised_host, advertised_port = split_host_port(
-                self.config.advertised_listener or f"{host}:{self.bound_port}")
             group_config = GroupConfig()
             self.group_coordinator = GroupCoordinator(group_config, OffsetsStore(
-                self.config.node_id, self.image, self.create_topic, self.replicas, group_config))
-            metadata_fetches = self.nodes.connection(controller_host, controller_port,
-                                                     "metadata-fetch")
-            self.follower = MetadataFollower(
-                self.config.node_id, controller_connection, metadata_fetches, self.image,
-                self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
+                self.config.node_id, self.image, self.controller_channel.create_topic,
+                self.replicas, group_config))
+        self._serve_requests()
+        if self.config.broker_role:
+            advertised_host, advertised_port = split_host_port(
+                self.config.advertised_listener or f"{host}:{self.bound_port}")
             await self.follower.start(advertised_host, advertised_port or self.bound_port,
                                       self.config.rack)
             self.replicas.broker_epoch = self.follower.epoch
             self.replicas.start()
             if self.active_tiered is not None:
-                await self.active_tiered.start(BrokerReplicaLink(self))
+                await self.active_tiered.start(BrokerReplicaLink(
+                    self.replicas, self.image, self.nodes, self.controller_channel.create_topic))
             await self.group_coordinator.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
@@ -147,13 +149,24 @@ class Broker:
         if self.metrics is not None:
             await self.metrics.start()
 
+    def _serve_requests(self) -> None:
+        """Hand the handlers their services: from now on connections are served."""
+        self.services = BrokerServices(
+            config=self.config,
+            image=self.image, replicas=self.replicas, controller=self.controller,
+            controller_channel=self.controller_channel,
+            group_coordinator=self.group_coordinator, batch_coordinator=self.batch_coordinator,
+            producer_ids=self.producer_ids, capture=self.capture,
+            storage_modes=self.logs.engines.keys())
+        self._services_ready.set()
+
     def _start_diskless(self) -> None:
         """The diskless engine: WAL writer, read cache, and this broker's part of the batch
         coordinator (registered before the metadata opens any diskless partition)."""
         config = self.config
         self.batch_coordinator = BatchCoordinator(
             config.node_id, config.data_dir / "diskless-coordinator.sqlite", self.image,
-            self.replicas, self.nodes, self.create_topic)
+            self.replicas, self.nodes, self.controller_channel.create_topic)
         cache = ReadCache(self.object_store, config.diskless_read_cache_max_bytes)
         self.wal_writer = WalWriter(
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,
@@ -192,44 +205,19 @@ class Broker:
     def _serve_metadata_log(self) -> None:
         """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
         node = self.config.node_id
-        metadata = Partition(node, self.controller.log.log,
+        metadata = ReplicatedPartition(node, self.controller.log.log,
                              PartitionInfo(METADATA_TOPIC, 0, [node], [node], node))
         self.replicas.partitions[(METADATA_TOPIC, 0)] = metadata
         self.controller.on_commit.append(metadata.maybe_advance_high_watermark)
-
-    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None) -> ErrorCode:
-        """Create a topic on the controller for the broker's own needs (auto-creation,
-        internal topics); return the outcome once this broker's metadata shows it."""
-        if self.controller is not None:
-            try:
-                await self.controller.create_topic(name, partitions, replication_factor,
-                                                   configs or {})
-                error = ErrorCode.none
-            except ControllerError as e:
-                error = e.error_code
-        else:
-            request = make(CreateTopicsRequest, timeout=30_000, validate_only=False, topics=(
-                make(CreatableTopic, name=name, num_partitions=partitions,
-                     replication_factor=replication_factor, assignments=(),
-                     configs=tuple(make(CreatableTopicConfig, name=k, value=v)
-                                   for k, v in (configs or {}).items())),))
-            connection = self.nodes.connection(*split_host_port(self.config.controller))
-            response = await connection.call(ApiKey.CREATE_TOPICS, request, 60)
-            error = response.topics[0].error_code
-        await self.follower.catch_up()
-        return error
-
-    async def forward_to_controller(self, header: Any, request: Any) -> Any:
-        """Send an admin request to the controller node unchanged; return its response."""
-        connection = self.nodes.connection(*split_host_port(self.config.controller))
-        return await connection.call(header.api_key, request, 60, header.api_version)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
-            await Connection(self, reader, writer).run()
+            # The port is bound before the node has all its parts (its own address is part of
+            # them): a connection waits until it can be served.
+            await self._services_ready.wait()
+            await Connection(self.services, self.traffic, reader, writer).run()
         except asyncio.CancelledError:
             pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:

@@ -27,12 +27,13 @@ from protocol.records import iter_batches
 from storage.diskless import BatchCoordinate, LogInfo
 
 from .batch_state import BatchCoordinatorState
-from .metadata import DISKLESS_METADATA_TOPIC, MetadataImage, decode_records, encode_records
+from protocol.records import decode_json_records, encode_json_records
+from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 
 if TYPE_CHECKING:
-    from broker.client import NodeClient
-    from broker.partition import Partition
-    from broker.replica_manager import ReplicaManager
+    from replication.node_client import NodeClient
+    from replication.partition import Partition
+    from replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 # Results kept for appends whose waiter has not looked yet (the apply loop may get there
@@ -151,12 +152,12 @@ class BatchCoordinator:
 
     async def append(self, record: dict, timeout_s: float) -> dict:
         """As the writable coordinator: append with acks=all, answer once applied here."""
-        from broker.partition import PartitionError
+        from replication.partition import PartitionError
 
         partition = self._partition()
         if partition is None or not partition.is_leader:
             raise NotCoordinator("this broker does not lead the coordinator's log")
-        records = encode_records([record])
+        records = encode_json_records([record])
         try:
             appended = await partition.append_as_leader(records, list(iter_batches(records)),
                                                         -1, timeout_s)
@@ -205,7 +206,7 @@ class BatchCoordinator:
         if next_offset >= high_watermark:
             return False
         read = await log_.read(next_offset, 1 << 20, max_offset=high_watermark)
-        for offset, record in decode_records(read.records):
+        for offset, record in decode_json_records(read.records):
             if offset < next_offset or offset >= high_watermark:
                 continue
             try:

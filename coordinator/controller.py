@@ -20,14 +20,15 @@ from kio.schema.errors import ErrorCode
 
 from storage.config import InvalidConfig, validate_topic_configs
 
-from .metadata import (
+from replication.cluster_metadata import (
     NO_LEADER,
     MetadataImage,
-    MetadataLog,
     PartitionInfo,
     TopicInfo,
     partition_record,
 )
+
+from .metadata_log import MetadataLog
 from .placement import assign_replicas
 
 log = logging.getLogger(__name__)

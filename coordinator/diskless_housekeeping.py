@@ -23,7 +23,7 @@ from storage.config import LogConfig
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
 from .batch_coordinator import BatchCoordinator, CoordinatorUnavailable
-from .metadata import MetadataImage
+from replication.cluster_metadata import MetadataImage
 
 log = logging.getLogger(__name__)
 # A topic id the state knows but the metadata does not must stay unknown this long

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 from kio.records.readers import read_batch
 from kio.schema.errors import ErrorCode
 
-from broker.partition import PartitionError
+from replication.partition import PartitionError
 from protocol.records import build_batch, iter_batches
 from storage.log import RecordTooLarge, StorageError
 
 from .group_config import GroupConfig
-from .metadata import BrokerInfo, MetadataImage
+from replication.cluster_metadata import BrokerInfo, MetadataImage
 
 if TYPE_CHECKING:
-    from broker.replica_manager import ReplicaManager
+    from replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import cramjam
 from crc32c import crc32c
+from kio.records.readers import read_batch
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
@@ -235,6 +238,22 @@ def build_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: 
                              value=value, headers=())
                       for i, (key, value) in enumerate(records))))
     return bytearray(out.getvalue())
+
+
+def encode_json_records(records: list[dict]) -> bytearray:
+    """One batch holding each record as a JSON value: the format of kipper's internal logs
+    (cluster metadata, the diskless batch coordinator's log)."""
+    return build_batch([(None, json.dumps(r, sort_keys=True).encode()) for r in records],
+                       int(time.time() * 1000))
+
+
+def decode_json_records(data: bytes) -> list[tuple[int, dict]]:
+    """(offset, record) for every record in whole uncompressed batches of ``data``."""
+    out = []
+    for header in iter_batches(data, allow_partial_tail=True):
+        batch, _ = read_batch(data, header.position)
+        out += [(record.offset, json.loads(record.value)) for record in batch.records]
+    return out
 
 
 def first_matching_record(batch: bytes, header: BatchHeader,

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v11.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from broker.client import NodeConnection
+from .cluster_metadata import MetadataImage
+from .node_client import NodeClient, NodeConnection
+from .replica_manager import ReplicaManager
 from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.records import build_batch
 from storage.active_tiered import WAL_METADATA_TOPIC
-
-if TYPE_CHECKING:
-    from broker.server import Broker
 
 log = logging.getLogger(__name__)
 METADATA_TOPIC_PARTITION = 0
@@ -36,20 +35,28 @@ METADATA_TOPIC_CONFIGS = {"kipper.storage.mode": "classic", "retention.ms": str(
                           "segment.ms": str(3600 * 1000)}
 
 
+# (name, partitions, replication factor, configs) -> the controller's answer.
+CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[ErrorCode]]
+
+
 class BrokerReplicaLink:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager, image: MetadataImage, nodes: NodeClient,
+                 create_topic: CreateTopic) -> None:
+        self.replicas = replicas
+        self.image = image
+        self.nodes = nodes
+        self.create_topic = create_topic
 
     # -- partition state -----------------------------------------------------------------
 
     def in_sync_followers(self, topic: str, partition: int) -> list[int]:
-        found = self.broker.replicas.partitions.get((topic, partition))
+        found = self.replicas.partitions.get((topic, partition))
         if found is None or not found.is_leader:
             return []
-        return [r for r in found.isr if r != self.broker.config.node_id]
+        return [r for r in found.isr if r != self.replicas.node_id]
 
     def uploaded(self, topic: str, partition: int) -> None:
-        found = self.broker.replicas.partitions.get((topic, partition))
+        found = self.replicas.partitions.get((topic, partition))
         if found is not None:
             found.maybe_advance_high_watermark()
             found.notify_waiters()
@@ -59,13 +66,13 @@ class BrokerReplicaLink:
     async def _leader(self, create: bool, purpose: str = "wal-metadata-produce") -> NodeConnection:
         """A connection to the partition's leader; produce and fetch get one each, as a
         connection answers in request order and the fetch long-polls."""
-        image = self.broker.image
+        image = self.image
         topic = image.topics.get(WAL_METADATA_TOPIC)
         if topic is None:
             if not create:
                 raise LookupError(f"{WAL_METADATA_TOPIC} does not exist yet")
             replication = min(3, len(image.live_brokers()))
-            error = await self.broker.create_topic(WAL_METADATA_TOPIC, 1, replication,
+            error = await self.create_topic(WAL_METADATA_TOPIC, 1, replication,
                                                    METADATA_TOPIC_CONFIGS)
             if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 raise LookupError(f"cannot create {WAL_METADATA_TOPIC}: {error.name}")
@@ -73,7 +80,7 @@ class BrokerReplicaLink:
         leader = image.brokers.get(topic.partitions[METADATA_TOPIC_PARTITION].leader)
         if leader is None:
             raise LookupError(f"{WAL_METADATA_TOPIC} has no leader")
-        return self.broker.nodes.connection(leader.host, leader.port, purpose)
+        return self.nodes.connection(leader.host, leader.port, purpose)
 
     async def ensure_topic(self) -> None:
         await self._leader(create=True)

@@ -19,8 +19,8 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderTopic,
 )
 
-from broker.client import NodeConnection
-from broker.partition import Partition
+from .node_client import NodeConnection
+from .partition import ReplicatedPartition
 from protocol.apis import ApiKey
 from protocol.build import make
 
@@ -36,12 +36,15 @@ class LeaderFetcher:
         self.node_id = node_id
         self.leader_id = leader_id
         self.connection = connection
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.partitions: dict[tuple[str, int], ReplicatedPartition] = {}
         self._needs_truncation: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
-    def add(self, partition: Partition) -> None:
+    def add(self, partition: ReplicatedPartition) -> None:
         key = (partition.topic, partition.index)
         self.partitions[key] = partition
         self._needs_truncation.add(key)
@@ -52,8 +55,9 @@ class LeaderFetcher:
         self._needs_truncation.discard((topic, index))
 
     async def stop(self) -> None:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
@@ -126,7 +130,7 @@ class LeaderFetcher:
             # Every partition is waiting for metadata that moves it: do not spin.
             await asyncio.sleep(0.1)
 
-    async def _apply(self, partition: Partition, data) -> bool:
+    async def _apply(self, partition: ReplicatedPartition, data) -> bool:
         if data.error_code == ErrorCode.none:
             if data.records:
                 await partition.log.append_as_follower(data.records)

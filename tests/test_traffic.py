@@ -19,7 +19,7 @@ from broker.traffic import (
     classify,
     node_client_id,
 )
-from coordinator.metadata import METADATA_TOPIC, BrokerInfo, MetadataImage
+from replication.cluster_metadata import METADATA_TOPIC, BrokerInfo, MetadataImage
 from protocol.apis import ApiKey
 from storage.objectstore.testing import object_store, s3_endpoint  # noqa: F401  (fixtures)
 

@@ -7,7 +7,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError
-from coordinator.metadata import TopicInfo
+from replication.cluster_metadata import TopicInfo
 from protocol.apis import ApiKey
 from storage.config import TOPIC_CONFIGS
 
@@ -28,7 +28,7 @@ TYPE_LONG = 5
 def _topic_configs(ctx: RequestContext, topic: TopicInfo) -> list[tuple[str, str, int]]:
     """(name, value, source) for every topic config, explicit values first in precedence."""
     explicit = topic.configs
-    broker_defaults = ctx.broker.config.topic_config_defaults()
+    broker_defaults = ctx.services.config.topic_config_defaults()
     out = []
     for name, definition in TOPIC_CONFIGS.items():
         if name in explicit:
@@ -41,7 +41,7 @@ def _topic_configs(ctx: RequestContext, topic: TopicInfo) -> list[tuple[str, str
 
 
 def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
-    config = ctx.broker.config
+    config = ctx.services.config
     values = {
         "broker.id": config.node_id,
         "broker.rack": config.rack,
@@ -60,12 +60,11 @@ def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
 async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
     """Run a topic change on the controller (here, or forwarded to it), then wait until this
     broker's metadata shows the change so the client's next request finds it."""
-    if ctx.broker.controller is not None:
+    if ctx.services.controller is not None:
         response = await handle_locally(ctx, request)
     else:
-        response = await ctx.broker.forward_to_controller(ctx.header, request)
-    if ctx.broker.follower is not None:  # a controller-only node has no metadata to wait for
-        await ctx.broker.follower.catch_up()
+        response = await ctx.services.controller_channel.forward(ctx.header, request)
+    await ctx.services.controller_channel.catch_up()
     return response
 
 
@@ -78,12 +77,12 @@ def _check_storage_mode(ctx: RequestContext, topic) -> None:
     """Refuse a storage mode this broker cannot open (no object store configured), before
     the controller records a topic no broker could serve."""
     requested = {c.name: c.value for c in topic.configs}.get(
-        "kipper.storage.mode", ctx.broker.config.default_storage_mode)
-    if ctx.broker.config.broker_role and requested not in ctx.broker.logs.engines:
+        "kipper.storage.mode", ctx.services.config.default_storage_mode)
+    if ctx.services.config.broker_role and requested not in ctx.services.storage_modes:
         raise ControllerError(
             ErrorCode.invalid_config,
             f"kipper.storage.mode={requested} needs an object store: start the brokers with "
-            f"--s3-endpoint (available here: {', '.join(sorted(ctx.broker.logs.engines))})")
+            f"--s3-endpoint (available here: {', '.join(sorted(ctx.services.storage_modes))})")
 
 
 async def _create_topics(ctx: RequestContext, request) -> object:
@@ -95,7 +94,7 @@ async def _create_topics(ctx: RequestContext, request) -> object:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "Manual replica assignment is not supported by kipper; "
                                       "leave assignments empty")
-            created = await ctx.broker.controller.create_topic(
+            created = await ctx.services.controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,
                 {c.name: c.value for c in topic.configs}, request.validate_only)
         except ControllerError as e:
@@ -128,7 +127,7 @@ async def delete_topics(ctx: RequestContext, request) -> object:
 
 
 async def _delete_topics(ctx: RequestContext, request) -> object:
-    image = ctx.broker.controller.image
+    image = ctx.services.controller.image
     if hasattr(request, "topic_names"):
         asked = [(name, None) for name in request.topic_names]
     else:
@@ -141,7 +140,7 @@ async def _delete_topics(ctx: RequestContext, request) -> object:
         try:
             if name is None:
                 raise ControllerError(ErrorCode.unknown_topic_id, "Topic id is unknown")
-            deleted = await ctx.broker.controller.delete_topic(name)
+            deleted = await ctx.services.controller.delete_topic(name)
             results.append(ctx.response("DeletableTopicResult", name=name,
                                         topic_id=deleted.topic_id, error_code=ErrorCode.none,
                                         error_message=None))
@@ -163,7 +162,7 @@ async def _create_partitions(ctx: RequestContext, request) -> object:
             if topic.assignments:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "Manual replica assignment is not supported by kipper")
-            await ctx.broker.controller.create_partitions(topic.name, topic.count, request.validate_only)
+            await ctx.services.controller.create_partitions(topic.name, topic.count, request.validate_only)
             error, message = ErrorCode.none, None
         except ControllerError as e:
             error, message = e.error_code, e.message
@@ -178,12 +177,12 @@ async def describe_configs(ctx: RequestContext, request) -> object:
     for resource in request.resources:
         error, message, configs = ErrorCode.none, None, []
         if resource.resource_type == TOPIC_RESOURCE:
-            if resource.resource_name in ctx.broker.image.topics:
-                configs = _topic_configs(ctx, ctx.broker.image.topics[resource.resource_name])
+            if resource.resource_name in ctx.services.image.topics:
+                configs = _topic_configs(ctx, ctx.services.image.topics[resource.resource_name])
             else:
                 error, message = ErrorCode.unknown_topic_or_partition, "Topic does not exist"
         elif resource.resource_type == BROKER_RESOURCE:
-            if resource.resource_name in ("", str(ctx.broker.config.node_id)):
+            if resource.resource_name in ("", str(ctx.services.config.node_id)):
                 configs = _broker_configs(ctx)
             else:
                 error, message = ErrorCode.invalid_request, "Broker id is not this broker"
@@ -211,9 +210,9 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
     brokers = tuple(
         ctx.response("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port,
                      rack=b.rack)
-        for b in ctx.broker.image.live_brokers())
+        for b in ctx.services.image.live_brokers())
     return ctx.response("DescribeClusterResponse", throttle_time=0, error_code=ErrorCode.none,
                         error_message=None, endpoint_type=1,
-                        cluster_id=ctx.broker.config.cluster_id,
-                        controller_id=ctx.broker.controller_id, brokers=brokers,
+                        cluster_id=ctx.services.config.cluster_id,
+                        controller_id=ctx.services.controller_id, brokers=brokers,
                         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

@@ -11,7 +11,7 @@ from .registry import RequestContext, handles
 
 @handles(ApiKey.BROKER_REGISTRATION)
 async def broker_registration(ctx: RequestContext, request) -> object:
-    controller = ctx.broker.controller
+    controller = ctx.services.controller
     if controller is None or not request.listeners:
         error = ErrorCode.not_controller if controller is None else ErrorCode.invalid_request
         return ctx.response("BrokerRegistrationResponse", throttle_time=0, error_code=error,
@@ -25,7 +25,7 @@ async def broker_registration(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.BROKER_HEARTBEAT)
 async def broker_heartbeat(ctx: RequestContext, request) -> object:
-    controller = ctx.broker.controller
+    controller = ctx.services.controller
     if controller is None:
         return ctx.response("BrokerHeartbeatResponse", throttle_time=0,
                             error_code=ErrorCode.not_controller, is_caught_up=False,
@@ -39,7 +39,7 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.ALTER_PARTITION)
 async def alter_partition(ctx: RequestContext, request) -> object:
-    controller = ctx.broker.controller
+    controller = ctx.services.controller
     if controller is None:
         return ctx.response("AlterPartitionResponse", throttle_time=0,
                             error_code=ErrorCode.not_controller, topics=())

@@ -14,7 +14,7 @@ APPEND_TIMEOUT_S = 30.0
 
 @handles(InternalApiKey.DISKLESS_COORDINATOR_APPEND)
 async def coordinator_append(ctx: RequestContext, request: JsonBody) -> JsonBody:
-    coordinator = ctx.broker.batch_coordinator
+    coordinator = ctx.services.batch_coordinator
     if coordinator is None:
         return _not_coordinator("this broker has no object store, so no batch coordinator")
     try:

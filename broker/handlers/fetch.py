@@ -4,7 +4,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from broker.partition import Partition, PartitionError, wait_for_any_change
+from replication.partition import Partition, PartitionError, wait_for_any_change
 from protocol.apis import ApiKey
 from protocol.build import millis
 from storage.log import KafkaStorageError, OffsetOutOfRange
@@ -23,7 +23,7 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     index = fetch.partition
     replica_id = getattr(request, "replica_id", -1)
     try:
-        partition = ctx.broker.replicas.get(topic, index)
+        partition = ctx.services.replicas.get(topic, index)
         current_epoch = getattr(fetch, "current_leader_epoch", -1)
         if replica_id >= 0:
             # A follower: its fetch offset is its log end offset; it may read to ours.
@@ -80,7 +80,7 @@ def _preferred_read_replica(ctx: RequestContext, partition: Partition, client_ra
     that rack, unless the leader is in it."""
     if not client_rack or not partition.is_leader:
         return None
-    brokers = ctx.broker.image.brokers
+    brokers = ctx.services.image.brokers
     own = brokers.get(partition.node_id)
     if own is not None and own.rack == client_rack:
         return None

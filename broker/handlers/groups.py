@@ -25,7 +25,7 @@ NO_OFFSET = -1
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
-    return ctx.broker.group_coordinator
+    return ctx.services.group_coordinator
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -34,7 +34,7 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
-    known = ctx.broker.image.topics.get(topic)
+    known = ctx.services.image.topics.get(topic)
     return known is not None and partition in known.partitions
 
 

@@ -5,7 +5,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError, validate_topic_name
-from coordinator.metadata import PartitionInfo, TopicInfo
+from replication.cluster_metadata import PartitionInfo, TopicInfo
 from protocol.apis import ApiKey
 
 from ..diskless_routing import diskless_leader, diskless_servers
@@ -19,7 +19,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 def broker_entries(ctx: RequestContext, entity: str) -> tuple:
     return tuple(ctx.response(entity, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in ctx.broker.image.live_brokers())
+                 for b in ctx.services.image.live_brokers())
 
 
 def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
@@ -34,9 +34,9 @@ def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
 
 def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
     leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
-    if ctx.broker.replicas.log_config(p.topic).storage_mode == "diskless":
+    if ctx.services.replicas.log_config(p.topic).storage_mode == "diskless":
         # Leaderless: name the broker this client should use (KIP-1181).
-        leader = diskless_leader(p.topic, p.partition, diskless_servers(ctx.broker.image),
+        leader = diskless_leader(p.topic, p.partition, diskless_servers(ctx.services.image),
                                  az_from_client_id(ctx.header.client_id))
         replicas = isr = (leader,)
     return ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
@@ -53,7 +53,7 @@ def _error_entry(ctx: RequestContext, name: str | None, error: ErrorCode, topic_
 
 @handles(ApiKey.METADATA)
 async def metadata(ctx: RequestContext, request) -> object:
-    image = ctx.broker.image
+    image = ctx.services.image
     # v0 asks for all topics with an empty list; v1+ with null.
     wants_all = request.topics is None or (ctx.version == 0 and not request.topics)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
@@ -72,22 +72,22 @@ async def metadata(ctx: RequestContext, request) -> object:
             topics.append(await _lookup_or_create(ctx, name, allow_auto_create))
     return ctx.response("MetadataResponse", throttle_time=0,
                         brokers=broker_entries(ctx, "MetadataResponseBroker"),
-                        cluster_id=ctx.broker.config.cluster_id,
-                        controller_id=ctx.broker.controller_id, topics=tuple(topics),
+                        cluster_id=ctx.services.config.cluster_id,
+                        controller_id=ctx.services.controller_id, topics=tuple(topics),
                         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
 async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> object:
-    topic = ctx.broker.image.topics.get(name)
+    topic = ctx.services.image.topics.get(name)
     if topic is not None:
         return _topic_entry(ctx, topic)
     try:
         validate_topic_name(name)
     except ControllerError:
         return _error_entry(ctx, name, ErrorCode.invalid_topic_exception)
-    if not (allow_auto_create and ctx.broker.config.auto_create_topics):
+    if not (allow_auto_create and ctx.services.config.auto_create_topics):
         return _error_entry(ctx, name, ErrorCode.unknown_topic_or_partition)
-    error = await ctx.broker.create_topic(name)
+    error = await ctx.services.controller_channel.create_topic(name)
     if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
         log.warning("auto-creating topic %r failed: %s", name, error.name)
         return _error_entry(ctx, name, error)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.partition import PartitionError
+from replication.partition import PartitionError
 from protocol.apis import ApiKey
 from storage.log import OffsetOutOfRange
 
@@ -22,7 +22,7 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked) -> objec
                             error_code=error, timestamp=timestamp, offset=offset,
                             leader_epoch=epoch, old_style_offsets=())
     try:
-        partition = ctx.broker.replicas.get(topic, asked.partition_index)
+        partition = ctx.services.replicas.get(topic, asked.partition_index)
         partition.check_leader(getattr(asked, "current_leader_epoch", -1))
     except PartitionError as e:
         return answer(e.error_code)
@@ -55,7 +55,7 @@ async def _delete_records(ctx: RequestContext, topic: str, asked) -> object:
         return ctx.response("DeleteRecordsPartitionResult", partition_index=asked.partition_index,
                             low_watermark=low_watermark, error_code=error)
     try:
-        partition = ctx.broker.replicas.get(topic, asked.partition_index)
+        partition = ctx.services.replicas.get(topic, asked.partition_index)
         partition.check_leader()
     except PartitionError as e:
         return answer(e.error_code)
@@ -84,7 +84,7 @@ def _epoch_end_offset(ctx: RequestContext, topic: str, asked) -> object:
         return ctx.response("EpochEndOffset", error_code=error, partition=asked.partition,
                             leader_epoch=epoch, end_offset=end_offset)
     try:
-        partition = ctx.broker.replicas.get(topic, asked.partition)
+        partition = ctx.services.replicas.get(topic, asked.partition)
         partition.check_leader(asked.current_leader_epoch)
     except PartitionError as e:
         return answer(e.error_code)

@@ -5,7 +5,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from broker.partition import PartitionError
+from replication.partition import PartitionError
 from protocol.apis import ApiKey
 from protocol.build import millis
 from protocol.records import (
@@ -34,11 +34,11 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
                   acks: int, timeout_s: float) -> AppendResult | tuple[ErrorCode, str | None]:
     """Validate and append one partition's records; an error becomes (code, message)."""
     try:
-        partition = ctx.broker.replicas.get(topic, partition_index)
+        partition = ctx.services.replicas.get(topic, partition_index)
         partition.check_leader()
         batches = validate_produce_records(records or b"")
-        if ctx.broker.capture is not None:
-            ctx.broker.capture.record(ctx.header.client_id, topic, partition_index, batches,
+        if ctx.services.capture is not None:
+            ctx.services.capture.record(ctx.header.client_id, topic, partition_index, batches,
                                       len(records), acks)
         return await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
     except PartitionError as e:

@@ -16,7 +16,7 @@ from protocol.framing import RequestHeader
 from protocol.internal import InternalApiKey
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.services import BrokerServices
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
@@ -37,7 +37,7 @@ def response_module(api_key: int, api_version: int) -> ModuleType:
 @dataclass(slots=True)
 class RequestContext:
     header: RequestHeader
-    broker: "Broker"
+    services: "BrokerServices"
     peer: str
 
     @property

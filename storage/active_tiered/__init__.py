@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..config import LogConfig
 from ..objectstore import ObjectStore, fast_bucket
@@ -21,9 +21,6 @@ from .log import ActiveTieredLog
 from .metadata import WAL_METADATA_TOPIC, MetadataTopicClient, WalRef, make_schemes
 from .metrics import ActiveTieredMetrics
 from .uploader import WalUploader
-
-if TYPE_CHECKING:
-    from broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +48,6 @@ class ActiveTiered:
         self.schemes = make_schemes(self.metrics, download_timeout_ms / 1000)
         self._logs: dict[tuple[str, int], ActiveTieredLog] = {}
         self._link: ReplicaLink | None = None
-
-    @classmethod
-    def for_broker(cls, store: ObjectStore, config: "BrokerConfig") -> "ActiveTiered":
-        return cls(store, node_id=config.node_id, az=store.config.az,
-                   key_prefix=config.s3_key_prefix,
-                   upload_interval_ms=config.active_tiered_upload_interval_ms,
-                   upload_max_bytes=config.active_tiered_upload_max_bytes,
-                   download_timeout_ms=config.active_tiered_download_timeout_ms)
 
     def open_log(self, topic: str, partition: int, config: LogConfig,
                  directory: Path) -> ActiveTieredLog:

@@ -1,24 +1,16 @@
-"""Cluster metadata: the records the controller writes and the image every node builds.
+"""Cluster metadata as every node sees it: the records the controller writes and the image
+they are replayed into.
 
-As in KRaft, the state is a log of small records replayed into an in-memory image. The
-log is the classic partition ``__cluster_metadata-0`` (one JSON record per batch): the
-controller appends and fsyncs, brokers fetch it with ordinary Fetch requests and apply
-the same records.
+As in KRaft, the state is a log of small records replayed into an in-memory image; the
+controller (coordinator.controller) appends them to ``__cluster_metadata-0`` and every broker
+applies the same records (broker.metadata_follower). The replica layer reads the image to
+learn which partitions it leads or follows, so the image lives here, below the coordinators.
 """
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from kio.records.readers import read_batch
-
-from protocol.records import build_batch, iter_batches
-from storage.classic import ClassicLog
-from storage.config import LogConfig
 
 METADATA_TOPIC = "__cluster_metadata"
 # The diskless batch coordinator's log (KIP-1164), a replicated classic topic.
@@ -101,43 +93,3 @@ def partition_record(info: PartitionInfo) -> dict:
     return {"type": "partition", "topic": info.topic, "partition": info.partition,
             "replicas": info.replicas, "isr": info.isr, "leader": info.leader,
             "leader_epoch": info.leader_epoch, "partition_epoch": info.partition_epoch}
-
-
-def encode_records(records: list[dict]) -> bytearray:
-    return build_batch([(None, json.dumps(r, sort_keys=True).encode()) for r in records],
-                       int(time.time() * 1000))
-
-
-def decode_records(data: bytes) -> list[tuple[int, dict]]:
-    """(offset, record) for every record in whole uncompressed batches of ``data``."""
-    out = []
-    for header in iter_batches(data, allow_partial_tail=True):
-        batch, _ = read_batch(data, header.position)
-        out += [(record.offset, json.loads(record.value)) for record in batch.records]
-    return out
-
-
-class MetadataLog:
-    """The controller's copy of ``__cluster_metadata-0``."""
-
-    def __init__(self, directory: Path) -> None:
-        config = LogConfig(retention_ms=-1, segment_bytes=64 << 20)
-        self.log = ClassicLog(METADATA_TOPIC, 0, config, directory / f"{METADATA_TOPIC}-0")
-
-    async def load(self) -> list[tuple[int, dict]]:
-        records = []
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            chunk = await self.log.read(offset, 1 << 20)
-            decoded = decode_records(chunk.records)
-            records += [(o, r) for o, r in decoded if o >= offset]
-            offset = decoded[-1][0] + 1
-        return records
-
-    async def append(self, records: list[dict], leader_epoch: int = 0) -> int:
-        """Append and fsync; return the offset of the first record."""
-        data = encode_records(records)
-        batches = list(iter_batches(data))
-        result = await self.log.append(data, batches, leader_epoch)
-        await self.log.flush()
-        return result.base_offset

@@ -1,14 +1,20 @@
 """A partition as this broker sees it: its log, its role, its high watermark.
 
-The log (any engine) stores batches; the Partition decides what is committed. As leader it
-tracks each follower's fetch position: the high watermark is the smallest log end offset
-in the ISR, followers that keep up join the ISR, followers that fall behind for
-``replica.lag.time.max.ms`` leave it. ISR changes go to the controller (AlterPartition)
-and take effect once it accepts them.
+``Partition`` is what the request handlers and coordinators use; two kinds implement it:
+
+- ``ReplicatedPartition`` (classic and active-tiered topics): the log (any engine) stores
+  batches; the partition decides what is committed. As leader it tracks each follower's
+  fetch position: the high watermark is the smallest log end offset in the ISR, followers
+  that keep up join the ISR, followers that fall behind for ``replica.lag.time.max.ms``
+  leave it. ISR changes go to the controller (AlterPartition) and take effect once it
+  accepts them.
+- ``LeaderlessPartition`` (diskless topics, replication.leaderless_partition): every broker
+  serves it as if it led it.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import time
 from dataclasses import dataclass
@@ -16,12 +22,12 @@ from typing import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.metadata import NO_LEADER, PartitionInfo
+from replication.cluster_metadata import NO_LEADER, PartitionInfo
 from protocol.records import BatchHeader
 from storage.log import AppendResult, PartitionLog
 
 # (partition, proposed ISR) -> the controller's answer, applied by the caller.
-IsrProposer = Callable[["Partition", list[int]], Awaitable[None]]
+IsrProposer = Callable[["ReplicatedPartition", list[int]], Awaitable[None]]
 
 
 class PartitionError(Exception):
@@ -58,20 +64,70 @@ class Watchable:
         await wait_for_any_change([self], timeout_s)
 
 
-class Partition(Watchable):
-    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
-                 propose_isr: IsrProposer | None = None) -> None:
+class Partition(Watchable, abc.ABC):
+    """One partition hosted by this broker, whatever its storage mode."""
+
+    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo) -> None:
         super().__init__()
         self.node_id = node_id
         self.log = log
         self.topic = info.topic
         self.index = info.partition
+        self.leader = NO_LEADER
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+
+    @abc.abstractmethod
+    def update_info(self, info: PartitionInfo) -> None:
+        """Apply the partition's latest metadata (leader, epochs, replicas, ISR)."""
+
+    @property
+    @abc.abstractmethod
+    def is_leader(self) -> bool:
+        """Whether this broker takes produce requests for the partition."""
+
+    @property
+    @abc.abstractmethod
+    def high_watermark(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int:
+        # No transactions yet: everything below the high watermark is stable.
+        return self.high_watermark
+
+    @abc.abstractmethod
+    def check_epoch(self, current_leader_epoch: int) -> None:
+        """Raise the error Kafka gives a client whose leader epoch is not this one."""
+
+    def check_leader(self, current_leader_epoch: int = -1) -> None:
+        """Raise the error Kafka gives a client that talks to the wrong replica or epoch."""
+        self.check_epoch(current_leader_epoch)
+        if not self.is_leader:
+            raise PartitionError(ErrorCode.not_leader_or_follower)
+
+    @abc.abstractmethod
+    async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
+                               required_acks: int, timeout_s: float = 30.0) -> AppendResult:
+        """Append a produce request's validated batches; return once ``required_acks``
+        holds (-1: the ISR, or what the mode promises instead)."""
+
+    @abc.abstractmethod
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower replica fetched from ``fetch_offset``."""
+
+
+class ReplicatedPartition(Partition):
+    """A partition with a leader and follower replicas (classic, active-tiered)."""
+
+    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
+                 propose_isr: IsrProposer | None = None) -> None:
+        super().__init__(node_id, log, info)
         self.propose_isr = propose_isr
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
-        self.high_watermark = log.log_start_offset
-        self.leader = NO_LEADER
-        self.leader_epoch = -1
+        self._high_watermark = log.log_start_offset
         self.update_info(info)
 
     def update_info(self, info: PartitionInfo) -> None:
@@ -95,15 +151,8 @@ class Partition(Watchable):
         return self.leader == self.node_id
 
     @property
-    def last_stable_offset(self) -> int:
-        # No transactions yet: everything below the high watermark is stable.
-        return self.high_watermark
-
-    def check_leader(self, current_leader_epoch: int = -1) -> None:
-        """Raise the error Kafka gives a client that talks to the wrong replica or epoch."""
-        self.check_epoch(current_leader_epoch)
-        if not self.is_leader:
-            raise PartitionError(ErrorCode.not_leader_or_follower)
+    def high_watermark(self) -> int:
+        return self._high_watermark
 
     def check_epoch(self, current_leader_epoch: int) -> None:
         if current_leader_epoch >= 0:
@@ -163,8 +212,8 @@ class Partition(Watchable):
             self._followers[r].log_end_offset if r in self._followers else -1
             for r in self.isr if r != self.node_id]
         new_hw = max(min(ends), min(self.log.durable_end_offset(), self.log.log_end_offset))
-        if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
+        if new_hw > self._high_watermark:
+            self._high_watermark = new_hw
             self.notify_waiters()
 
     def maybe_shrink_isr(self, max_lag_s: float) -> None:
@@ -185,8 +234,8 @@ class Partition(Watchable):
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         new_hw = min(leader_high_watermark, self.log.log_end_offset)
-        if new_hw != self.high_watermark:
-            self.high_watermark = new_hw
+        if new_hw != self._high_watermark:
+            self._high_watermark = new_hw
             self.notify_waiters()
 
 

@@ -11,20 +11,31 @@ import asyncio
 import itertools
 import logging
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 from protocol.apis import VERSION_RANGES, ApiKey
 from protocol.framing import decode_response, encode_request
 from protocol.internal import InternalApiKey, is_internal
 
-from .traffic import NetworkTraffic, OpenedTraffic
-
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 
 
+class ConnectionTraffic(Protocol):
+    """Byte accounting of one opened connection (broker.traffic counts by AZ)."""
+
+    def request(self, api_key: int, body: Any, nbytes: int) -> str:
+        """Count a request frame; return its traffic class, for its response."""
+
+    def response(self, traffic_class: str, nbytes: int) -> None: ...
+
+
+class TrafficCounter(Protocol):
+    def opened_connection(self, host: str, port: int) -> ConnectionTraffic: ...
+
+
 class NodeConnection:
-    def __init__(self, host: str, port: int, client_id: str, traffic: OpenedTraffic) -> None:
+    def __init__(self, host: str, port: int, client_id: str, traffic: ConnectionTraffic) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -107,7 +118,7 @@ class NodeConnection:
 class NodeClient:
     """Connections to other kipper nodes, keyed by address."""
 
-    def __init__(self, client_id: str, traffic: NetworkTraffic) -> None:
+    def __init__(self, client_id: str, traffic: TrafficCounter) -> None:
         self.client_id = client_id
         self.traffic = traffic
         self._connections: dict[tuple[str, int, str], NodeConnection] = {}

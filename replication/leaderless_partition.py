@@ -9,23 +9,16 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.metadata import PartitionInfo
 from protocol.records import BatchHeader
-from storage.diskless import DisklessLog
-from storage.log import AppendResult
+from storage.log import AppendResult, PartitionLog
 
-from .partition import PartitionError, Watchable
+from .cluster_metadata import PartitionInfo
+from .partition import Partition, PartitionError
 
 
-class DisklessPartition(Watchable):
-    is_leader = True
-
-    def __init__(self, node_id: int, log: DisklessLog, info: PartitionInfo) -> None:
-        super().__init__()
-        self.node_id = node_id
-        self.log = log
-        self.topic = info.topic
-        self.index = info.partition
+class LeaderlessPartition(Partition):
+    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo) -> None:
+        super().__init__(node_id, log, info)
         self.leader = node_id
         self.replicas = self.isr = [node_id]
         self.update_info(info)
@@ -37,15 +30,12 @@ class DisklessPartition(Watchable):
         self.notify_waiters()
 
     @property
-    def high_watermark(self) -> int:
-        return self.log.log_end_offset
+    def is_leader(self) -> bool:
+        return True
 
     @property
-    def last_stable_offset(self) -> int:
-        return self.high_watermark
-
-    def check_leader(self, current_leader_epoch: int = -1) -> None:
-        self.check_epoch(current_leader_epoch)
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
 
     def check_epoch(self, current_leader_epoch: int) -> None:
         if current_leader_epoch > self.leader_epoch:

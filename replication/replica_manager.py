@@ -13,16 +13,16 @@ from kio.schema.alter_partition.v3.request import PartitionData as AlterPartitio
 from kio.schema.alter_partition.v3.request import TopicData as AlterTopicData
 from kio.schema.errors import ErrorCode
 
-from coordinator.metadata import NO_LEADER, MetadataImage, PartitionInfo
+from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
 from replication.fetcher import LeaderFetcher
 from storage.config import InvalidConfig, LogConfig
 from storage.manager import LogManager
 
-from .client import NodeClient, NodeConnection
-from .diskless_partition import DisklessPartition
-from .partition import Partition, PartitionError
+from .node_client import NodeClient, NodeConnection
+from .leaderless_partition import LeaderlessPartition
+from .partition import Partition, PartitionError, ReplicatedPartition
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ class ReplicaManager:
         self.replica_lag_time_max_s = replica_lag_time_max_ms / 1000
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._fetchers: dict[int, LeaderFetcher] = {}
-        self._pending_deletes: list[asyncio.Task] = []
+        # Log deletions and fetcher shutdowns under way, awaited by close().
+        self._cleanups: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self.broker_epoch = -1
 
@@ -65,7 +66,7 @@ class ReplicaManager:
                 self._stop_following(*key)
                 partition = self.partitions.pop(key)
                 partition.notify_waiters()
-                self._pending_deletes.append(asyncio.ensure_future(self.logs.delete_partition(*key)))
+                self._clean_up(self.logs.delete_partition(*key))
         elif kind == "broker" and record["node_id"] in self._fetchers:
             # The leader moved to a new address (restart): reconnect its fetcher.
             for partition in list(self._fetchers[record["node_id"]].partitions.values()):
@@ -86,7 +87,7 @@ class ReplicaManager:
             if key in self.partitions:
                 self.partitions[key].update_info(info)
             else:
-                self.partitions[key] = DisklessPartition(
+                self.partitions[key] = LeaderlessPartition(
                     self.node_id, self.logs.open(info.topic, info.partition, config), info)
             return
         if self.node_id not in info.replicas:
@@ -94,7 +95,7 @@ class ReplicaManager:
         partition = self.partitions.get(key)
         if partition is None:
             log_ = self.logs.open(info.topic, info.partition, config)
-            partition = Partition(self.node_id, log_, info, self._propose_isr)
+            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr)
             self.partitions[key] = partition
         else:
             partition.update_info(info)
@@ -103,7 +104,7 @@ class ReplicaManager:
         else:
             self._follow(partition)
 
-    def _follow(self, partition: Partition) -> None:
+    def _follow(self, partition: ReplicatedPartition) -> None:
         self._stop_following(partition.topic, partition.index)
         leader = self.image.brokers.get(partition.leader)
         if leader is None:
@@ -111,9 +112,10 @@ class ReplicaManager:
         fetcher = self._fetchers.get(leader.node_id)
         if fetcher is None or (fetcher.connection.host, fetcher.connection.port) != (leader.host, leader.port):
             if fetcher is not None:
-                asyncio.ensure_future(fetcher.stop())
+                self._clean_up(fetcher.stop())
             fetcher = LeaderFetcher(self.node_id, leader.node_id,
                                     self.nodes.connection(leader.host, leader.port, "replication"))
+            fetcher.start()
             self._fetchers[leader.node_id] = fetcher
         fetcher.add(partition)
 
@@ -121,7 +123,7 @@ class ReplicaManager:
         for fetcher in self._fetchers.values():
             fetcher.remove(topic, index)
 
-    async def _propose_isr(self, partition: Partition, new_isr: list[int]) -> None:
+    async def _propose_isr(self, partition: ReplicatedPartition, new_isr: list[int]) -> None:
         """Send an ISR change to the controller (KIP-497 AlterPartition)."""
         if self.controller is None:
             return
@@ -156,8 +158,13 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(self.replica_lag_time_max_s / 2)
             for partition in list(self.partitions.values()):
-                if isinstance(partition, Partition):  # diskless partitions have no ISR
+                if isinstance(partition, ReplicatedPartition):  # leaderless ones have no ISR
                     partition.maybe_shrink_isr(self.replica_lag_time_max_s)
+
+    def _clean_up(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     def get(self, topic: str, partition: int) -> Partition:
         found = self.partitions.get((topic, partition))
@@ -170,5 +177,5 @@ class ReplicaManager:
         if self._isr_task is not None:
             self._isr_task.cancel()
         await asyncio.gather(*(f.stop() for f in self._fetchers.values()),
-                             *self._pending_deletes, return_exceptions=True)
+                             *self._cleanups, return_exceptions=True)
         await self.logs.close_all()

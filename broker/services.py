@@ -1,0 +1,104 @@
+"""What the request handlers may use of their node, named and typed.
+
+A handler gets a ``BrokerServices`` (through ``RequestContext.services``), never the
+``Broker`` itself, so what it depends on is declared here and a handler can be run
+in-process against services built from fakes (tests/broker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.create_topics.v7.request import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from kio.schema.errors import ErrorCode
+
+from coordinator.batch_coordinator import BatchCoordinator
+from coordinator.controller import Controller, ControllerError
+from coordinator.group_coordinator import GroupCoordinator
+from protocol.apis import ApiKey
+from protocol.build import make
+from replication.cluster_metadata import MetadataImage
+from replication.node_client import NodeClient
+from replication.replica_manager import ReplicaManager
+
+from .capture import TraceCapture
+from .config import BrokerConfig, split_host_port
+from .metadata_follower import MetadataFollower
+from .producer_ids import ProducerIdAllocator
+
+
+class ControllerChannel:
+    """How this node asks the controller for changes: in-process when it runs the controller,
+    over the network otherwise; a change counts once this node's metadata shows it."""
+
+    def __init__(self, controller: Controller | None, address: str | None, nodes: NodeClient,
+                 follower: MetadataFollower | None) -> None:
+        self.controller = controller
+        self.address = address
+        self.nodes = nodes
+        self.follower = follower
+
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None) -> ErrorCode:
+        """Create a topic for the broker's own needs (auto-creation, internal topics); return
+        the outcome once this broker's metadata shows it."""
+        if self.controller is not None:
+            try:
+                await self.controller.create_topic(name, partitions, replication_factor,
+                                                   configs or {})
+                error = ErrorCode.none
+            except ControllerError as e:
+                error = e.error_code
+        else:
+            request = make(CreateTopicsRequest, timeout=30_000, validate_only=False, topics=(
+                make(CreatableTopic, name=name, num_partitions=partitions,
+                     replication_factor=replication_factor, assignments=(),
+                     configs=tuple(make(CreatableTopicConfig, name=k, value=v)
+                                   for k, v in (configs or {}).items())),))
+            response = await self._connection().call(ApiKey.CREATE_TOPICS, request, 60)
+            error = response.topics[0].error_code
+        await self.catch_up()
+        return error
+
+    async def forward(self, header: Any, request: Any) -> Any:
+        """Send an admin request to the controller node unchanged; return its response."""
+        return await self._connection().call(header.api_key, request, 60, header.api_version)
+
+    async def catch_up(self) -> None:
+        """Wait until this node has applied the controller's latest metadata (a
+        controller-only node has no metadata to wait for)."""
+        if self.follower is not None:
+            await self.follower.catch_up()
+
+    def _connection(self):
+        return self.nodes.connection(*split_host_port(self.address))
+
+
+@dataclass(slots=True)
+class BrokerServices:
+    config: BrokerConfig
+    # What this broker knows of the cluster, as applied from the metadata log.
+    image: MetadataImage
+    # The partitions this broker hosts.
+    replicas: ReplicaManager
+    # This node's controller role, or None when the controller runs elsewhere.
+    controller: Controller | None
+    controller_channel: ControllerChannel
+    group_coordinator: GroupCoordinator | None
+    batch_coordinator: BatchCoordinator | None
+    producer_ids: ProducerIdAllocator
+    capture: TraceCapture | None
+    # The kipper.storage.mode values this broker can open.
+    storage_modes: Collection[str]
+
+    @property
+    def controller_id(self) -> int:
+        """What Metadata and DescribeCluster report as the controller."""
+        live = self.image.live_brokers()
+        return live[0].node_id if live else self.config.node_id
