@@ -1,8 +1,8 @@
 """A broker's link to the controller: registration, heartbeats, and the metadata log.
 
 The broker keeps no metadata of its own: it fetches ``__cluster_metadata`` from the
-controller with ordinary Fetch requests, applies each record to its image and tells the
-replica manager, exactly like a KRaft observer.
+controller with ordinary Fetch requests, applies each record to its image
+(coordinator.state_machine) and tells the replica manager, exactly like a KRaft observer.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsTopic,
 )
 
-from protocol.records import decode_json_records
-from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
+from coordinator.state_machine import Applier
 from protocol.apis import ApiKey
 from protocol.build import make
-
+from protocol.records import decode_json_records
+from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from replication.node_client import NodeConnection
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,12 @@ class MetadataFollower:
         # Long polls get their own connection so heartbeats are never queued behind them.
         self.metadata_fetches = metadata_fetches
         self.image = image
-        self.listener = listener
         self.heartbeat_interval_s = heartbeat_interval_s
         self.epoch = -1
         self._registration: tuple[str, int, str | None] | None = None
         self._tasks: list[asyncio.Task] = []
-        self._applied = asyncio.Event()
+        self.applier = Applier(image)
+        self.applier.listeners.append(lambda offset, record, result: listener(record))
 
     async def start(self, host: str, port: int, rack: str | None) -> None:
         self._registration = (host, port, rack)
@@ -122,14 +122,7 @@ class MetadataFollower:
                 log.warning("metadata fetch error %s", data.error_code.name)
                 await asyncio.sleep(0.5)
                 continue
-            for offset, record in decode_json_records(data.records or b""):
-                if offset < self.image.next_offset:
-                    continue
-                self.image.apply(record)
-                self.image.next_offset = offset + 1
-                self.listener(record)
-            self._applied.set()
-            self._applied.clear()
+            self.applier.apply(decode_json_records(data.records or b""))
 
     async def catch_up(self, timeout: float = 30.0) -> None:
         """Wait until this broker has applied everything the controller has committed."""
@@ -138,11 +131,4 @@ class MetadataFollower:
                 make(ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
                      timestamp=-1),)),))
         response = await self.controller.call(ApiKey.LIST_OFFSETS, request, timeout)
-        target = response.topics[0].partitions[0].offset
-        async with asyncio.timeout(timeout):
-            while self.image.next_offset < target:
-                await self._wait_applied()
-
-    async def _wait_applied(self) -> None:
-        waiter = asyncio.ensure_future(self._applied.wait())
-        await waiter
+        await self.applier.wait_until_applied(response.topics[0].partitions[0].offset, timeout)

@@ -1,8 +1,8 @@
 """The controller: a quorum of one that owns brokers, topics, configs, leaders and ISRs.
 
 Every change is validated, appended to ``__cluster_metadata`` (fsync) and only then
-applied to the image, so a restart replays exactly what was acknowledged. Brokers learn
-every change by fetching that log.
+applied to the image (coordinator.state_machine), so a restart replays exactly what was
+acknowledged. Brokers learn every change by fetching that log.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from replication.cluster_metadata import (
 
 from .metadata_log import MetadataLog
 from .placement import assign_replicas
+from .state_machine import Applier
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +85,14 @@ class Controller:
         self.settings = settings
         self.log = MetadataLog(metadata_dir)
         self.image = MetadataImage()
+        self.applier = Applier(self.image)
         self.on_commit: list[Callable[[], None]] = []
         self._last_heartbeat: dict[int, float] = {}
         self._lock = asyncio.Lock()
         self._fence_task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        for _, record in await self.log.load():
-            self.image.apply(record)
-        self.image.next_offset = self.log.log.log_end_offset
+        self.applier.apply(await self.log.load())
         # Brokers known from the log get one session to heartbeat before being fenced.
         now = time.monotonic()
         self._last_heartbeat = {node: now for node in self.image.brokers}
@@ -105,12 +105,11 @@ class Controller:
         await self.log.log.close()
 
     async def _commit(self, records: list[dict]) -> int:
+        """Append (committed once fsynced: a quorum of one), then apply."""
         if not records:
             return self.image.next_offset
         offset = await self.log.append(records)
-        for record in records:
-            self.image.apply(record)
-        self.image.next_offset = self.log.log.log_end_offset
+        self.applier.apply(enumerate(records, offset))
         for listener in self.on_commit:
             listener()
         return offset

@@ -60,7 +60,12 @@ class MetadataImage:
     def live_brokers(self) -> list[BrokerInfo]:
         return sorted((b for b in self.brokers.values() if not b.fenced), key=lambda b: b.node_id)
 
-    def apply(self, record: dict) -> None:
+    def apply(self, offset: int, record: dict) -> None:
+        """Apply the record at ``offset`` of the metadata log (coordinator.state_machine)."""
+        self._apply(record)
+        self.next_offset = offset + 1
+
+    def _apply(self, record: dict) -> None:
         kind = record["type"]
         if kind == "topic":
             topic = TopicInfo(record["name"], uuid.UUID(record["id"]), dict(record["configs"]))
