@@ -39,7 +39,7 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
         batches = validate_produce_records(records or b"")
         if ctx.services.capture is not None:
             ctx.services.capture.record(ctx.header.client_id, topic, partition_index, batches,
-                                      len(records), acks)
+                                        len(records), acks)
         return await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
     except PartitionError as e:
         return e.error_code, str(e)
