@@ -8,7 +8,8 @@ Markdown files hold generated blocks between two comments::
 
 ``broker-settings`` renders the BrokerConfig settings (broker/config.py), ``topic-configs``
 the topic configs (storage/config.py); the optional prefixes keep only the entries whose
-names start with one of them. Regenerate after changing a definition:
+names start with one of them. ``kafka-apis`` lists the API version ranges kipper answers
+(protocol/apis.py). Regenerate after changing a definition:
 
     python -m broker.config_docs --write
 
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from protocol.apis import ADVERTISED_MIN_VERSION, VERSION_RANGES
 from storage.config import TOPIC_CONFIGS
 
 from .config import Flag, settings
@@ -61,7 +63,21 @@ def _flag_cell(flag: Flag | None) -> str:
     return f"`{flag.name}`" + ("" if flag.every_node else " (broker only)")
 
 
-TABLES = {"broker-settings": broker_settings_table, "topic-configs": topic_configs_table}
+def kafka_apis_list(prefixes: tuple[str, ...] = ()) -> str:
+    """One paragraph: "Produce 3–11 (advertised from 0), Fetch 4–12, ..."."""
+    entries = []
+    for key, (oldest, newest) in VERSION_RANGES.items():
+        name = "".join(word.capitalize() for word in key.name.split("_"))
+        if _selected(name, prefixes):
+            versions = f"{oldest}–{newest}" if newest > oldest else f"{oldest}"
+            advertised = ADVERTISED_MIN_VERSION.get(key)
+            note = f" (advertised from {advertised})" if advertised is not None else ""
+            entries.append(f"{name} {versions}{note}")
+    return ", ".join(entries) + ".\n"
+
+
+TABLES = {"broker-settings": broker_settings_table, "topic-configs": topic_configs_table,
+          "kafka-apis": kafka_apis_list}
 
 
 def _selected(name: str, prefixes: tuple[str, ...]) -> bool:

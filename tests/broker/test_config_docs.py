@@ -1,5 +1,6 @@
 """The settings tables of README.md and docs/ are what broker/config_docs.py generates from the
-definitions (BrokerConfig, TOPIC_CONFIGS): a definition changed without regenerating fails."""
+definitions (BrokerConfig, TOPIC_CONFIGS, the API version ranges): a definition changed without
+regenerating fails."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def test_readme_documents_every_setting_and_topic_config():
     readme = (REPO / "README.md").read_text()
     assert "<!-- generated: broker-settings -->" in readme
     assert "<!-- generated: topic-configs -->" in readme
+    assert "<!-- generated: kafka-apis -->" in readme
     for name in [s.name for s in settings()] + list(TOPIC_CONFIGS):
         assert f"| `{name}` |" in readme, name
 
