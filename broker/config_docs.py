@@ -1,4 +1,5 @@
-"""The settings tables of the documentation, generated from the definitions themselves.
+"""The generated parts of the documentation (settings tables, the Kafka API versions), made
+from the definitions themselves.
 
 Markdown files hold generated blocks between two comments::
 

@@ -1,5 +1,6 @@
 """`kipper broker` / `kipper controller` settings: the flags they accept, and the precedence
-defaults < --config TOML < KIPPER_* environment < flags."""
+defaults < --config TOML < KIPPER_* environment < flags; `kipper cluster up`'s options in
+docs/cluster.md."""
 
 from __future__ import annotations
 
@@ -18,16 +19,25 @@ BROKER_ONLY_FLAGS = {"--controller", "--auto-create-topics", "--default-storage-
                      "--s3-latency-profile", "--capture-trace"}
 
 
-def flags_of(command: str) -> set[str]:
-    subcommands = next(action for action in build_parser()._actions
-                       if isinstance(action, argparse._SubParsersAction))
-    return {option for action in subcommands.choices[command]._actions
+def flags_of(*command: str) -> set[str]:
+    """The options of `kipper COMMAND...`, e.g. flags_of("cluster", "up")."""
+    parser = build_parser()
+    for name in command:
+        parser = next(action for action in parser._actions
+                      if isinstance(action, argparse._SubParsersAction)).choices[name]
+    return {option for action in parser._actions
             for option in action.option_strings} - {"-h", "--help"}
 
 
 def test_broker_and_controller_accept_their_flags():
     assert flags_of("broker") == NODE_FLAGS | BROKER_ONLY_FLAGS
     assert flags_of("controller") == NODE_FLAGS
+
+
+def test_cluster_doc_names_every_cluster_up_option():
+    """docs/cluster.md's option table is written by hand (its text says more than --help)."""
+    table = (Path(__file__).resolve().parents[2] / "docs/cluster.md").read_text()
+    assert {flag for flag in flags_of("cluster", "up") if f"| `{flag}" not in table} == set()
 
 
 def test_defaults_then_file_then_environment_then_flags(tmp_path: Path):
