@@ -1,6 +1,7 @@
 """Topic-level log configuration: the names, defaults and validation Kafka users know.
 
-One table serves CreateTopics validation, DescribeConfigs, and the engines.
+One table serves CreateTopics validation, DescribeConfigs, the engines, and the topic-config
+tables of the docs (python -m broker.config_docs --write).
 """
 
 from __future__ import annotations
