@@ -127,9 +127,8 @@ class BrokerConfig:
     s3_secret_key: str | None = setting(None, "S3 secret key, with `s3_access_key`.",
                                         flag=Flag("--s3-secret-key"))
     s3_latency_profile: str = setting(
-        "none", "Latency added to every object-store request (`none`, `s3-standard`, "
-        "`s3-express`, `aws`; see docs/object-storage.md), so a laptop run shows cloud "
-        "latencies.", flag=Flag("--s3-latency-profile", choices=tuple(sorted(LATENCY_PROFILES))))
+        "none", "Latency profile added to every object-store request, so a laptop run shows "
+        "cloud latencies (the profiles are in docs/object-storage.md; `none` adds nothing).", flag=Flag("--s3-latency-profile", choices=tuple(sorted(LATENCY_PROFILES))))
     s3_key_prefix: str = setting(
         "", "Prepended to every object key this cluster writes, so clusters can share buckets.")
     diskless_append_commit_interval_ms: int = setting(
