@@ -13,10 +13,9 @@ from pathlib import Path
 import uvloop
 
 from storage.objectstore import cli as objectstore_cli
-from storage.objectstore.latency import LATENCY_PROFILES
 
 from . import launcher
-from .config import load_config
+from .config import BrokerConfig, Flag, load_config, settings
 from .metrics import LISTENING_LINE as METRICS_LISTENING_LINE
 
 log = logging.getLogger("kipper")
@@ -27,21 +26,18 @@ def _setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None
+                     ) -> BrokerConfig:
+    """The node's settings from `kipper broker` / `kipper controller` arguments: flags
+    override KIPPER_* variables, which override the --config file and the defaults."""
+    return load_config(args.config, environ=environ, overrides={
+        declared.name: getattr(args, declared.name, None) for declared in settings()})
+
+
 async def _run_broker(args: argparse.Namespace) -> int:
     from .server import Broker
 
-    config = load_config(args.config, overrides={
-        "node_id": args.node_id, "listener": args.listener,
-        "advertised_listener": args.advertised_listener, "rack": args.rack,
-        "data_dir": args.data_dir, "auto_create_topics": args.auto_create_topics,
-        "default_storage_mode": args.default_storage_mode,
-        "default_partitions": args.num_partitions,
-        "controller": args.controller, "broker_role": args.broker_role,
-        "metrics_listener": args.metrics_listener, "s3_endpoint": args.s3_endpoint,
-        "s3_access_key": args.s3_access_key, "s3_secret_key": args.s3_secret_key,
-        "s3_latency_profile": args.s3_latency_profile,
-        "capture_trace_dir": args.capture_trace,
-    })
+    config = config_from_args(args)
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()
@@ -67,29 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     broker = commands.add_parser("broker", help="run one broker")
     controller = commands.add_parser("controller", help="run a controller-only node")
-    for command in (broker, controller):
-        _add_node_arguments(command)
-    broker.add_argument("--controller",
-                        help="host:port of the controller (default: this broker runs it)")
-    broker.add_argument("--auto-create-topics", action="store_true", default=None,
-                        help="create unknown topics on Metadata requests")
-    broker.add_argument("--default-storage-mode",
-                        choices=["classic", "active-tiered", "diskless"])
-    broker.add_argument("--num-partitions", type=int, help="default partition count")
-    broker.add_argument("--s3-endpoint",
-                        help="S3 endpoint URL of the object store (MinIO, LocalStack, AWS)")
-    broker.add_argument("--s3-access-key", help="default: botocore's credential chain")
-    broker.add_argument("--s3-secret-key")
-    broker.add_argument("--s3-latency-profile", choices=sorted(LATENCY_PROFILES),
-                        help="delay added to every object-store request (default none)")
-    broker.add_argument("--capture-trace", type=Path, metavar="DIR",
-                        help="write the produce traffic received as a bench trace in DIR")
+    for command, every_node_only in ((broker, False), (controller, True)):
+        command.add_argument("--config", type=Path, help="TOML file with node settings")
+        _add_setting_flags(command, every_node_only)
     broker.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=None)
-    controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False,
-                            controller=None, auto_create_topics=None,
-                            default_storage_mode=None, num_partitions=None, s3_endpoint=None,
-                            s3_access_key=None, s3_secret_key=None,
-                            s3_latency_profile=None, capture_trace=None)
+    controller.set_defaults(func=lambda args: uvloop.run(_run_broker(args)), broker_role=False)
 
     launcher.add_subcommands(commands)
     objectstore_cli.add_subcommands(commands)
@@ -100,15 +78,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_node_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--config", type=Path, help="TOML file with node settings")
-    command.add_argument("--node-id", type=int)
-    command.add_argument("--listener", help="host:port to bind (port 0 = any free port)")
-    command.add_argument("--advertised-listener", help="host:port given to clients")
-    command.add_argument("--rack", help="availability zone of this node")
-    command.add_argument("--data-dir", type=Path)
-    command.add_argument("--metrics-listener",
-                         help="host:port of the HTTP metrics endpoint (port 0 = any free port)")
+def _metavar(flag: Flag) -> str | None:
+    """What argparse would show for the flag's own name (not the setting's), or the choices."""
+    return None if flag.choices else flag.name.lstrip("-").replace("-", "_").upper()
+
+
+_FLAG_TYPES = {"int": int, "Path": Path}  # by annotation; other settings are strings
+
+
+def _add_setting_flags(command: argparse.ArgumentParser, every_node_only: bool) -> None:
+    """One flag per BrokerConfig setting that declares one (broker/config.py); every flag
+    defaults to None so that an absent flag leaves the TOML / environment value in force."""
+    for declared in settings():
+        flag = declared.flag
+        if flag is None or (every_node_only and not flag.every_node):
+            continue
+        help_text = declared.doc.replace("%", "%%")
+        if declared.kind == "bool":
+            command.add_argument(flag.name, dest=declared.name, action="store_true",
+                                 default=None, help=help_text)
+            continue
+        command.add_argument(flag.name, dest=declared.name, help=help_text,
+                             type=_FLAG_TYPES.get(declared.kind.removesuffix(" | None")),
+                             choices=flag.choices, metavar=flag.metavar or _metavar(flag))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,10 @@
-"""Broker configuration: defaults < TOML file < KIPPER_* environment < command-line flags."""
+"""Broker configuration: defaults < TOML file < KIPPER_* environment < command-line flags.
+
+Every setting is declared once, below, with its description and (if it has one) its flag:
+``BrokerConfig``, the ``kipper broker`` / ``kipper controller`` flags (broker/cli.py), the
+``KIPPER_<NAME>`` environment variables and the settings table of README.md
+(``python -m broker.config_docs --write``) are all derived from these declarations.
+"""
 
 from __future__ import annotations
 
@@ -9,68 +15,158 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage.config import STORAGE_MODES
+from storage.objectstore.latency import LATENCY_PROFILES
+
+ENV_PREFIX = "KIPPER_"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a setting is given on the command line."""
+
+    name: str
+    # True: `kipper controller` takes it too (it describes the node, not the partitions it
+    # serves); False: only `kipper broker` does.
+    every_node: bool = False
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One broker setting as the CLI and the docs see it."""
+
+    name: str
+    kind: str  # the field's annotation, e.g. "int", "Path | None"
+    default: Any
+    doc: str
+    flag: Flag | None
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def setting(default: Any, doc: str, *, flag: Flag | None = None) -> Any:
+    """A BrokerConfig field with its description and optional command-line flag."""
+    metadata = {"doc": doc, "flag": flag}
+    if isinstance(default, dict):  # dataclasses refuse mutable defaults: each config a copy
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
 
 @dataclass
 class BrokerConfig:
-    node_id: int = 0
-    # host:port to bind; port 0 picks a free port (the chosen one is logged and advertised).
-    listener: str = "127.0.0.1:9092"
-    advertised_listener: str | None = None
-    rack: str | None = None
-    data_dir: Path = Path("data/broker-0")
-    cluster_id: str = "kipper-cluster"
-    max_request_bytes: int = 100 * 1024 * 1024
-    connections_max_idle_ms: int = 600_000
-    auto_create_topics: bool = False
-    default_partitions: int = 1
-    default_replication_factor: int = 1
-    default_storage_mode: str = "classic"
-    log_retention_check_interval_ms: int = 300_000
-    log_flush_interval_ms: int = 1_000
-    # host:port of the controller; none means this process runs it (like broker 0 by default).
-    controller: str | None = None
-    # False for `kipper controller`: a controller-only process serving no partitions.
-    broker_role: bool = True
-    broker_session_timeout_ms: int = 9000
-    broker_heartbeat_interval_ms: int = 500
-    replica_lag_time_max_ms: int = 30_000
-    unclean_leader_election: bool = False
-    # host:port of the HTTP metrics endpoint (/metrics, /metrics.json); none = no endpoint.
-    metrics_listener: str | None = None
-    # S3 endpoint URL of the object store (MinIO, LocalStack, AWS, or `kipper cluster up`'s
-    # embedded server). Without one, active-tiered and diskless topics cannot be opened.
-    s3_endpoint: str | None = None
-    # None = botocore's credential chain (AWS_ACCESS_KEY_ID, ~/.aws, instance role).
-    s3_access_key: str | None = None
-    s3_secret_key: str | None = None
-    # storage.objectstore.latency profile added to every request: none, s3-standard,
-    # s3-express or aws, so a laptop run shows cloud latencies.
-    s3_latency_profile: str = "none"
-    # Prepended to every object key this cluster writes, so clusters can share buckets.
-    s3_key_prefix: str = ""
-    # Diskless topics (KIP-1150/1163): the WAL buffer shared by all diskless partitions is
-    # closed, uploaded and committed after this long or at this size.
-    diskless_append_commit_interval_ms: int = 250
-    diskless_append_buffer_max_bytes: int = 8 * 1024 * 1024
-    diskless_read_cache_max_bytes: int = 256 * 1024 * 1024
-    # The batch coordinator's housekeeping (retention, GC, merging): see
-    # coordinator/diskless_housekeeping.py.
-    diskless_housekeeping_interval_ms: int = 5_000
-    diskless_object_delete_delay_ms: int = 60_000
-    diskless_orphan_grace_ms: int = 600_000
-    diskless_merge_max_object_bytes: int = 4 * 1024 * 1024
-    diskless_merge_min_objects: int = 8
-    # Directory where the produce traffic received is written as a bench trace; none = off.
-    capture_trace_dir: Path | None = None
-    # Active-tiered (KIP-1176): the broker's WAL uploader closes a combined object of all its
-    # leader partitions' new bytes every interval, or sooner once it holds max_bytes.
-    active_tiered_upload_interval_ms: int = 100
-    active_tiered_upload_max_bytes: int = 4 << 20
-    # A follower that cannot get a WAL range in this time (its bytes, or with the topic
-    # scheme its metadata) asks the leader for the records instead.
-    active_tiered_download_timeout_ms: int = 2000
-    # Broker-wide defaults for topic configs (e.g. {"retention.ms": "3600000"}).
-    topic_defaults: dict[str, str] = field(default_factory=dict)
+    node_id: int = setting(0, "Id of this node, unique in the cluster.",
+                           flag=Flag("--node-id", every_node=True))
+    listener: str = setting(
+        "127.0.0.1:9092", "host:port to bind; port 0 picks a free port (the bound port is "
+        "printed on the ready line and advertised).", flag=Flag("--listener", every_node=True))
+    advertised_listener: str | None = setting(
+        None, "host:port given to clients and other nodes; none = the listener.",
+        flag=Flag("--advertised-listener", every_node=True))
+    rack: str | None = setting(
+        None, "Availability zone of this node (Kafka's `broker.rack`): used by rack-aware "
+        "placement, follower fetching (KIP-392), diskless routing (KIP-1181), the fast bucket "
+        "of active-tiered topics and the AZ byte accounting.",
+        flag=Flag("--rack", every_node=True))
+    data_dir: Path = setting(Path("data/broker-0"), "Directory of this node's logs and state.",
+                             flag=Flag("--data-dir", every_node=True))
+    metrics_listener: str | None = setting(
+        None, "host:port of the HTTP metrics endpoint (`/metrics`, `/metrics.json`, "
+        "`/admin/s3-faults`); port 0 = any free port; none = no endpoint.",
+        flag=Flag("--metrics-listener", every_node=True))
+    controller: str | None = setting(
+        None, "host:port of the controller; none = this process runs it (a quorum of one, "
+        "in broker 0 by default).", flag=Flag("--controller"))
+    broker_role: bool = setting(
+        True, "False for `kipper controller`: a controller-only node serving no partitions "
+        "(set by the subcommand).")
+    cluster_id: str = setting("kipper-cluster", "Cluster id returned in Metadata and "
+                              "DescribeCluster responses.")
+    broker_session_timeout_ms: int = setting(
+        9000, "The controller fences a broker that sent no heartbeat for this long and moves "
+        "its leaderships.")
+    broker_heartbeat_interval_ms: int = setting(
+        500, "How often a broker heartbeats to the controller.")
+    replica_lag_time_max_ms: int = setting(
+        30_000, "A follower not caught up with the leader for this long leaves the ISR.")
+    unclean_leader_election: bool = setting(
+        False, "Broker-wide default of `unclean.leader.election.enable`: elect an out-of-sync "
+        "replica when no in-sync one is alive.")
+    auto_create_topics: bool = setting(
+        False, "Create unknown topics named in Metadata requests (`auto.create.topics.enable`).",
+        flag=Flag("--auto-create-topics"))
+    default_partitions: int = setting(
+        1, "Partition count of topics created without one (`num.partitions`).",
+        flag=Flag("--num-partitions"))
+    default_replication_factor: int = setting(
+        1, "Replication factor of topics created without one (`default.replication.factor`).")
+    default_storage_mode: str = setting(
+        "classic", "`kipper.storage.mode` of topics created without one.",
+        flag=Flag("--default-storage-mode", choices=STORAGE_MODES))
+    topic_defaults: dict[str, str] = setting(
+        {}, "Broker-wide defaults of topic configs, given as a table in the TOML file (e.g. "
+        "`[topic_defaults]` `\"retention.ms\" = \"3600000\"`).")
+    max_request_bytes: int = setting(
+        100 * 1024 * 1024, "Largest request frame accepted (`socket.request.max.bytes`).")
+    connections_max_idle_ms: int = setting(
+        600_000, "A client connection idle this long is closed (`connections.max.idle.ms`).")
+    log_retention_check_interval_ms: int = setting(
+        300_000, "How often `retention.ms` / `retention.bytes` are applied to local logs.")
+    log_flush_interval_ms: int = setting(
+        1_000, "How often local logs are checked for an fsync due by `flush.ms`.")
+    s3_endpoint: str | None = setting(
+        None, "S3 endpoint URL of the object store (MinIO, LocalStack, AWS, or `kipper cluster "
+        "up`'s embedded server); without one, active-tiered and diskless topics are refused.",
+        flag=Flag("--s3-endpoint"))
+    s3_access_key: str | None = setting(
+        None, "S3 access key; none = botocore's credential chain (`AWS_ACCESS_KEY_ID`, "
+        "`~/.aws`, instance role).", flag=Flag("--s3-access-key"))
+    s3_secret_key: str | None = setting(None, "S3 secret key, with `s3_access_key`.",
+                                        flag=Flag("--s3-secret-key"))
+    s3_latency_profile: str = setting(
+        "none", "Latency profile added to every object-store request, so a laptop run shows "
+        "cloud latencies (the profiles are in docs/object-storage.md; `none` adds nothing).", flag=Flag("--s3-latency-profile", choices=tuple(sorted(LATENCY_PROFILES))))
+    s3_key_prefix: str = setting(
+        "", "Prepended to every object key this cluster writes, so clusters can share buckets.")
+    diskless_append_commit_interval_ms: int = setting(
+        250, "Diskless: the broker's WAL buffer (one for all its diskless partitions) is "
+        "closed, uploaded and committed this long after its first batch, or sooner at "
+        "`diskless_append_buffer_max_bytes`.")
+    diskless_append_buffer_max_bytes: int = setting(
+        8 * 1024 * 1024, "Diskless: the WAL buffer is closed once it holds this many bytes.")
+    diskless_read_cache_max_bytes: int = setting(
+        256 * 1024 * 1024, "Diskless: size of the LRU cache of WAL object ranges read "
+        "(the uploading broker fills it too).")
+    diskless_housekeeping_interval_ms: int = setting(
+        5_000, "Diskless: how often the batch coordinator applies retention, deletes and "
+        "merges objects (coordinator/diskless_housekeeping.py).")
+    diskless_object_delete_delay_ms: int = setting(
+        60_000, "Diskless: an object with no live batch is deleted this long after it emptied, "
+        "so reads that looked it up finish first.")
+    diskless_orphan_grace_ms: int = setting(
+        600_000, "Diskless: an object in the WAL bucket the coordinator never heard of (an "
+        "upload whose commit never happened) is deleted once this old.")
+    diskless_merge_max_object_bytes: int = setting(
+        4 * 1024 * 1024, "Diskless (KIP-1165): broker-written objects smaller than this are "
+        "merged, once there are `diskless_merge_min_objects` of them.")
+    diskless_merge_min_objects: int = setting(
+        8, "Diskless: the fewest small objects that are worth a merge.")
+    active_tiered_upload_interval_ms: int = setting(
+        100, "Active-tiered (KIP-1176): the broker's WAL uploader closes and uploads one "
+        "object with the new bytes of all its leader partitions this often, or sooner at "
+        "`active_tiered_upload_max_bytes`.")
+    active_tiered_upload_max_bytes: int = setting(
+        4 << 20, "Active-tiered: the uploader closes its object once it holds this many "
+        "bytes.")
+    active_tiered_download_timeout_ms: int = setting(
+        2000, "Active-tiered: a follower that cannot get a WAL range (its bytes, or with the "
+        "`topic` scheme its metadata) in this time asks the leader for the records instead.")
+    capture_trace_dir: Path | None = setting(
+        None, "Directory where the produce traffic received is written as a bench trace "
+        "(bench/README.md); none = off.", flag=Flag("--capture-trace", metavar="DIR"))
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -78,6 +174,15 @@ class BrokerConfig:
 
     def topic_config_defaults(self) -> dict[str, str]:
         return {"kipper.storage.mode": self.default_storage_mode, **self.topic_defaults}
+
+
+def settings() -> list[Setting]:
+    """Every BrokerConfig setting in declaration order, with its description and flag."""
+    return [Setting(f.name, f.type,
+                    f.default_factory() if f.default_factory is not dataclasses.MISSING
+                    else f.default,
+                    f.metadata["doc"], f.metadata["flag"])
+            for f in dataclasses.fields(BrokerConfig)]
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -103,20 +208,20 @@ def _coerce(kind: str, raw: Any) -> Any:
 def load_config(config_file: Path | None = None, overrides: dict[str, Any] | None = None,
                 environ: dict[str, str] | None = None) -> BrokerConfig:
     environ = os.environ if environ is None else environ
-    kinds = {f.name: f.type for f in dataclasses.fields(BrokerConfig)}
+    declared = {s.name: s for s in settings()}
     values: dict[str, Any] = {}
     if config_file is not None:
         with open(config_file, "rb") as f:
             for key, raw in tomllib.load(f).items():
                 name = key.replace("-", "_").replace(".", "_")
-                if name not in kinds:
+                if name not in declared:
                     raise ValueError(f"{config_file}: unknown broker setting {key!r}")
                 values[name] = raw
-    for name in kinds:
-        env_key = "KIPPER_" + name.upper()
-        if env_key in environ:
-            values[name] = environ[env_key]
+    for name, declaration in declared.items():
+        if declaration.env_var in environ:
+            values[name] = environ[declaration.env_var]
     for name, raw in (overrides or {}).items():
         if raw is not None:
             values[name] = raw
-    return BrokerConfig(**{name: _coerce(kinds[name], raw) for name, raw in values.items()})
+    return BrokerConfig(**{name: _coerce(declared[name].kind, raw)
+                           for name, raw in values.items()})

@@ -1,6 +1,7 @@
 """Topic-level log configuration: the names, defaults and validation Kafka users know.
 
-One table serves CreateTopics validation, DescribeConfigs, and the engines.
+One table serves CreateTopics validation, DescribeConfigs, the engines, and the topic-config
+tables of the docs (python -m broker.config_docs --write).
 """
 
 from __future__ import annotations
@@ -55,31 +56,45 @@ class ConfigDef:
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("kipper.storage.mode", "classic", _choice(*STORAGE_MODES),
-              "storage engine of the topic: classic, active-tiered or diskless"),
-    ConfigDef("cleanup.policy", "delete", _cleanup_policy, "only delete is supported"),
-    ConfigDef("retention.ms", str(7 * 24 * 3600 * 1000), _int(-1), "time retention, -1 = forever"),
-    ConfigDef("retention.bytes", "-1", _int(-1), "size retention per partition, -1 = unbounded"),
-    ConfigDef("segment.bytes", str(1 << 30), _int(14), "segment file size before rolling"),
-    ConfigDef("segment.ms", str(7 * 24 * 3600 * 1000), _int(1), "segment age before rolling"),
-    ConfigDef("segment.index.bytes", str(10 << 20), _int(8), "maximum index file size"),
-    ConfigDef("index.interval.bytes", "4096", _int(0), "bytes between offset index entries"),
+              "Storage engine of the topic: classic, active-tiered or diskless (the last two need "
+              "brokers with an S3 endpoint); fixed at creation"),
+    ConfigDef("cleanup.policy", "delete", _cleanup_policy,
+              "Only delete: log compaction is not implemented"),
+    ConfigDef("retention.ms", str(7 * 24 * 3600 * 1000), _int(-1),
+              "Batches older than this are deleted; -1 = forever"),
+    ConfigDef("retention.bytes", "-1", _int(-1),
+              "Oldest batches are deleted while a partition holds more; -1 = unbounded"),
+    ConfigDef("segment.bytes", str(1 << 30), _int(14),
+              "A segment this large is closed and a new one started"),
+    ConfigDef("segment.ms", str(7 * 24 * 3600 * 1000), _int(1),
+              "A segment this old is closed and a new one started"),
+    ConfigDef("segment.index.bytes", str(10 << 20), _int(8),
+              "Largest offset or time index file of a segment"),
+    ConfigDef("index.interval.bytes", "4096", _int(0),
+              "Bytes of log between two offset index entries"),
     ConfigDef("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
-              "timestamp kept in batches"),
-    ConfigDef("max.message.bytes", str(1048588), _int(0), "largest record batch accepted"),
-    ConfigDef("min.insync.replicas", "1", _int(1), "replicas needed for acks=all"),
-    ConfigDef("flush.messages", str(2**63 - 1), _int(1), "messages between fsyncs"),
-    ConfigDef("flush.ms", str(2**63 - 1), _int(0), "milliseconds between fsyncs"),
+              "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append"),
+    ConfigDef("max.message.bytes", str(1048588), _int(0), "Largest record batch accepted"),
+    ConfigDef("min.insync.replicas", "1", _int(1),
+              "In-sync replicas needed to accept acks=all produce"),
+    ConfigDef("flush.messages", str(2**63 - 1), _int(1),
+              "Messages appended between two fsyncs of a local log"),
+    ConfigDef("flush.ms", str(2**63 - 1), _int(0),
+              "Milliseconds between two fsyncs of a local log"),
     ConfigDef("unclean.leader.election.enable", "false", _choice("true", "false"),
-              "allow electing an out-of-sync replica"),
-    ConfigDef("file.delete.delay.ms", "60000", _int(0), "delay before deleting removed segments"),
+              "Elect an out-of-sync replica when no in-sync one is alive (may lose acked data)"),
+    ConfigDef("file.delete.delay.ms", "60000", _int(0),
+              "Delay between removing a segment from the log and deleting its files"),
     ConfigDef("active.tiered.metadata.scheme", "topic", _choice(*WAL_METADATA_SCHEMES),
-              "how followers learn of uploaded WAL objects (active-tiered): the "
-              "__remote_wal_log_metadata topic, piggybacked on fetch responses, or in memory"),
+              "Active-tiered: how followers learn of uploaded WAL objects: topic (the "
+              "`__remote_wal_log_metadata` topic), fetch (the leader's fetch responses, refs "
+              "kept in a file) or memory (likewise, refs kept in the leader's memory only)"),
     ConfigDef("active.tiered.ack.on.upload", "false", _choice("true", "false"),
-              "acks=all completes once the data is uploaded, before followers have it "
-              "(weaker: a single-AZ bucket outage plus a leader loss loses acked data)"),
+              "Active-tiered: acks=all completes once the data is uploaded, before followers have "
+              "it (weaker: a single-AZ bucket outage plus a leader loss loses acked data)"),
     ConfigDef("active.tiered.wal.retention.ms", str(5 * 60 * 1000), _int(0),
-              "WAL objects not yet held by every in-sync replica are deleted after this"),
+              "Active-tiered: WAL objects not yet held by every in-sync replica are deleted "
+              "once this old"),
 )}
 
 

@@ -1,0 +1,71 @@
+"""`kipper broker` / `kipper controller` settings: the flags they accept, and the precedence
+defaults < --config TOML < KIPPER_* environment < flags; `kipper cluster up`'s options in
+docs/cluster.md."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from broker.cli import build_parser, config_from_args
+from broker.config import BrokerConfig
+
+NODE_FLAGS = {"--config", "--node-id", "--listener", "--advertised-listener", "--rack",
+              "--data-dir", "--metrics-listener"}
+BROKER_ONLY_FLAGS = {"--controller", "--auto-create-topics", "--default-storage-mode",
+                     "--num-partitions", "--s3-endpoint", "--s3-access-key", "--s3-secret-key",
+                     "--s3-latency-profile", "--capture-trace"}
+
+
+def flags_of(*command: str) -> set[str]:
+    """The options of `kipper COMMAND...`, e.g. flags_of("cluster", "up")."""
+    parser = build_parser()
+    for name in command:
+        parser = next(action for action in parser._actions
+                      if isinstance(action, argparse._SubParsersAction)).choices[name]
+    return {option for action in parser._actions
+            for option in action.option_strings} - {"-h", "--help"}
+
+
+def test_broker_and_controller_accept_their_flags():
+    assert flags_of("broker") == NODE_FLAGS | BROKER_ONLY_FLAGS
+    assert flags_of("controller") == NODE_FLAGS
+
+
+def test_cluster_doc_names_every_cluster_up_option():
+    """docs/cluster.md's option table is written by hand (its text says more than --help)."""
+    table = (Path(__file__).resolve().parents[2] / "docs/cluster.md").read_text()
+    assert {flag for flag in flags_of("cluster", "up") if f"| `{flag}" not in table} == set()
+
+
+def test_defaults_then_file_then_environment_then_flags(tmp_path: Path):
+    toml = tmp_path / "broker.toml"
+    toml.write_text('node_id = 1\nrack = "az-file"\ndefault-partitions = 2\n'
+                    'log-flush-interval-ms = 7\n[topic_defaults]\n"retention.ms" = 60000\n')
+    environ = {"KIPPER_RACK": "az-env", "KIPPER_DEFAULT_PARTITIONS": "4",
+               "KIPPER_AUTO_CREATE_TOPICS": "true"}
+    args = build_parser().parse_args(["broker", "--config", str(toml), "--num-partitions", "8",
+                                      "--capture-trace", "trace", "--s3-latency-profile", "aws"])
+    config = config_from_args(args, environ)
+    assert config == BrokerConfig(
+        node_id=1, rack="az-env", default_partitions=8, log_flush_interval_ms=7,
+        topic_defaults={"retention.ms": "60000"}, auto_create_topics=True,
+        capture_trace_dir=Path("trace"), s3_latency_profile="aws")
+
+
+def test_controller_node_serves_no_partitions():
+    args = build_parser().parse_args(["controller", "--node-id", "5", "--data-dir", "c"])
+    assert config_from_args(args, {}) == BrokerConfig(node_id=5, data_dir=Path("c"),
+                                                       broker_role=False)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["controller", "--s3-endpoint", "http://127.0.0.1:9000"])
+
+
+def test_an_unknown_file_setting_is_refused(tmp_path: Path):
+    toml = tmp_path / "broker.toml"
+    toml.write_text("no_such_setting = 1\n")
+    args = build_parser().parse_args(["broker", "--config", str(toml)])
+    with pytest.raises(ValueError, match="unknown broker setting 'no_such_setting'"):
+        config_from_args(args, {})
