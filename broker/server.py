@@ -21,7 +21,7 @@ from coordinator.metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
 from coordinator.group_config import GroupConfig
-from coordinator.group_coordinator import GroupCoordinator
+from coordinator.group.service import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
 from replication.active_tiered import BrokerReplicaLink
 from storage.active_tiered import ActiveTiered
