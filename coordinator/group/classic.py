@@ -46,6 +46,7 @@ COMPLETING = GroupState.COMPLETING_REBALANCE
 STABLE = GroupState.STABLE
 DEAD = GroupState.DEAD
 
+
 @dataclass(frozen=True, slots=True)
 class JoinRequest:
     group_id: str

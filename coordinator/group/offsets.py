@@ -31,10 +31,6 @@ from .timer import Timer
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
-EMPTY = GroupState.EMPTY
-COMPLETING = GroupState.COMPLETING_REBALANCE
-DEAD = GroupState.DEAD
-
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommit:
@@ -96,7 +92,7 @@ class OffsetManager:
     @staticmethod
     def _commit_error(group: Group, generation_id: int, member_id: str,
                       group_instance_id: str | None) -> ErrorCode | None:
-        if group.in_state(DEAD):
+        if group.in_state(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
         if generation_id >= 0 or member_id or group_instance_id is not None:
             if group.is_static_member_fenced(member_id, group_instance_id):
@@ -105,10 +101,10 @@ class OffsetManager:
                 return ErrorCode.unknown_member_id
             if generation_id != group.generation_id:
                 return ErrorCode.illegal_generation
-        elif not group.in_state(EMPTY):
+        elif not group.in_state(GroupState.EMPTY):
             # Outside a generation only a group without members may commit ("simple" use).
             return ErrorCode.unknown_member_id
-        if group.in_state(COMPLETING):
+        if group.in_state(GroupState.COMPLETING_REBALANCE):
             # The member knows the new generation but not yet its assignment.
             return ErrorCode.rebalance_in_progress
         return None
@@ -127,10 +123,10 @@ class OffsetManager:
         group = self.classic.groups.get(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
-        if not group.in_state(EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        if not group.in_state(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return ErrorCode.non_empty_group, {}
         # A consumer group with members keeps the offsets of the topics it consumes.
-        subscribed = set() if group.in_state(EMPTY) else group.subscribed_topics()
+        subscribed = set() if group.in_state(GroupState.EMPTY) else group.subscribed_topics()
         results = {tp: ErrorCode.none if subscribed is not None and tp[0] not in subscribed
                    else ErrorCode.group_subscribed_to_topic for tp in partitions}
         removed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in group.offsets]

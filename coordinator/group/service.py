@@ -150,7 +150,8 @@ class GroupCoordinator:
     def list_groups(self) -> tuple[ErrorCode, list[Group]]:
         if not self._active:
             return ErrorCode.coordinator_not_available, []
-        error = ErrorCode.coordinator_load_in_progress if self.loader.is_loading else ErrorCode.none
+        error = (ErrorCode.coordinator_load_in_progress if self.loader.is_loading
+                 else ErrorCode.none)
         return error, list(self.groups.values())
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | None]:

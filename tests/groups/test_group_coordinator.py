@@ -219,7 +219,8 @@ async def test_only_the_leader_gets_the_member_list(coordinator):
     assert {r.generation_id for r in joined} == {1}
 
 
-async def test_members_arriving_during_the_initial_delay_share_the_first_generation(coordinator, settle):
+async def test_members_arriving_during_the_initial_delay_share_the_first_generation(coordinator,
+                                                                                     settle):
     first = asyncio.ensure_future(join(coordinator))
     await settle(30)
     second = asyncio.ensure_future(join(coordinator))
