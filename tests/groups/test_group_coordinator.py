@@ -532,3 +532,25 @@ async def test_losing_leadership_answers_waiting_members(coordinator, store, set
     coordinator.on_metadata_change()
     assert (await waiting).error == ErrorCode.not_coordinator
     assert coordinator.groups == {}
+
+
+# --- the manual timer ---------------------------------------------------------------------
+
+
+def test_manual_timer_runs_due_callbacks_in_deadline_order_at_their_own_time():
+    timer = ManualTimer(start_ms=0)
+    ran: list[tuple[str, int]] = []
+
+    def note(name: str) -> None:
+        ran.append((name, timer.now_ms()))
+
+    timer.schedule(30, note, "c")
+    timer.schedule(10, note, "a")
+    timer.schedule(10, note, "b")  # same deadline: in the order scheduled
+    timer.schedule(20, note, "cancelled").cancel()
+    # A callback may schedule another that falls due within the same advance.
+    timer.schedule(15, lambda: timer.schedule(5, note, "chained"))
+    timer.schedule(50, note, "later")
+    assert timer.advance(40) == 5
+    assert ran == [("a", 10), ("b", 10), ("chained", 20), ("c", 30)]
+    assert (timer.now_ms(), timer.next_deadline_ms()) == (40, 50)
