@@ -11,7 +11,7 @@ from coordinator.controller import Controller, ControllerSettings
 from coordinator.diskless_housekeeping import Housekeeping, HousekeepingSettings
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
 from coordinator.group_config import GroupConfig
-from coordinator.group_coordinator import GroupCoordinator
+from coordinator.group.service import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
 from replication.active_tiered import BrokerReplicaLink
 from storage.active_tiered import ActiveTiered
@@ -125,8 +125,7 @@ class Broker:
         if self.config.broker_role:
             group_config = GroupConfig()
             self.group_coordinator = GroupCoordinator(group_config, OffsetsStore(
-                self.config.node_id, self.image, self.controller_channel.create_topic,
-                self.replicas, group_config))
+                self.image, self.controller_channel.create_topic, self.replicas, group_config))
         self._serve_requests()
         if self.config.broker_role:
             advertised_host, advertised_port = split_host_port(

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.batch_coordinator import BatchCoordinator
 from coordinator.controller import Controller, ControllerError
-from coordinator.group_coordinator import GroupCoordinator
+from coordinator.group.service import GroupCoordinator
 from protocol.apis import ApiKey
 from protocol.build import make
 from replication.cluster_metadata import MetadataImage

@@ -1,60 +1,62 @@
-"""The ``__consumer_offsets`` topic: which partition a group lives in, and its records.
+"""``OffsetsLog`` over the broker's replicas of ``__consumer_offsets``.
 
-A group belongs to partition ``abs(javaHashCode(group id)) % partitions`` as in Kafka, and
-the broker leading that partition is the group's coordinator. Records are appended as
-ordinary v2 batches through the partition's log, so they are replicated and recovered like
-any classic topic, and replayed to rebuild the coordinator's state.
+Records are appended as ordinary v2 batches through the partition's log, so they are
+replicated and recovered like any classic topic, and replayed to rebuild the coordinator's
+state. This module needs only what ``OffsetsReplica`` and ``HostedReplicas`` declare of the
+replica layer.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
 
 from kio.records.readers import read_batch
 from kio.schema.errors import ErrorCode
 
-from replication.partition import PartitionError
-from protocol.records import build_batch, iter_batches
-from storage.log import RecordTooLarge, StorageError
-
-from .group_config import GroupConfig
+from protocol.records import BatchHeader, build_batch, iter_batches
 from replication.cluster_metadata import BrokerInfo, MetadataImage
+from replication.partition import PartitionError
+from storage.log import AppendResult, PartitionLog, RecordTooLarge, StorageError
 
-if TYPE_CHECKING:
-    from replication.replica_manager import ReplicaManager
+from .group.offsets_log import (
+    LoggedRecord,
+    OffsetsLog,
+    OffsetsLogError,
+    OffsetsRecord,
+    partition_for,
+)
+from .group_config import GroupConfig
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 _READ_BYTES = 1 << 20
 # Group metadata and offset commits must wait for every in-sync replica, as in Kafka.
 _ACKS_ALL = -1
-# (name, partitions, replication factor, configs) -> outcome; Broker.create_topic.
+# (name, partitions, replication factor, configs) -> outcome; ControllerChannel.create_topic.
 TopicCreator = Callable[[str, int, int, dict[str, str]], Awaitable[ErrorCode]]
 
 
-def java_string_hash(value: str) -> int:
-    """Java's String.hashCode: over UTF-16 code units, wrapping at 32 bits, signed."""
-    h = 0
-    utf16 = value.encode("utf-16-be")
-    for i in range(0, len(utf16), 2):
-        h = (31 * h + (utf16[i] << 8 | utf16[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
+class OffsetsReplica(Protocol):
+    """A hosted partition of ``__consumer_offsets``, as the replica layer's Partition is."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def log(self) -> PartitionLog: ...
+
+    async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
+                               required_acks: int) -> AppendResult:
+        """Raises PartitionError when this replica cannot take the append."""
 
 
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (Utils.abs(MIN_VALUE) is 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+class HostedReplicas(Protocol):
+    """The partitions this broker hosts, as the replica layer's ReplicaManager keeps them."""
 
-
-class OffsetsStoreError(Exception):
-    """An append to __consumer_offsets failed, with the error code a group client gets."""
-
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
+    @property
+    def partitions(self) -> Mapping[tuple[str, int], OffsetsReplica]: ...
 
 
 def _client_error(error: Exception) -> ErrorCode:
@@ -68,10 +70,12 @@ def _client_error(error: Exception) -> ErrorCode:
     return ErrorCode.not_coordinator  # KAFKA_STORAGE_ERROR: the log went offline here
 
 
-class OffsetsStore:
-    def __init__(self, node_id: int, image: MetadataImage, create_topic: TopicCreator,
-                 replicas: "ReplicaManager", config: GroupConfig) -> None:
-        self.node_id = node_id
+class OffsetsStore(OffsetsLog):
+    """The broker's ``OffsetsLog``: the topic as the metadata image describes it, and the
+    replicas of its partitions this broker hosts."""
+
+    def __init__(self, image: MetadataImage, create_topic: TopicCreator,
+                 replicas: HostedReplicas, config: GroupConfig) -> None:
         self.image = image
         self.create_topic = create_topic
         self.replicas = replicas
@@ -107,33 +111,38 @@ class OffsetsStore:
         return partition_for(group_id, self.num_partitions)
 
     def coordinator_node(self, partition: int) -> BrokerInfo | None:
-        """The broker leading ``partition``, i.e. the coordinator of the groups in it."""
         topic = self.image.topics.get(OFFSETS_TOPIC)
         info = topic.partitions.get(partition) if topic else None
         return self.image.brokers.get(info.leader) if info else None
 
     def is_local_leader(self, partition: int) -> bool:
-        """Whether this broker coordinates the groups of ``partition``."""
         hosted = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
         return hosted is not None and hosted.is_leader
 
     def led_partitions(self) -> set[int]:
         return {p for p in range(self.num_partitions) if self.is_local_leader(p)}
 
-    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+    def _replica(self, partition: int) -> OffsetsReplica:
+        hosted = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        if hosted is None:
+            # Like any other replica that cannot take the write: the client finds the
+            # coordinator again.
+            raise OffsetsLogError(ErrorCode.coordinator_not_available,
+                                  f"{OFFSETS_TOPIC}-{partition} is not hosted here")
+        return hosted
+
+    async def append(self, partition: int, records: Sequence[OffsetsRecord],
                      timestamp_ms: int) -> int:
-        """Append records as one batch; return the offset of the last one."""
-        batch = build_batch(list(records), timestamp_ms)
+        batch = build_batch([(r.key, r.value) for r in records], timestamp_ms)
+        target = self._replica(partition)
         try:
-            target = self.replicas.get(OFFSETS_TOPIC, partition)
             result = await target.append_as_leader(batch, list(iter_batches(batch)), _ACKS_ALL)
         except (PartitionError, StorageError) as e:
-            raise OffsetsStoreError(_client_error(e), str(e)) from e
+            raise OffsetsLogError(_client_error(e), str(e)) from e
         return result.last_offset
 
-    async def replay(self, partition: int) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """(offset, key, value) of every record in the partition, oldest first."""
-        log_ = self.replicas.get(OFFSETS_TOPIC, partition).log
+    async def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
+        log_ = self._replica(partition).log
         offset, end = log_.log_start_offset, log_.log_end_offset
         while offset < end:
             chunk = (await log_.read(offset, _READ_BYTES, max_offset=end)).records
@@ -148,7 +157,7 @@ class OffsetsStore:
                     batch, _ = read_batch(chunk, header.position)
                     for record in batch.records:
                         if record.offset >= offset:
-                            yield record.offset, record.key, record.value
+                            yield LoggedRecord(record.offset, record.key, record.value)
                 offset = header.next_offset
             if offset == progress:
                 raise StorageError(f"{OFFSETS_TOPIC}-{partition}: no batch readable at {offset}")

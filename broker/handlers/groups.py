@@ -1,6 +1,6 @@
 """Consumer-group APIs: FindCoordinator, the classic group protocol, committed offsets.
 
-The handlers translate between kio entities and coordinator.group_coordinator, and check
+The handlers translate between kio entities and coordinator.group, and check
 what Kafka checks before the coordinator (group id, topic existence, metadata size).
 """
 
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import GroupState
-from coordinator.group_coordinator import GroupCoordinator, JoinRequest, JoinResult, OffsetCommit
+from coordinator.group.classic import JoinRequest, JoinResult
+from coordinator.group.offsets import OffsetCommit
+from coordinator.group.service import GroupCoordinator
+from coordinator.group.state import GroupState
 from protocol.apis import ApiKey
 from protocol.build import millis
 

@@ -1,33 +1,50 @@
-"""The classic group protocol state machine, driven directly with short timeouts.
+"""The classic group protocol state machine, driven on virtual time.
 
-The coordinator runs over an in-memory stand-in for ``__consumer_offsets`` so timers,
-rebalances and reloads can be exercised in milliseconds; the real topic and real clients
-are covered by the other tests in this directory.
+The coordinator runs over an in-memory ``OffsetsLog`` and a ``ManualTimer`` whose time
+jumps to the next deadline whenever every task waits, so session and rebalance timeouts,
+rebalances and reloads take no real time; the real topic and real clients are covered by
+the other tests in this directory.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import GroupState
+from coordinator.group.classic import JoinRequest
+from coordinator.group.offsets import OffsetCommit
+from coordinator.group.offsets_log import (
+    LoggedRecord,
+    OffsetsLog,
+    OffsetsLogError,
+    OffsetsRecord,
+    partition_for,
+)
+from coordinator.group.service import GroupCoordinator
+from coordinator.group.state import GroupState
+from coordinator.group.timer import ManualTimer
 from coordinator.group_config import GroupConfig
-from coordinator.group_coordinator import GroupCoordinator, JoinRequest, OffsetCommit
-from coordinator.offsets_store import OffsetsStoreError, partition_for
+from replication.cluster_metadata import BrokerInfo
 
 SESSION_MS = 400
 REBALANCE_MS = 400
 CONFIG = GroupConfig(initial_rebalance_delay_ms=50, min_session_timeout_ms=10)
 RANGE = [("range", b"range-metadata")]
+# Event-loop rounds after which every task is taken to wait on the timer. The longest chain
+# of work here (a request, its in-memory append, the answers it resolves and what those
+# tasks do next) needs 12; the margin keeps a deeper chain from seeing time jump early.
+IDLE_ROUNDS = 50
 
 
-class MemoryStore:
-    """The OffsetsStore interface over plain lists: one list of (key, value) per partition."""
+class MemoryOffsetsLog(OffsetsLog):
+    """Partitions as plain lists, all led by this broker until a test says otherwise;
+    appends can be made to fail and replays held back."""
 
     def __init__(self, partitions: int = 3) -> None:
-        self.logs: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(partitions)}
+        self.logs: dict[int, list[OffsetsRecord]] = {p: [] for p in range(partitions)}
         self.led = set(self.logs)
         self.failure: ErrorCode | None = None
         self.replay_gate: asyncio.Event | None = None
@@ -38,45 +55,94 @@ class MemoryStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, len(self.logs))
 
+    def coordinator_node(self, partition: int) -> BrokerInfo | None:
+        return None  # no brokers here: only FindCoordinator asks, and it is not tested here
+
     def is_local_leader(self, partition: int) -> bool:
         return partition in self.led
 
     def led_partitions(self) -> set[int]:
         return set(self.led)
 
-    async def append(self, partition, records, timestamp_ms) -> int:
-        await asyncio.sleep(0)
+    async def append(self, partition: int, records: Sequence[OffsetsRecord],
+                     timestamp_ms: int) -> int:
+        await asyncio.sleep(0)  # the write is asynchronous, as the replicated one is
         if self.failure is not None:
-            raise OffsetsStoreError(self.failure, "injected")
+            raise OffsetsLogError(self.failure, "injected")
         self.logs[partition].extend(records)
         return len(self.logs[partition]) - 1
 
-    async def replay(self, partition):
+    async def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
         if self.replay_gate is not None:
             await self.replay_gate.wait()
-        for offset, (key, value) in enumerate(list(self.logs[partition])):
-            yield offset, key, value
+        for offset, record in enumerate(list(self.logs[partition])):
+            yield LoggedRecord(offset, record.key, record.value)
 
 
-async def started(store: MemoryStore) -> GroupCoordinator:
-    coordinator = GroupCoordinator(CONFIG, store)
+class Clock:
+    """A ManualTimer whose time jumps to the next deadline once every task waits."""
+
+    def __init__(self) -> None:
+        self.timer = ManualTimer()
+        self._driver: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._driver = asyncio.ensure_future(self._drive())
+
+    async def stop(self) -> None:
+        self._driver.cancel()
+        await asyncio.gather(self._driver, return_exceptions=True)
+
+    async def _drive(self) -> None:
+        while True:
+            for _ in range(IDLE_ROUNDS):
+                await asyncio.sleep(0)
+            deadline = self.timer.next_deadline_ms()
+            if deadline is not None:
+                self.timer.advance(deadline - self.timer.now_ms())
+
+    async def sleep(self, ms: int) -> None:
+        wake = asyncio.get_running_loop().create_future()
+        self.timer.schedule(ms, _resolve, wake)
+        await wake
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def started(store: MemoryOffsetsLog, clock: Clock) -> GroupCoordinator:
+    coordinator = GroupCoordinator(CONFIG, store, clock.timer)
     await coordinator.start()
-    await settle()
+    await clock.sleep(10)
     return coordinator
 
 
-async def settle(seconds: float = 0.01) -> None:
-    await asyncio.sleep(seconds)
+@pytest.fixture
+async def clock():
+    clock = Clock()
+    clock.start()
+    yield clock
+    await clock.stop()
+
+
+@pytest.fixture
+async def settle(clock):
+    """Let ``ms`` of virtual time pass (10 by default)."""
+    async def settle(ms: int = 10) -> None:
+        await clock.sleep(ms)
+    return settle
 
 
 @pytest.fixture
 async def store():
-    return MemoryStore()
+    return MemoryOffsetsLog()
 
 
 @pytest.fixture
-async def coordinator(store):
-    coordinator = await started(store)
+async def coordinator(store, clock):
+    coordinator = await started(store, clock)
     yield coordinator
     await coordinator.stop()
 
@@ -153,11 +219,12 @@ async def test_only_the_leader_gets_the_member_list(coordinator):
     assert {r.generation_id for r in joined} == {1}
 
 
-async def test_members_arriving_during_the_initial_delay_share_the_first_generation(coordinator):
+async def test_members_arriving_during_the_initial_delay_share_the_first_generation(coordinator,
+                                                                                     settle):
     first = asyncio.ensure_future(join(coordinator))
-    await settle(0.03)
+    await settle(30)
     second = asyncio.ensure_future(join(coordinator))
-    await settle(0.03)  # past the first delay: the second member extended it
+    await settle(30)  # past the first delay: the second member extended it
     third = asyncio.ensure_future(join(coordinator))
     results = await asyncio.gather(first, second, third)
     assert {r.generation_id for r in results} == {1}
@@ -172,7 +239,7 @@ async def test_protocol_chosen_by_member_votes(coordinator):
     assert {r.protocol_name for r in joined} == {"roundrobin"}
 
 
-async def test_new_member_triggers_a_rebalance_of_a_stable_group(coordinator):
+async def test_new_member_triggers_a_rebalance_of_a_stable_group(coordinator, settle):
     leader, follower = await stable_group(coordinator, 2)
     newcomer = asyncio.ensure_future(join(coordinator))
     await settle()
@@ -195,7 +262,7 @@ async def test_follower_rejoining_unchanged_gets_the_current_generation(coordina
     assert state(coordinator) == GroupState.STABLE
 
 
-async def test_leader_rejoining_forces_a_rebalance(coordinator):
+async def test_leader_rejoining_forces_a_rebalance(coordinator, settle):
     leader, follower = await stable_group(coordinator, 2)
     rejoin = asyncio.ensure_future(join(coordinator, leader.member_id))
     await settle()
@@ -217,18 +284,18 @@ async def test_leave_group_rebalances_the_rest(coordinator):
     assert (alone.generation_id, len(alone.members)) == (2, 1)
 
 
-async def test_last_member_leaving_empties_the_group(coordinator):
+async def test_last_member_leaving_empties_the_group(coordinator, settle):
     [only] = await stable_group(coordinator, 1)
     coordinator.leave_group("g", [(only.member_id, None)])
-    await settle(0.05)
+    await settle(50)
     assert state(coordinator) == GroupState.EMPTY
     assert coordinator.groups["g"].generation_id == 2
 
 
-async def test_silent_member_is_removed_when_its_session_expires(coordinator):
+async def test_silent_member_is_removed_when_its_session_expires(coordinator, settle):
     leader, follower = await stable_group(coordinator, 2)
     for _ in range(6):
-        await settle(SESSION_MS / 4000)
+        await settle(SESSION_MS // 4)
         assert coordinator.heartbeat("g", 1, leader.member_id, None) in (
             ErrorCode.none, ErrorCode.rebalance_in_progress)
     assert follower.member_id not in coordinator.groups["g"].members
@@ -241,25 +308,25 @@ async def test_member_that_does_not_rejoin_in_time_is_dropped(coordinator):
     assert (rejoined.generation_id, [m for m, _, _ in rejoined.members]) == (2, [leader.member_id])
 
 
-async def test_member_that_does_not_sync_in_time_is_dropped(coordinator):
+async def test_member_that_does_not_sync_in_time_is_dropped(coordinator, settle):
     joined = await join_all(coordinator, "", "")
     leader = next(r for r in joined if r.members)
     follower = next(r for r in joined if not r.members)
     assert (await sync(coordinator, leader, {})).error == ErrorCode.none
     heartbeats = []
     for _ in range(6):  # the leader stays alive meanwhile
-        await settle(REBALANCE_MS / 4000)
+        await settle(REBALANCE_MS // 4)
         heartbeats.append(coordinator.heartbeat("g", 1, leader.member_id, None))
     assert follower.member_id not in coordinator.groups["g"].members
     assert heartbeats[0] == ErrorCode.none and heartbeats[-1] == ErrorCode.rebalance_in_progress
 
 
-async def test_member_id_handed_out_but_never_used_expires(coordinator):
+async def test_member_id_handed_out_but_never_used_expires(coordinator, settle):
     [only] = await stable_group(coordinator, 1)
     first = await coordinator.join_group(request())
     assert first.error == ErrorCode.member_id_required
     assert first.member_id in coordinator.groups["g"].pending_members
-    await settle(SESSION_MS / 1000 + 0.1)
+    await settle(SESSION_MS + 100)
     assert first.member_id not in coordinator.groups["g"].pending_members
 
 
@@ -336,7 +403,7 @@ async def test_session_timeout_outside_the_allowed_range(coordinator):
     assert result.error == ErrorCode.invalid_session_timeout
 
 
-async def test_sync_while_preparing_and_commit_while_completing(coordinator):
+async def test_sync_while_preparing_and_commit_while_completing(coordinator, settle):
     leader, follower = await stable_group(coordinator, 2)
     rejoin = asyncio.ensure_future(join(coordinator, leader.member_id))
     await settle()
@@ -348,7 +415,7 @@ async def test_sync_while_preparing_and_commit_while_completing(coordinator):
         ("t", 0): OffsetCommit(1, -1, "")}) == {("t", 0): ErrorCode.rebalance_in_progress}
 
 
-async def test_followers_waiting_in_sync_learn_of_a_new_rebalance(coordinator):
+async def test_followers_waiting_in_sync_learn_of_a_new_rebalance(coordinator, settle):
     joined = await join_all(coordinator, "", "")
     follower = next(r for r in joined if not r.members)
     waiting = asyncio.ensure_future(sync(coordinator, follower))
@@ -411,14 +478,14 @@ async def test_offsets_of_subscribed_topics_cannot_be_deleted_from_a_live_group(
 # --- loading and ownership ----------------------------------------------------------------
 
 
-async def test_state_is_reloaded_from_the_offsets_log(coordinator, store):
+async def test_state_is_reloaded_from_the_offsets_log(coordinator, store, clock):
     leader, follower = await stable_group(coordinator, 2)
     await coordinator.commit_offsets("g", 1, leader.member_id, None, {
         ("t", 0): OffsetCommit(7, 2, "m")})
     await coordinator.commit_offsets("simple", -1, "", None, {("t", 1): OffsetCommit(9, -1, "")})
     await coordinator.stop()
 
-    reloaded = await started(store)
+    reloaded = await started(store, clock)
     try:
         group = reloaded.groups["g"]
         assert (group.state, group.generation_id, group.leader_id) == (
@@ -433,17 +500,17 @@ async def test_state_is_reloaded_from_the_offsets_log(coordinator, store):
         await reloaded.stop()
 
 
-async def test_deleted_group_stays_deleted_after_reload(coordinator, store):
+async def test_deleted_group_stays_deleted_after_reload(coordinator, store, clock):
     await coordinator.commit_offsets("simple", -1, "", None, {("t", 1): OffsetCommit(9, -1, "")})
     await coordinator.delete_groups(["simple"])
     await coordinator.stop()
-    reloaded = await started(store)
+    reloaded = await started(store, clock)
     assert "simple" not in reloaded.groups
     await reloaded.stop()
 
 
-async def test_requests_while_loading_or_elsewhere(store):
-    coordinator = GroupCoordinator(CONFIG, store)
+async def test_requests_while_loading_or_elsewhere(store, clock, settle):
+    coordinator = GroupCoordinator(CONFIG, store, clock.timer)
     assert coordinator.heartbeat("g", 1, "m", None) == ErrorCode.coordinator_not_available
     store.replay_gate = asyncio.Event()
     await coordinator.start()
@@ -458,10 +525,32 @@ async def test_requests_while_loading_or_elsewhere(store):
     await coordinator.stop()
 
 
-async def test_losing_leadership_answers_waiting_members(coordinator, store):
+async def test_losing_leadership_answers_waiting_members(coordinator, store, settle):
     waiting = asyncio.ensure_future(join(coordinator))
     await settle()
     store.led.clear()
     coordinator.on_metadata_change()
     assert (await waiting).error == ErrorCode.not_coordinator
     assert coordinator.groups == {}
+
+
+# --- the manual timer ---------------------------------------------------------------------
+
+
+def test_manual_timer_runs_due_callbacks_in_deadline_order_at_their_own_time():
+    timer = ManualTimer(start_ms=0)
+    ran: list[tuple[str, int]] = []
+
+    def note(name: str) -> None:
+        ran.append((name, timer.now_ms()))
+
+    timer.schedule(30, note, "c")
+    timer.schedule(10, note, "a")
+    timer.schedule(10, note, "b")  # same deadline: in the order scheduled
+    timer.schedule(20, note, "cancelled").cancel()
+    # A callback may schedule another that falls due within the same advance.
+    timer.schedule(15, lambda: timer.schedule(5, note, "chained"))
+    timer.schedule(50, note, "later")
+    assert timer.advance(40) == 5
+    assert ran == [("a", 10), ("b", 10), ("chained", 20), ("c", 30)]
+    assert (timer.now_ms(), timer.next_deadline_ms()) == (40, 50)

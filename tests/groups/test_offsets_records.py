@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.handlers.producer_id import BLOCK_SIZE, ProducerIdAllocator
-from coordinator.group_records import (
+from broker.producer_ids import BLOCK_SIZE, ProducerIdAllocator
+from coordinator.group.offsets_log import java_string_hash, partition_for
+from coordinator.group.records import (
     GroupKey,
     GroupValue,
     MalformedGroupRecord,
@@ -20,7 +21,6 @@ from coordinator.group_records import (
     encode_offset_key,
     encode_offset_value,
 )
-from coordinator.offsets_store import java_string_hash, partition_for
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -1,7 +1,7 @@
 """One consumer group of the classic protocol: members, generation, state, committed offsets.
 
 This module keeps the bookkeeping (who is a member, what they support, which protocol wins,
-which transitions are legal); ``group_coordinator`` drives it from requests and timers.
+which transitions are legal); ``classic`` drives it from requests and timers.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from .timer import Scheduled
 
 
 class GroupState(enum.Enum):
@@ -50,7 +52,7 @@ class Member:
     sync_waiter: asyncio.Future | None = None
     # A member that joined in the current rebalance and has not yet seen a generation.
     is_new: bool = False
-    heartbeat_timer: asyncio.TimerHandle | None = None
+    heartbeat_timer: Scheduled | None = None
 
     @property
     def protocol_names(self) -> list[str]:
@@ -112,16 +114,16 @@ class Group:
     # group.instance.id -> member id of the static members.
     static_members: dict[str, str] = field(default_factory=dict)
     # Member ids handed out with MEMBER_ID_REQUIRED, each with its expiry timer.
-    pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    pending_members: dict[str, Scheduled] = field(default_factory=dict)
     # Members of the current generation that have not sent their SyncGroup yet.
     pending_sync: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # A member joined a brand-new group during the initial rebalance delay.
     new_member_added: bool = False
-    join_timer: asyncio.TimerHandle | None = None
+    join_timer: Scheduled | None = None
     # Set while the initial rebalance delay runs: the join must not complete early.
     in_initial_delay: bool = False
-    sync_timer: asyncio.TimerHandle | None = None
+    sync_timer: Scheduled | None = None
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[state]:

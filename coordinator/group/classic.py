@@ -1,4 +1,4 @@
-"""The classic group protocol, as Kafka's GroupCoordinator runs it.
+"""The classic group protocol, as Kafka's GroupMetadataManager runs it for classic groups.
 
 Groups move Empty -> PreparingRebalance -> CompletingRebalance -> Stable (-> Dead when
 deleted or unloaded). A rebalance collects JoinGroups until every known member rejoined or
@@ -6,57 +6,45 @@ the rebalance timeout passed (an empty group first waits ``initial_rebalance_del
 longer while members keep arriving), then answers them all with a new generation; the
 leader's SyncGroup carries the assignment, which is stored before anyone receives it.
 Heartbeats keep a member's session alive; a silent member is removed and the group
-rebalances. Offsets and group metadata live in ``__consumer_offsets`` (see offsets_store),
-replayed whenever this broker becomes the leader of one of its partitions.
+rebalances. Every deadline goes through the ``Timer``.
 
-Everything runs on the event loop: each request mutates state before its first ``await``,
-and timers are loop callbacks, so no locks are needed.
+The service has checked that this broker coordinates the group before any method here
+runs. Everything runs on the event loop: each request mutates state before its first
+``await``, and timers are loop callbacks, so no locks are needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from .group import CONSUMER_PROTOCOL_TYPE, CommittedOffset, Group, GroupState, Member
-from .group_config import GroupConfig
-from .group_records import (
+from ..group_config import GroupConfig
+from .loader import Spawn
+from .offsets_log import OffsetsLog, OffsetsLogError, OffsetsRecord
+from .records import (
     GroupKey,
     GroupValue,
-    MalformedGroupRecord,
     MemberValue,
-    OffsetKey,
-    OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
-    encode_offset_key,
-    encode_offset_value,
 )
-from .offsets_store import OffsetsStore, OffsetsStoreError
+from .state import Group, GroupState, Member
+from .timer import Timer
 
 log = logging.getLogger(__name__)
 # Kafka expires a new member that never completes its first join after 5 minutes.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-TopicPartition = tuple[str, int]
 
 EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
 COMPLETING = GroupState.COMPLETING_REBALANCE
 STABLE = GroupState.STABLE
 DEAD = GroupState.DEAD
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,113 +82,20 @@ class SyncResult:
     assignment: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    offset: int
-    leader_epoch: int
-    metadata: str
-
-
-class GroupCoordinator:
-    def __init__(self, config: GroupConfig, store: OffsetsStore) -> None:
+class ClassicGroupManager:
+    def __init__(self, config: GroupConfig, offsets_log: OffsetsLog, timer: Timer,
+                 spawn: Spawn) -> None:
         self.config = config
-        self.store = store
+        self.offsets_log = offsets_log
+        self.timer = timer
+        self.spawn = spawn
         self.groups: dict[str, Group] = {}
-        self._loaded: set[int] = set()
-        self._loading: dict[int, asyncio.Task] = {}
-        self._background: set[asyncio.Task] = set()
-        self._active = False
 
-    # -- lifecycle and partition ownership -------------------------------------------------
+    # -- loading and unloading --------------------------------------------------------------
 
-    async def start(self) -> None:
-        self._active = True
-        self.sync_partitions()
-
-    async def stop(self) -> None:
-        """Answer every waiting request and drop all groups; pending writes finish first."""
-        self._active = False
-        for partition in set(self._loaded) | set(self._loading):
-            self._unload(partition)
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-
-    def on_metadata_change(self) -> None:
-        """Call after every metadata change has reached the replica manager: leadership of
-        __consumer_offsets partitions may have moved."""
-        if self._active:
-            self.sync_partitions()
-
-    def sync_partitions(self) -> None:
-        """Load the partitions this broker now leads, unload those it no longer leads."""
-        led = self.store.led_partitions()
-        for partition in led - self._loaded - set(self._loading):
-            self._loading[partition] = self._spawn(self._load(partition))
-        for partition in (self._loaded | set(self._loading)) - led:
-            self._unload(partition)
-
-    def _group_error(self, group_id: str) -> ErrorCode | None:
-        if not self._active:
-            return ErrorCode.coordinator_not_available
-        partition = self.store.partition_for(group_id)
-        if not self.store.is_local_leader(partition):
-            return ErrorCode.not_coordinator
-        if partition not in self._loaded:
-            return ErrorCode.coordinator_load_in_progress
-        return None
-
-    def _spawn(self, coroutine) -> asyncio.Task:
-        task = asyncio.ensure_future(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
-
-    async def _load(self, partition: int) -> None:
-        started = time.monotonic()
-        try:
-            metadata, offsets = await self._replay(partition)
-        except Exception:
-            log.exception("loading groups of __consumer_offsets-%d failed", partition)
-            self._loading.pop(partition, None)
-            return
-        for group_id, value in metadata.items():
-            self.groups[group_id] = self._restore_group(group_id, value)
-        for (group_id, topic, index), committed in offsets.items():
-            self._group_or_new(group_id).offsets[(topic, index)] = committed
-        self._loading.pop(partition, None)
-        self._loaded.add(partition)
-        if metadata or offsets:
-            log.info("loaded %d groups and %d offsets of __consumer_offsets-%d in %.2f s",
-                     len(metadata), len(offsets), partition, time.monotonic() - started)
-
-    async def _replay(self, partition: int) -> tuple[
-            dict[str, GroupValue], dict[tuple[str, str, int], CommittedOffset]]:
-        """The latest metadata of each group and offset of each (group, topic, partition)
-        in the partition's records; a tombstone deletes."""
-        metadata: dict[str, GroupValue] = {}
-        offsets: dict[tuple[str, str, int], CommittedOffset] = {}
-        async for log_offset, key, value in self.store.replay(partition):
-            try:
-                decoded = decode_key(key or b"")
-                if isinstance(decoded, OffsetKey):
-                    slot = (decoded.group_id, decoded.topic, decoded.partition)
-                    if value is None:
-                        offsets.pop(slot, None)
-                    else:
-                        v = decode_offset_value(value)
-                        offsets[slot] = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
-                                                        v.commit_timestamp, log_offset)
-                elif value is None:
-                    metadata.pop(decoded.group_id, None)
-                else:
-                    metadata[decoded.group_id] = decode_group_value(value)
-            except MalformedGroupRecord as e:
-                log.warning("__consumer_offsets-%d offset %d: skipping record: %s", partition,
-                            log_offset, e)
-        return metadata, offsets
-
-    def _restore_group(self, group_id: str, value: GroupValue) -> Group:
-        group = Group(group_id, state=STABLE if value.members else EMPTY,
+    def restore_group(self, group_id: str, value: GroupValue) -> None:
+        """Take a group over as its latest stored metadata left it."""
+        group = self.groups[group_id] = Group(group_id, state=STABLE if value.members else EMPTY,
                       generation_id=value.generation_id,
                       protocol_type=value.protocol_type or None,
                       protocol_name=value.protocol_name, leader_id=value.leader_id,
@@ -210,33 +105,30 @@ class GroupCoordinator:
                             m.rebalance_timeout_ms, m.session_timeout_ms, value.protocol_type,
                             [(value.protocol_name or "", m.subscription)], m.assignment)
             group.add(member)
-            self._expect_heartbeat(group, member, member.session_timeout_ms)
-        return group
+            self.expect_heartbeat(group, member, member.session_timeout_ms)
 
-    def _unload(self, partition: int) -> None:
-        loading = self._loading.pop(partition, None)
-        if loading is not None:
-            loading.cancel()
-        self._loaded.discard(partition)
+    def unload_partition(self, partition: int) -> None:
+        """Drop the groups of a partition this broker no longer coordinates, answering
+        their waiting members."""
         for group in [g for g in self.groups.values()
-                      if self.store.partition_for(g.group_id) == partition]:
-            self._kill(group)
+                      if self.offsets_log.partition_for(g.group_id) == partition]:
+            self.kill(group)
             for member in group.members.values():
                 member.answer_join(JoinResult(ErrorCode.not_coordinator, member.member_id))
                 member.answer_sync(SyncResult(ErrorCode.not_coordinator))
 
-    def _kill(self, group: Group) -> None:
+    def kill(self, group: Group) -> None:
         group.cancel_timers()
-        group.transition(DEAD, _now_ms())
+        group.transition(DEAD, self.timer.now_ms())
         del self.groups[group.group_id]
 
-    def _group_or_new(self, group_id: str) -> Group:
+    def group_or_new(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
         if group is None:
-            group = self.groups[group_id] = Group(group_id, state_timestamp=_now_ms())
+            group = self.groups[group_id] = Group(group_id, state_timestamp=self.timer.now_ms())
         return group
 
-    def _forget_if_unused(self, group: Group) -> None:
+    def forget_if_unused(self, group: Group) -> None:
         """Drop a group that a failed request created and nothing refers to."""
         if (group.in_state(EMPTY) and group.generation_id == 0 and not group.members
                 and not group.pending_members and not group.offsets):
@@ -246,18 +138,15 @@ class GroupCoordinator:
     # -- JoinGroup --------------------------------------------------------------------------
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
-        error = self._group_error(request.group_id)
-        if error is None and not (self.config.min_session_timeout_ms <= request.session_timeout_ms
-                                  <= self.config.max_session_timeout_ms):
-            error = ErrorCode.invalid_session_timeout
+        if not (self.config.min_session_timeout_ms <= request.session_timeout_ms
+                <= self.config.max_session_timeout_ms):
+            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
         group = self.groups.get(request.group_id)
-        if error is None and group is None and request.member_id:
+        if group is None and request.member_id:
             # Only a member without an id may create a group.
-            error = ErrorCode.unknown_member_id
-        if error is not None:
-            return JoinResult(error, request.member_id)
+            return JoinResult(ErrorCode.unknown_member_id, request.member_id)
         if group is None:
-            group = self._group_or_new(request.group_id)
+            group = self.group_or_new(request.group_id)
         answer = asyncio.get_running_loop().create_future()
         if request.member_id:
             self._join_known_member(group, request, answer)
@@ -266,7 +155,7 @@ class GroupCoordinator:
         if group.in_state(PREPARING):
             self._try_complete_join(group)
         if answer.done():
-            self._forget_if_unused(group)
+            self.forget_if_unused(group)
         return await answer
 
     def _join_new_member(self, group: Group, request: JoinRequest,
@@ -282,8 +171,8 @@ class GroupCoordinator:
         if request.group_instance_id in group.static_members:
             self._rejoin_static_member(group, request, member_id, answer)
         elif request.group_instance_id is None and request.require_known_member_id:
-            group.pending_members[member_id] = asyncio.get_running_loop().call_later(
-                request.session_timeout_ms / 1000, self._expire_pending_member, group, member_id)
+            group.pending_members[member_id] = self.timer.schedule(
+                request.session_timeout_ms, self._expire_pending_member, group, member_id)
             answer.set_result(JoinResult(ErrorCode.member_id_required, member_id))
         else:
             self._add_member_and_rebalance(group, request, member_id, answer)
@@ -332,12 +221,12 @@ class GroupCoordinator:
         member.answer_sync(SyncResult(ErrorCode.fenced_instance_id))
         group.replace_static_member(request.group_instance_id, member_id)
         self._wait_for_join(member, request, answer)
-        self._expect_heartbeat(group, member, member.session_timeout_ms)
+        self.expect_heartbeat(group, member, member.session_timeout_ms)
         if group.in_state(STABLE) and group.select_protocol() == group.protocol_name:
             # The assignment stays valid: no rebalance. The old leader id is returned so
             # that this member, even if it was the leader, does not compute an assignment
             # a stable group would never distribute.
-            self._spawn(self._confirm_static_rejoin(group, member, old_leader_id))
+            self.spawn(self._confirm_static_rejoin(group, member, old_leader_id))
         elif group.in_state(STABLE, COMPLETING):
             self._prepare_rebalance(group, f"static member {request.group_instance_id} "
                                            "rejoined with new metadata")
@@ -364,7 +253,7 @@ class GroupCoordinator:
         group.add(member)
         # A new member cannot heartbeat before its first generation, so its session does
         # not run yet; this only bounds how long a join from a vanished client is kept.
-        self._expect_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self.expect_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
         self._maybe_prepare_rebalance(group, f"adding member {member_id}")
 
     def _wait_for_join(self, member: Member, request: JoinRequest,
@@ -382,7 +271,7 @@ class GroupCoordinator:
             return
         if group.in_state(PREPARING):
             self._try_complete_join(group)
-        self._forget_if_unused(group)
+        self.forget_if_unused(group)
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
         is_leader = member.member_id == group.leader_id
@@ -408,7 +297,7 @@ class GroupCoordinator:
             self._schedule_join(group, delay, max(group.rebalance_timeout_ms - delay, 0))
         else:
             self._schedule_join(group, group.rebalance_timeout_ms, None)
-        group.transition(PREPARING, _now_ms())
+        group.transition(PREPARING, self.timer.now_ms())
         log.info("preparing to rebalance group %s in generation %d (%s)", group.group_id,
                  group.generation_id, reason)
 
@@ -419,8 +308,8 @@ class GroupCoordinator:
         if group.join_timer is not None:
             group.join_timer.cancel()
         group.in_initial_delay = initial_delay_left_ms is not None
-        group.join_timer = asyncio.get_running_loop().call_later(
-            delay_ms / 1000, self._on_join_timer, group, initial_delay_left_ms)
+        group.join_timer = self.timer.schedule(
+            delay_ms, self._on_join_timer, group, initial_delay_left_ms)
 
     def _on_join_timer(self, group: Group, initial_delay_left_ms: int | None) -> None:
         group.join_timer = None
@@ -450,19 +339,18 @@ class GroupCoordinator:
             # back or for their sessions to expire.
             self._schedule_join(group, group.rebalance_timeout_ms, None)
             return
-        group.init_next_generation(_now_ms())
+        group.init_next_generation(self.timer.now_ms())
         if group.in_state(EMPTY):
-            self._spawn(self._store_group(group, {}))
+            self.spawn(self._store_group(group, {}))
             return
         log.info("group %s stabilized in generation %d with %d members (protocol %s)",
                  group.group_id, group.generation_id, len(group.members), group.protocol_name)
         for member in group.members.values():
             member.answer_join(self._join_result(group, member))
             member.is_new = False
-            self._expect_heartbeat(group, member, member.session_timeout_ms)
-        group.sync_timer = asyncio.get_running_loop().call_later(
-            group.rebalance_timeout_ms / 1000, self._on_sync_timeout, group,
-            group.generation_id)
+            self.expect_heartbeat(group, member, member.session_timeout_ms)
+        group.sync_timer = self.timer.schedule(
+            group.rebalance_timeout_ms, self._on_sync_timeout, group, group.generation_id)
 
     def _on_sync_timeout(self, group: Group, generation_id: int) -> None:
         """Members that never sent their SyncGroup in time are removed."""
@@ -483,10 +371,10 @@ class GroupCoordinator:
 
     # -- membership -------------------------------------------------------------------------
 
-    def _expect_heartbeat(self, group: Group, member: Member, timeout_ms: int) -> None:
+    def expect_heartbeat(self, group: Group, member: Member, timeout_ms: int) -> None:
         member.cancel_heartbeat_timer()
-        member.heartbeat_timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._on_session_timeout, group, member)
+        member.heartbeat_timer = self.timer.schedule(
+            timeout_ms, self._on_session_timeout, group, member)
 
     def _on_session_timeout(self, group: Group, member: Member) -> None:
         member.heartbeat_timer = None
@@ -526,7 +414,7 @@ class GroupCoordinator:
         member = group.members[member_id]
         self._sync_received(group, member_id)
         if group.in_state(STABLE):
-            self._expect_heartbeat(group, member, member.session_timeout_ms)
+            self.expect_heartbeat(group, member, member.session_timeout_ms)
             return SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name,
                               member.assignment)
         answer = asyncio.get_running_loop().create_future()
@@ -534,7 +422,7 @@ class GroupCoordinator:
         member.sync_waiter = answer
         if member_id == group.leader_id:
             assignment = {m: assignments.get(m, b"") for m in group.members}
-            self._spawn(self._store_assignment(group, assignment))
+            self.spawn(self._store_assignment(group, assignment))
         return await answer
 
     async def _store_assignment(self, group: Group, assignment: dict[str, bytes]) -> None:
@@ -551,15 +439,15 @@ class GroupCoordinator:
             if member.awaiting_sync:
                 member.answer_sync(SyncResult(ErrorCode.none, group.protocol_type,
                                               group.protocol_name, member.assignment))
-                self._expect_heartbeat(group, member, member.session_timeout_ms)
-        group.transition(STABLE, _now_ms())
+                self.expect_heartbeat(group, member, member.session_timeout_ms)
+        group.transition(STABLE, self.timer.now_ms())
 
     def _propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
             if member.awaiting_sync:
                 member.answer_sync(SyncResult(error))
-                self._expect_heartbeat(group, member, member.session_timeout_ms)
+                self.expect_heartbeat(group, member, member.session_timeout_ms)
 
     async def _store_group(self, group: Group, assignment: dict[str, bytes]) -> ErrorCode | None:
         value = GroupValue(
@@ -571,10 +459,10 @@ class GroupCoordinator:
                             assignment.get(m.member_id, b""))
                 for m in group.members.values()))
         try:
-            await self.store.append(self.store.partition_for(group.group_id), [
-                (encode_group_key(GroupKey(group.group_id)), encode_group_value(value))],
-                _now_ms())
-        except OffsetsStoreError as e:
+            await self.offsets_log.append(self.offsets_log.partition_for(group.group_id), [
+                OffsetsRecord(encode_group_key(GroupKey(group.group_id)),
+                              encode_group_value(value))], self.timer.now_ms())
+        except OffsetsLogError as e:
             log.warning("storing group %s failed: %s", group.group_id, e)
             return e.error_code
         return None
@@ -582,19 +470,19 @@ class GroupCoordinator:
     # -- Heartbeat and LeaveGroup ------------------------------------------------------------
 
     def _member_group(self, group_id: str, member_id: str, group_instance_id: str | None,
-                      generation_id: int) -> tuple[Group, ErrorCode | None]:
+                      generation_id: int) -> tuple[Group | None, ErrorCode | None]:
         """The group, or the error a member's Heartbeat/SyncGroup gets, in Kafka's order."""
-        error = self._group_error(group_id)
         group = self.groups.get(group_id)
-        if error is None:
-            if group is None:
-                error = ErrorCode.unknown_member_id
-            elif group.is_static_member_fenced(member_id, group_instance_id):
-                error = ErrorCode.fenced_instance_id
-            elif member_id not in group.members:
-                error = ErrorCode.unknown_member_id
-            elif generation_id != group.generation_id:
-                error = ErrorCode.illegal_generation
+        if group is None:
+            error = ErrorCode.unknown_member_id
+        elif group.is_static_member_fenced(member_id, group_instance_id):
+            error = ErrorCode.fenced_instance_id
+        elif member_id not in group.members:
+            error = ErrorCode.unknown_member_id
+        elif generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        else:
+            error = None
         return group, error
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
@@ -603,20 +491,16 @@ class GroupCoordinator:
         if error is not None:
             return error
         member = group.members[member_id]
-        self._expect_heartbeat(group, member, member.session_timeout_ms)
+        self.expect_heartbeat(group, member, member.session_timeout_ms)
         return ErrorCode.rebalance_in_progress if group.in_state(PREPARING) else ErrorCode.none
 
     def leave_group(self, group_id: str, leaving: Iterable[tuple[str, str | None]]
-                    ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """Per leaving (member id, group instance id): its error; plus a group-level one."""
-        error = self._group_error(group_id)
-        if error is not None:
-            return error, []
+                    ) -> list[ErrorCode]:
+        """Per leaving (member id, group instance id): its error."""
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.none, [ErrorCode.unknown_member_id for _ in leaving]
-        return ErrorCode.none, [self._leave(group, member_id, instance_id)
-                                for member_id, instance_id in leaving]
+            return [ErrorCode.unknown_member_id for _ in leaving]
+        return [self._leave(group, member_id, instance_id) for member_id, instance_id in leaving]
 
     def _leave(self, group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
         if not member_id:
@@ -637,148 +521,3 @@ class GroupCoordinator:
         log.info("member %s left group %s", member_id, group.group_id)
         self._remove_member_and_rebalance(group, member, f"member {member_id} left")
         return ErrorCode.none
-
-    # -- offsets ----------------------------------------------------------------------------
-
-    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                             group_instance_id: str | None,
-                             offsets: dict[TopicPartition, OffsetCommit]
-                             ) -> dict[TopicPartition, ErrorCode]:
-        error = self._group_error(group_id)
-        group = self.groups.get(group_id)
-        if error is None and group is None and generation_id >= 0:
-            # A member of a generation this coordinator does not know (or no longer has).
-            error = ErrorCode.illegal_generation
-        if error is None:
-            if group is None:
-                group = self._group_or_new(group_id)
-            error = self._commit_error(group, generation_id, member_id, group_instance_id)
-            if error is not None:
-                self._forget_if_unused(group)
-        if error is not None:
-            return dict.fromkeys(offsets, error)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._expect_heartbeat(group, member, member.session_timeout_ms)
-        now = _now_ms()
-        records = [(encode_offset_key(OffsetKey(group_id, topic, index)),
-                    encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, now)))
-                   for (topic, index), c in offsets.items()]
-        try:
-            last = await self.store.append(self.store.partition_for(group_id), records, now)
-        except OffsetsStoreError as e:
-            log.warning("committing offsets of group %s failed: %s", group_id, e)
-            return dict.fromkeys(offsets, e.error_code)
-        # The records are durable: whatever happened to the group meanwhile, memory
-        # follows the log, as a reload would.
-        target = self._group_or_new(group_id)
-        for key, c in offsets.items():
-            known = target.offsets.get(key)
-            if known is None or known.log_offset < last:
-                target.offsets[key] = CommittedOffset(c.offset, c.leader_epoch, c.metadata, now,
-                                                      last)
-        return dict.fromkeys(offsets, ErrorCode.none)
-
-    @staticmethod
-    def _commit_error(group: Group, generation_id: int, member_id: str,
-                      group_instance_id: str | None) -> ErrorCode | None:
-        if group.in_state(DEAD):
-            return ErrorCode.coordinator_not_available
-        if generation_id >= 0 or member_id or group_instance_id is not None:
-            if group.is_static_member_fenced(member_id, group_instance_id):
-                return ErrorCode.fenced_instance_id
-            if member_id not in group.members:
-                return ErrorCode.unknown_member_id
-            if generation_id != group.generation_id:
-                return ErrorCode.illegal_generation
-        elif not group.in_state(EMPTY):
-            # Outside a generation only a group without members may commit ("simple" use).
-            return ErrorCode.unknown_member_id
-        if group.in_state(COMPLETING):
-            # The member knows the new generation but not yet its assignment.
-            return ErrorCode.rebalance_in_progress
-        return None
-
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
-                      ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
-        """Committed offsets of ``partitions`` (None: every partition the group has)."""
-        error = self._group_error(group_id)
-        if error is not None:
-            return error, {}
-        group = self.groups.get(group_id)
-        committed = group.offsets if group is not None else {}
-        if partitions is None:
-            return ErrorCode.none, dict(committed)
-        return ErrorCode.none, {tp: committed.get(tp) for tp in partitions}
-
-    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
-                             ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        error = self._group_error(group_id)
-        group = self.groups.get(group_id)
-        if error is None and group is None:
-            error = ErrorCode.group_id_not_found
-        if (error is None and not group.in_state(EMPTY)
-                and group.protocol_type != CONSUMER_PROTOCOL_TYPE):
-            error = ErrorCode.non_empty_group
-        if error is not None:
-            return error, {}
-        # A consumer group with members keeps the offsets of the topics it consumes.
-        subscribed = set() if group.in_state(EMPTY) else group.subscribed_topics()
-        results = {tp: ErrorCode.none if subscribed is not None and tp[0] not in subscribed
-                   else ErrorCode.group_subscribed_to_topic for tp in partitions}
-        removed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in group.offsets]
-        if removed:
-            write_error = await self._write_tombstones(group_id, removed, with_group=False)
-            if write_error is not None:
-                return write_error, {}
-            for tp in removed:
-                group.offsets.pop(tp, None)
-        return ErrorCode.none, results
-
-    async def _write_tombstones(self, group_id: str, partitions: list[TopicPartition],
-                                with_group: bool) -> ErrorCode | None:
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(OffsetKey(group_id, topic, index)), None)
-            for topic, index in partitions]
-        if with_group:
-            records.append((encode_group_key(GroupKey(group_id)), None))
-        try:
-            await self.store.append(self.store.partition_for(group_id), records, _now_ms())
-        except OffsetsStoreError as e:
-            log.warning("deleting from group %s failed: %s", group_id, e)
-            return e.error_code
-        return None
-
-    # -- administration ---------------------------------------------------------------------
-
-    def list_groups(self) -> tuple[ErrorCode, list[Group]]:
-        if not self._active:
-            return ErrorCode.coordinator_not_available, []
-        error = ErrorCode.coordinator_load_in_progress if self._loading else ErrorCode.none
-        return error, list(self.groups.values())
-
-    def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | None]:
-        error = self._group_error(group_id)
-        return (error, None) if error is not None else (ErrorCode.none, self.groups.get(group_id))
-
-    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
-        results: dict[str, ErrorCode] = {}
-        deleted: list[Group] = []
-        for group_id in group_ids:
-            error = self._group_error(group_id)
-            group = self.groups.get(group_id)
-            if error is None and group is None:
-                error = ErrorCode.group_id_not_found
-            elif error is None and not group.in_state(EMPTY):
-                error = ErrorCode.non_empty_group
-            if error is None:
-                self._kill(group)
-                deleted.append(group)
-            results[group_id] = error or ErrorCode.none
-        for group in deleted:
-            error = await self._write_tombstones(group.group_id, list(group.offsets), True)
-            if error is not None:
-                results[group.group_id] = error
-            else:
-                log.info("deleted group %s", group.group_id)
-        return results

@@ -1,0 +1,121 @@
+"""Which ``__consumer_offsets`` partitions this coordinator serves, and loading them
+(Kafka's CoordinatorLoader with the replay of its group and offset managers).
+
+When this broker becomes the leader of a partition, the partition is replayed to the latest
+metadata of each group and the latest commit of each offset in it; requests for its groups
+get COORDINATOR_LOAD_IN_PROGRESS until then. When it stops leading, the groups are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from .offsets_log import OffsetsLog
+from .records import (
+    GroupValue,
+    MalformedGroupRecord,
+    OffsetKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+from .state import CommittedOffset
+
+log = logging.getLogger(__name__)
+# (group id, topic, partition) of a committed offset.
+OffsetSlot = tuple[str, str, int]
+Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPartition:
+    groups: dict[str, GroupValue]
+    offsets: dict[OffsetSlot, CommittedOffset]
+
+
+async def replay(offsets_log: OffsetsLog, partition: int) -> LoadedPartition:
+    """The latest metadata of each group and offset of each (group, topic, partition) in the
+    partition's records; a tombstone deletes."""
+    groups: dict[str, GroupValue] = {}
+    offsets: dict[OffsetSlot, CommittedOffset] = {}
+    async for record in offsets_log.replay(partition):
+        try:
+            decoded = decode_key(record.key or b"")
+            if isinstance(decoded, OffsetKey):
+                slot = (decoded.group_id, decoded.topic, decoded.partition)
+                if record.value is None:
+                    offsets.pop(slot, None)
+                else:
+                    v = decode_offset_value(record.value)
+                    offsets[slot] = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
+                                                    v.commit_timestamp, record.offset)
+            elif record.value is None:
+                groups.pop(decoded.group_id, None)
+            else:
+                groups[decoded.group_id] = decode_group_value(record.value)
+        except MalformedGroupRecord as e:
+            log.warning("__consumer_offsets-%d offset %d: skipping record: %s", partition,
+                        record.offset, e)
+    return LoadedPartition(groups, offsets)
+
+
+class PartitionLoader:
+    """Follows leadership of the partitions: loads the ones this broker leads and unloads
+    the others, telling the coordinator through ``on_loaded`` and ``on_unloaded``."""
+
+    def __init__(self, offsets_log: OffsetsLog, spawn: Spawn,
+                 on_loaded: Callable[[int, LoadedPartition], None],
+                 on_unloaded: Callable[[int], None]) -> None:
+        self.offsets_log = offsets_log
+        self.spawn = spawn
+        self.on_loaded = on_loaded
+        self.on_unloaded = on_unloaded
+        self._loaded: set[int] = set()
+        self._loading: dict[int, asyncio.Task] = {}
+
+    def is_loaded(self, partition: int) -> bool:
+        return partition in self._loaded
+
+    @property
+    def is_loading(self) -> bool:
+        return bool(self._loading)
+
+    def sync(self) -> None:
+        """Load the partitions this broker now leads, unload those it no longer leads."""
+        led = self.offsets_log.led_partitions()
+        for partition in led - self._loaded - set(self._loading):
+            self._loading[partition] = self.spawn(self._load(partition))
+        for partition in (self._loaded | set(self._loading)) - led:
+            self._unload(partition)
+
+    def unload_all(self) -> None:
+        for partition in self._loaded | set(self._loading):
+            self._unload(partition)
+
+    async def _load(self, partition: int) -> None:
+        started = time.monotonic()
+        try:
+            loaded = await replay(self.offsets_log, partition)
+        except Exception:
+            log.exception("loading groups of __consumer_offsets-%d failed", partition)
+            self._loading.pop(partition, None)
+            return
+        self.on_loaded(partition, loaded)
+        self._loading.pop(partition, None)
+        self._loaded.add(partition)
+        if loaded.groups or loaded.offsets:
+            log.info("loaded %d groups and %d offsets of __consumer_offsets-%d in %.2f s",
+                     len(loaded.groups), len(loaded.offsets), partition,
+                     time.monotonic() - started)
+
+    def _unload(self, partition: int) -> None:
+        loading = self._loading.pop(partition, None)
+        if loading is not None:
+            loading.cancel()
+        self._loaded.discard(partition)
+        self.on_unloaded(partition)

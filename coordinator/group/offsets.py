@@ -1,0 +1,156 @@
+"""Committed offsets of groups, as Kafka's OffsetMetadataManager keeps them: OffsetCommit,
+OffsetFetch, OffsetDelete, and the tombstones of a deleted group.
+
+A commit is checked against the group's membership (``ClassicGroupManager``), written to
+``__consumer_offsets`` and only then visible. The service has checked that this broker
+coordinates the group before any method here runs. kipper does not expire committed offsets
+(Kafka's ``offsets.retention.minutes``) yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from .classic import ClassicGroupManager
+from .loader import OffsetSlot
+from .offsets_log import OffsetsLog, OffsetsLogError, OffsetsRecord
+from .records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    encode_group_key,
+    encode_offset_key,
+    encode_offset_value,
+)
+from .state import CONSUMER_PROTOCOL_TYPE, CommittedOffset, Group, GroupState
+from .timer import Timer
+
+log = logging.getLogger(__name__)
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+class OffsetManager:
+    def __init__(self, classic: ClassicGroupManager, offsets_log: OffsetsLog,
+                 timer: Timer) -> None:
+        self.classic = classic
+        self.offsets_log = offsets_log
+        self.timer = timer
+
+    def restore(self, offsets: dict[OffsetSlot, CommittedOffset]) -> None:
+        """Take over the offsets a loaded partition holds."""
+        for (group_id, topic, index), committed in offsets.items():
+            self.classic.group_or_new(group_id).offsets[(topic, index)] = committed
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None,
+                             offsets: dict[TopicPartition, OffsetCommit]
+                             ) -> dict[TopicPartition, ErrorCode]:
+        group = self.classic.groups.get(group_id)
+        if group is None and generation_id >= 0:
+            # A member of a generation this coordinator does not know (or no longer has).
+            return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+        if group is None:
+            group = self.classic.group_or_new(group_id)
+        error = self._commit_error(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            self.classic.forget_if_unused(group)
+            return dict.fromkeys(offsets, error)
+        member = group.members.get(member_id)
+        if member is not None:
+            self.classic.expect_heartbeat(group, member, member.session_timeout_ms)
+        now = self.timer.now_ms()
+        records = [OffsetsRecord(encode_offset_key(OffsetKey(group_id, topic, index)),
+                                 encode_offset_value(OffsetValue(c.offset, c.leader_epoch,
+                                                                 c.metadata, now)))
+                   for (topic, index), c in offsets.items()]
+        try:
+            last = await self.offsets_log.append(self.offsets_log.partition_for(group_id),
+                                                 records, now)
+        except OffsetsLogError as e:
+            log.warning("committing offsets of group %s failed: %s", group_id, e)
+            return dict.fromkeys(offsets, e.error_code)
+        # The records are durable: whatever happened to the group meanwhile, memory
+        # follows the log, as a reload would.
+        target = self.classic.group_or_new(group_id)
+        for key, c in offsets.items():
+            known = target.offsets.get(key)
+            if known is None or known.log_offset < last:
+                target.offsets[key] = CommittedOffset(c.offset, c.leader_epoch, c.metadata, now,
+                                                      last)
+        return dict.fromkeys(offsets, ErrorCode.none)
+
+    @staticmethod
+    def _commit_error(group: Group, generation_id: int, member_id: str,
+                      group_instance_id: str | None) -> ErrorCode | None:
+        if group.in_state(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            if group.is_static_member_fenced(member_id, group_instance_id):
+                return ErrorCode.fenced_instance_id
+            if member_id not in group.members:
+                return ErrorCode.unknown_member_id
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        elif not group.in_state(GroupState.EMPTY):
+            # Outside a generation only a group without members may commit ("simple" use).
+            return ErrorCode.unknown_member_id
+        if group.in_state(GroupState.COMPLETING_REBALANCE):
+            # The member knows the new generation but not yet its assignment.
+            return ErrorCode.rebalance_in_progress
+        return None
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
+                      ) -> dict[TopicPartition, CommittedOffset | None]:
+        """Committed offsets of ``partitions`` (None: every partition the group has)."""
+        group = self.classic.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(committed)
+        return {tp: committed.get(tp) for tp in partitions}
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                             ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        group = self.classic.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        if not group.in_state(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.non_empty_group, {}
+        # A consumer group with members keeps the offsets of the topics it consumes.
+        subscribed = set() if group.in_state(GroupState.EMPTY) else group.subscribed_topics()
+        results = {tp: ErrorCode.none if subscribed is not None and tp[0] not in subscribed
+                   else ErrorCode.group_subscribed_to_topic for tp in partitions}
+        removed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in group.offsets]
+        if removed:
+            write_error = await self.write_tombstones(group_id, removed, with_group=False)
+            if write_error is not None:
+                return write_error, {}
+            for tp in removed:
+                group.offsets.pop(tp, None)
+        return ErrorCode.none, results
+
+    async def write_tombstones(self, group_id: str, partitions: list[TopicPartition],
+                               with_group: bool) -> ErrorCode | None:
+        """Delete the offsets of ``partitions`` and, ``with_group``, the group's metadata, in
+        one batch."""
+        records = [OffsetsRecord(encode_offset_key(OffsetKey(group_id, topic, index)), None)
+                   for topic, index in partitions]
+        if with_group:
+            records.append(OffsetsRecord(encode_group_key(GroupKey(group_id)), None))
+        try:
+            await self.offsets_log.append(self.offsets_log.partition_for(group_id), records,
+                                          self.timer.now_ms())
+        except OffsetsLogError as e:
+            log.warning("deleting from group %s failed: %s", group_id, e)
+            return e.error_code
+        return None
+

@@ -1,0 +1,81 @@
+"""What the group coordinator needs from ``__consumer_offsets``: the ``OffsetsLog`` contract.
+
+A group belongs to partition ``abs(javaHashCode(group id)) % partitions`` as in Kafka, and
+the broker leading that partition is the group's coordinator. The coordinator appends its
+records there and replays them when it takes a partition over; it does not know how the
+partitions are replicated. ``coordinator.offsets_store`` implements the contract over the
+broker's replicas; the unit tests implement it in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from replication.cluster_metadata import BrokerInfo
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsRecord:
+    """A key and value of ``group.records``' format; a None value is a tombstone."""
+    key: bytes
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedRecord:
+    """A record as replayed, with its offset in the partition."""
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class OffsetsLogError(Exception):
+    """An append to __consumer_offsets failed, with the error code a group client gets."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class OffsetsLog(Protocol):
+    async def ensure_topic(self) -> None:
+        """Create the topic if it does not exist yet (groups are first looked up)."""
+
+    def partition_for(self, group_id: str) -> int:
+        """The partition holding ``group_id``'s records."""
+
+    def coordinator_node(self, partition: int) -> BrokerInfo | None:
+        """The broker leading ``partition``, i.e. the coordinator of its groups."""
+
+    def is_local_leader(self, partition: int) -> bool:
+        """Whether this broker leads ``partition``, so coordinates its groups."""
+
+    def led_partitions(self) -> set[int]:
+        """Every partition this broker leads."""
+
+    async def append(self, partition: int, records: Sequence[OffsetsRecord],
+                     timestamp_ms: int) -> int:
+        """Append ``records`` as leader and wait until every in-sync replica has them; the
+        offset of the last one. Raises OffsetsLogError."""
+
+    def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
+        """Every record of ``partition``, oldest first."""
+
+
+def java_string_hash(value: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, wrapping at 32 bits, signed."""
+    h = 0
+    utf16 = value.encode("utf-16-be")
+    for i in range(0, len(utf16), 2):
+        h = (31 * h + (utf16[i] << 8 | utf16[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (Utils.abs(MIN_VALUE) is 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
