@@ -14,12 +14,12 @@ from kio.schema.create_topics.v7.request import (
 )
 from kio.schema.errors import ErrorCode
 
-from coordinator.batch_coordinator import BatchCoordinator
 from coordinator.controller import Controller, ControllerError, ControllerSettings
-from coordinator.diskless_housekeeping import Housekeeping, HousekeepingSettings
-from coordinator.metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
+from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSettings
+from coordinator.metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
+from protocol.internal import InternalApiKey
 from coordinator.group_config import GroupConfig
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
@@ -153,7 +153,11 @@ class Broker:
         config = self.config
         self.batch_coordinator = BatchCoordinator(
             config.node_id, config.data_dir / "diskless-coordinator.sqlite", self.image,
-            self.replicas, self.nodes, self.create_topic)
+            lambda: self.replicas.partitions.get((DISKLESS_METADATA_TOPIC, 0)),
+            lambda host, port, body, timeout_s: self.nodes.connection(
+                host, port, "diskless-coordinator").call(
+                    InternalApiKey.DISKLESS_COORDINATOR_APPEND, body, timeout_s),
+            self.create_topic)
         cache = ReadCache(self.object_store, config.diskless_read_cache_max_bytes)
         self.wal_writer = WalWriter(
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,
@@ -165,7 +169,8 @@ class Broker:
         self.batch_coordinator.on_change.append(self._wake_diskless_readers)
         self.batch_coordinator.start()
         self.housekeeping = Housekeeping(
-            self.batch_coordinator, self.image, self.object_store, config.s3_key_prefix,
+            self.batch_coordinator, lambda: self.batch_coordinator.is_writable, self.image,
+            self.object_store, config.s3_key_prefix,
             config.topic_config_defaults(), HousekeepingSettings(
                 interval_ms=config.diskless_housekeeping_interval_ms,
                 object_delete_delay_ms=config.diskless_object_delete_delay_ms,
