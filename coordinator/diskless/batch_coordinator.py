@@ -39,7 +39,12 @@ from storage.diskless.control_plane import (
 )
 from storage.log import AppendResult, PartitionLog
 
-from ..metadata import DISKLESS_METADATA_TOPIC, MetadataImage, decode_records, encode_records
+from ..metadata import (
+    DISKLESS_METADATA_TOPIC,
+    MetadataImage,
+    decode_records,
+    encode_records,
+)
 from .batch_state import BatchCoordinatorState
 
 log = logging.getLogger(__name__)

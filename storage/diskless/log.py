@@ -8,7 +8,13 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import BatchHeader, first_matching_record, read_header, rebase, stamp_log_append_time
+from protocol.records import (
+    BatchHeader,
+    first_matching_record,
+    read_header,
+    rebase,
+    stamp_log_append_time,
+)
 from storage.producer_state import ProducerStateError
 
 from ..config import LogConfig

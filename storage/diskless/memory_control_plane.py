@@ -131,8 +131,8 @@ class InMemoryControlPlane(RecordControlPlane):
             for log in self._topic_logs(limits.topic_id):
                 keep_from = retention_keep_from(list(log.batches), log.info(), request.now_ms,
                                                 limits)
-                batches, size = self._remove_batches(log, lambda b: b.base_offset < keep_from,
-                                                     request.now_ms)
+                batches, size = self._remove_batches(
+                    log, lambda b, keep_from=keep_from: b.base_offset < keep_from, request.now_ms)
                 log.log_start_offset = max(log.log_start_offset, keep_from)
                 removed_batches += batches
                 removed_bytes += size

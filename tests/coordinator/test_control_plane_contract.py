@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from control_plane_records import (
     answers,
     batch,
@@ -17,6 +16,7 @@ from control_plane_records import (
     random_records,
     retention,
 )
+
 from coordinator.diskless import BatchCoordinatorState
 from storage.diskless.control_plane import (
     BatchMove,
