@@ -9,6 +9,9 @@ deletion, merge) is appended with acks=all and answered with the result of apply
 Other brokers reach the coordinator through the internal API
 DISKLESS_COORDINATOR_APPEND; when leadership moves they retry against the new leader with
 the same record, whose request id makes the retry harmless.
+
+Of the replica layer it needs only ``MetadataLogReplica`` (the partition, as this broker
+holds it) and ``CallNode`` (a call to another broker), both given by the broker.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
