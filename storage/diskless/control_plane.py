@@ -68,7 +68,7 @@ class WireRecord:
                 value = tuple(cls.NESTED[f.name].from_wire(item) for item in value)
             elif isinstance(value, list):
                 value = tuple(value)
-            elif f.type == "ErrorCode":
+            elif f.type == "ErrorCode":  # annotations are strings here (__future__)
                 value = ErrorCode(value)
             values[f.name] = value
         return cls(**values)
