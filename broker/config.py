@@ -142,7 +142,7 @@ class BrokerConfig:
         "(the uploading broker fills it too).")
     diskless_housekeeping_interval_ms: int = setting(
         5_000, "Diskless: how often the batch coordinator applies retention, deletes and "
-        "merges objects (coordinator/diskless_housekeeping.py).")
+        "merges objects (coordinator/diskless/housekeeping.py).")
     diskless_object_delete_delay_ms: int = setting(
         60_000, "Diskless: an object with no live batch is deleted this long after it emptied, "
         "so reads that looked it up finish first.")

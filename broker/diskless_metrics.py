@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from coordinator.batch_coordinator import BatchCoordinator
-from coordinator.diskless_housekeeping import Housekeeping
+from coordinator.diskless import BatchCoordinator, Housekeeping
 from storage.diskless import ReadCache, WalWriter
 
 
@@ -30,7 +29,7 @@ class DisklessMetrics(Collector):
         return {
             "wal": {**wal, "commit_rpcs_per_wal_file":
                     wal["commits"] / wal["uploads"] if wal["uploads"] else 0.0},
-            "coordinator": self.coordinator.stats(),
+            "coordinator": self.coordinator.metrics(),
             "read_cache": {"hits": self.cache.hits, "misses": self.cache.misses,
                            "hit_rate": self.cache.hit_rate, "bytes": self.cache.size_bytes},
             "housekeeping": dataclasses.asdict(self.housekeeping.stats),

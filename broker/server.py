@@ -6,10 +6,15 @@ import asyncio
 import logging
 import uuid
 
-from coordinator.batch_coordinator import BatchCoordinator
 from coordinator.controller import Controller, ControllerSettings
-from coordinator.diskless_housekeeping import Housekeeping, HousekeepingSettings
-from replication.cluster_metadata import METADATA_TOPIC, MetadataImage, PartitionInfo
+from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSettings
+from protocol.internal import InternalApiKey
+from replication.cluster_metadata import (
+    DISKLESS_METADATA_TOPIC,
+    METADATA_TOPIC,
+    MetadataImage,
+    PartitionInfo,
+)
 from coordinator.group_config import GroupConfig
 from coordinator.group.service import GroupCoordinator
 from coordinator.offsets_store import OffsetsStore
@@ -165,7 +170,11 @@ class Broker:
         config = self.config
         self.batch_coordinator = BatchCoordinator(
             config.node_id, config.data_dir / "diskless-coordinator.sqlite", self.image,
-            self.replicas, self.nodes, self.controller_channel.create_topic)
+            lambda: self.replicas.partitions.get((DISKLESS_METADATA_TOPIC, 0)),
+            lambda host, port, body, timeout_s: self.nodes.connection(
+                host, port, "diskless-coordinator").call(
+                    InternalApiKey.DISKLESS_COORDINATOR_APPEND, body, timeout_s),
+            self.controller_channel.create_topic)
         cache = ReadCache(self.object_store, config.diskless_read_cache_max_bytes)
         self.wal_writer = WalWriter(
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,
@@ -177,7 +186,8 @@ class Broker:
         self.batch_coordinator.on_change.append(self._wake_diskless_readers)
         self.batch_coordinator.start()
         self.housekeeping = Housekeeping(
-            self.batch_coordinator, self.image, self.object_store, config.s3_key_prefix,
+            self.batch_coordinator, lambda: self.batch_coordinator.is_writable, self.image,
+            self.object_store, config.s3_key_prefix,
             config.topic_config_defaults(), HousekeepingSettings(
                 interval_ms=config.diskless_housekeeping_interval_ms,
                 object_delete_delay_ms=config.diskless_object_delete_delay_ms,

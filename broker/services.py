@@ -18,7 +18,7 @@ from kio.schema.create_topics.v7.request import (
 )
 from kio.schema.errors import ErrorCode
 
-from coordinator.batch_coordinator import BatchCoordinator
+from coordinator.diskless import BatchCoordinator
 from coordinator.controller import Controller, ControllerError
 from coordinator.group.service import GroupCoordinator
 from protocol.apis import ApiKey

@@ -78,6 +78,11 @@ class Applier:
                     waiter.set_result(None)
         return applied
 
+    def forget_results(self) -> None:
+        """Drop the results kept for writers: the log was truncated and its offsets will
+        hold other records."""
+        self._results.clear()
+
     async def result_of(self, offset: int, timeout_s: float) -> Any:
         """The result of applying the record at ``offset``, once it is applied."""
         if offset in self._results:

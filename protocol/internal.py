@@ -20,8 +20,9 @@ _LENGTH = struct.Struct(">i")
 
 
 class InternalApiKey(enum.IntEnum):
-    # Append one record to the diskless batch coordinator's log, answered with the result
-    # of applying it (commit a WAL file, delete records). Sent to the coordinator.
+    # Append one request record of the diskless control plane (storage/diskless/
+    # control_plane.py: commit a WAL file, delete records, retention, ...) to the batch
+    # coordinator's log, answered with the result of applying it. Sent to the coordinator.
     DISKLESS_COORDINATOR_APPEND = 9000
 
 

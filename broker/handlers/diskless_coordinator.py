@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.batch_coordinator import NotCoordinator
+from coordinator.diskless import NotCoordinator
 from protocol.internal import InternalApiKey, JsonBody
+from storage.diskless.control_plane import RecordRejected, decode_request
 
 from .registry import RequestContext, handles
 
@@ -16,13 +17,17 @@ APPEND_TIMEOUT_S = 30.0
 async def coordinator_append(ctx: RequestContext, request: JsonBody) -> JsonBody:
     coordinator = ctx.services.batch_coordinator
     if coordinator is None:
-        return _not_coordinator("this broker has no object store, so no batch coordinator")
+        return _error(ErrorCode.not_coordinator,
+                      "this broker has no object store, so no batch coordinator")
     try:
-        result = await coordinator.append(request.value["record"], APPEND_TIMEOUT_S)
+        record = decode_request(request.value["record"])
+        result = await coordinator.append(record, APPEND_TIMEOUT_S)
+    except (KeyError, TypeError, ValueError, RecordRejected) as e:
+        return _error(ErrorCode.invalid_request, f"the coordinator cannot apply the record: {e!r}")
     except NotCoordinator as e:
-        return _not_coordinator(str(e))
-    return JsonBody({"error_code": int(ErrorCode.none), "result": result})
+        return _error(ErrorCode.not_coordinator, str(e))
+    return JsonBody({"error_code": int(ErrorCode.none), "result": result.to_wire()})
 
 
-def _not_coordinator(message: str) -> JsonBody:
-    return JsonBody({"error_code": int(ErrorCode.not_coordinator), "error_message": message})
+def _error(code: ErrorCode, message: str) -> JsonBody:
+    return JsonBody({"error_code": int(code), "error_message": message})

@@ -1,26 +1,492 @@
-"""What the diskless engine needs from the batch coordinator, as one small interface
-(Inkless's ControlPlane): commits go to the writable coordinator, queries are answered
-from a materialised copy of its state."""
+"""The diskless control plane (KIP-1164's batch coordinator) as the engine sees it: typed
+request and result records, their wire shape, and one method per operation (Inkless's
+ControlPlane, CommitBatchRequest/CommitBatchResponse and AbstractControlPlane).
+
+Every state change is a request record. The replicated coordinator
+(coordinator/diskless/) appends its wire dict to the topic ``__diskless-metadata`` and
+every replica applies it in log order; the internal API DISKLESS_COORDINATOR_APPEND
+carries the same dict to the coordinator. A record's wire shape is its fields by name
+(nested records as lists of dicts) plus, for requests, a ``type`` discriminator: the
+names are the ones every kipper version has written to ``__diskless-metadata``, so keep
+them, and give any new field a default so that older records still decode.
+
+Two implementations apply these records: the SQLite state machine every broker runs
+(coordinator/diskless/batch_state.py) and ``InMemoryControlPlane`` for engine tests; the
+rules both follow are the functions at the end of this module.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar, Protocol
 
-from coordinator.batch_state import BatchCoordinate, LogInfo
+from kio.schema.errors import ErrorCode
 
-__all__ = ["BatchCoordinate", "ControlPlane", "LogInfo"]
+from storage.producer_state import (
+    AppendPlan,
+    InvalidProducerEpoch,
+    InvalidSequence,
+    OutOfOrderSequence,
+    ProducerState,
+)
+
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+NO_TIMESTAMP = -1
+GARBAGE_COLLECTED = "object was garbage-collected before its commit"
+ALREADY_COMMITTED = "object was already committed"
+TOPIC_DELETED = "topic was deleted"
+
+
+class WireRecord:
+    """A record whose wire shape is its fields by name. ``NESTED`` names the fields that
+    hold a sequence of records of another type; sequences decode as tuples."""
+
+    __slots__ = ()
+    NESTED: ClassVar[dict[str, type[WireRecord]]] = {}
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in self.NESTED:
+                value = [item.to_wire() for item in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            wire[f.name] = value
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> Any:
+        """Raises KeyError (a field is missing) or TypeError (not a dict) on malformed input."""
+        values = {}
+        for f in fields(cls):
+            if f.name not in wire and f.default is not MISSING:
+                continue
+            value = wire[f.name]
+            if f.name in cls.NESTED:
+                value = tuple(cls.NESTED[f.name].from_wire(item) for item in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            elif f.type == "ErrorCode":  # annotations are strings here (__future__)
+                value = ErrorCode(value)
+            values[f.name] = value
+        return cls(**values)
+
+
+class Request(WireRecord):
+    """A state change: one record of the coordinator's log."""
+
+    __slots__ = ()
+    TYPE: ClassVar[str]
+    RESULT: ClassVar[type[WireRecord]]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.TYPE, **super().to_wire()}
+
+
+class RecordRejected(Exception):
+    """A request record that cannot be applied (malformed): every replica skips it."""
+
+
+# --- commit file (the produce path) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommitBatch(WireRecord):
+    """One producer batch inside an uploaded WAL object, to be given offsets."""
+
+    topic_id: str
+    partition: int
+    byte_offset: int
+    byte_size: int
+    record_count: int
+    max_timestamp: int
+    log_append_time: bool
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+
+    @property
+    def last_offset_delta(self) -> int:  # with the fields above: a producer_state.ProducerBatch
+        return self.record_count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult(WireRecord):
+    """The outcome of one CommitBatch, in Produce response terms."""
+
+    error_code: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = NO_TIMESTAMP
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+    @classmethod
+    def stored(cls, base_offset: int, append_time_ms: int | None,
+               log_start_offset: int) -> BatchResult:
+        return cls(ErrorCode.none, base_offset,
+                   NO_TIMESTAMP if append_time_ms is None else append_time_ms, log_start_offset)
+
+    @classmethod
+    def duplicate(cls, first_offset: int, timestamp: int, log_append_time: bool,
+                  log_start_offset: int) -> BatchResult:
+        """A retry of a batch already stored: its original offsets; nothing is stored again."""
+        return cls.stored(first_offset, timestamp if log_append_time else None, log_start_offset)
+
+    @classmethod
+    def out_of_order_sequence(cls, message: str) -> BatchResult:
+        return cls(ErrorCode.out_of_order_sequence_number, error_message=message)
+
+    @classmethod
+    def invalid_producer_epoch(cls, message: str) -> BatchResult:
+        return cls(ErrorCode.invalid_producer_epoch, error_message=message)
+
+    @classmethod
+    def invalid_record(cls, message: str) -> BatchResult:
+        return cls(ErrorCode.invalid_record, error_message=message)
+
+    @classmethod
+    def unknown_topic_or_partition(cls, message: str = TOPIC_DELETED) -> BatchResult:
+        return cls(ErrorCode.unknown_topic_or_partition, error_message=message)
+
+    @classmethod
+    def storage_error(cls, message: str) -> BatchResult:
+        return cls(ErrorCode.kafka_storage_error, error_message=message)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitFileResult(WireRecord):
+    NESTED: ClassVar = {"batches": BatchResult}
+    batches: tuple[BatchResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitFile(Request):
+    """A broker uploaded WAL object ``object_key``: give its batches offsets. Retries carry
+    the same ``request_id`` and get the first answer."""
+
+    TYPE: ClassVar = "commit_file"
+    RESULT: ClassVar = CommitFileResult
+    NESTED: ClassVar = {"batches": CommitBatch}
+    request_id: str
+    object_key: str
+    object_size: int
+    uploader: int
+    now_ms: int
+    batches: tuple[CommitBatch, ...]
+
+
+# --- removing batches -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult(WireRecord):
+    error_code: ErrorCode
+    low_watermark: int = -1
+
+    @classmethod
+    def done(cls, low_watermark: int) -> DeleteRecordsResult:
+        return cls(ErrorCode.none, low_watermark)
+
+    @classmethod
+    def unknown_topic_or_partition(cls) -> DeleteRecordsResult:
+        return cls(ErrorCode.unknown_topic_or_partition)
+
+    @classmethod
+    def offset_out_of_range(cls) -> DeleteRecordsResult:
+        return cls(ErrorCode.offset_out_of_range)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecords(Request):
+    """Move a log's start to ``offset`` (-1: its high watermark), as DeleteRecords does."""
+
+    TYPE: ClassVar = "delete_records"
+    RESULT: ClassVar = DeleteRecordsResult
+    topic_id: str
+    partition: int
+    offset: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionLimits(WireRecord):
+    """A topic's retention.ms and retention.bytes (-1: no limit)."""
+
+    topic_id: str
+    retention_ms: int
+    retention_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnforceRetentionResult(WireRecord):
+    removed_batches: int
+    removed_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnforceRetention(Request):
+    TYPE: ClassVar = "retention"
+    RESULT: ClassVar = EnforceRetentionResult
+    NESTED: ClassVar = {"topics": RetentionLimits}
+    now_ms: int
+    topics: tuple[RetentionLimits, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResult(WireRecord):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic(Request):
+    """Drop a deleted topic's batches; later commits for it fail as unknown."""
+
+    TYPE: ClassVar = "delete_topic"
+    RESULT: ClassVar = DeleteTopicResult
+    topic_id: str
+    now_ms: int
+
+
+# --- objects ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectsDeletedResult(WireRecord):
+    deleted: tuple[str, ...]
+    # Keys a live batch still points to (the GC raced a commit or a merge): kept.
+    refused: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectsDeleted(Request):
+    """The GC is about to delete these WAL objects (files to delete, then deleted); only
+    the keys in the result may go, and a later commit of any of them fails."""
+
+    TYPE: ClassVar = "objects_deleted"
+    RESULT: ClassVar = ObjectsDeletedResult
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMove(WireRecord):
+    """A batch copied from ``old_object_key`` to ``byte_offset`` of the merged object."""
+
+    topic_id: str
+    partition: int
+    base_offset: int
+    old_object_key: str
+    byte_offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult(WireRecord):
+    moved: int
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class Merge(Request):
+    """KIP-1165: repoint batches to the merged object ``object_key``."""
+
+    TYPE: ClassVar = "merge"
+    RESULT: ClassVar = MergeResult
+    NESTED: ClassVar = {"moves": BatchMove}
+    object_key: str
+    object_size: int
+    now_ms: int
+    moves: tuple[BatchMove, ...]
+
+
+_REQUEST_TYPES: dict[str, type[Request]] = {
+    cls.TYPE: cls for cls in (CommitFile, DeleteRecords, EnforceRetention, DeleteTopic,
+                              ObjectsDeleted, Merge)}
+
+
+def decode_request(wire: dict[str, Any]) -> Request:
+    """The typed request of a wire dict. Raises ValueError, KeyError or TypeError."""
+    request_type = _REQUEST_TYPES.get(wire.get("type"))
+    if request_type is None:
+        raise ValueError(f"unknown coordinator record type {wire.get('type')!r}")
+    return request_type.from_wire(wire)
+
+
+# --- queries ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogInfo:
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCoordinate:
+    """Where a committed batch's bytes are, and the offsets it was given."""
+
+    topic_id: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    object_key: str
+    byte_offset: int
+    byte_size: int
+    max_timestamp: int
+    timestamp_type: int
+    append_time_ms: int
+
+    @property
+    def record_count(self) -> int:
+        return self.last_offset - self.base_offset + 1
+
+    @property
+    def effective_timestamp(self) -> int:
+        # LogAppendTime batches are stamped by the coordinator; client timestamps do not count.
+        return self.append_time_ms if self.timestamp_type == LOG_APPEND_TIME else self.max_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class StateStats:
+    logs: int
+    batches: int
+    objects: int
+    live_bytes: int
+    # Bytes of objects no live batch points to (rejected, duplicate, removed, moved away).
+    dead_bytes: int
 
 
 class ControlPlane(Protocol):
-    async def commit(self, record: dict, timeout_s: float) -> dict:
-        """Append a state change to the coordinator's log; the result of applying it."""
+    """One method per operation. State changes go to the writable coordinator and answer
+    with the result of applying them; queries are answered from a materialised copy."""
+
+    async def commit_file(self, request: CommitFile) -> Sequence[BatchResult]: ...
+
+    async def delete_records(self, request: DeleteRecords) -> DeleteRecordsResult: ...
+
+    async def enforce_retention(self, request: EnforceRetention) -> EnforceRetentionResult: ...
+
+    async def delete_topic(self, request: DeleteTopic) -> None: ...
+
+    async def objects_deleted(self, request: ObjectsDeleted) -> ObjectsDeletedResult: ...
+
+    async def merge(self, request: Merge) -> MergeResult: ...
 
     def log_info(self, topic_id: str, partition: int) -> LogInfo: ...
 
     def find_batches(self, topic_id: str, partition: int, offset: int,
-                     max_bytes: int) -> list[BatchCoordinate]: ...
+                     max_bytes: int) -> list[BatchCoordinate]:
+        """Batches from the one holding ``offset`` on; always one if any, else up to max_bytes."""
 
     def offset_for_timestamp(self, topic_id: str, partition: int,
-                             timestamp_ms: int) -> BatchCoordinate | None: ...
+                             timestamp_ms: int) -> BatchCoordinate | None:
+        """The first batch whose (effective) max timestamp is at least ``timestamp_ms``."""
 
-    def max_timestamp_batch(self, topic_id: str, partition: int) -> BatchCoordinate | None: ...
+    def max_timestamp_batch(self, topic_id: str, partition: int) -> BatchCoordinate | None:
+        """The batch holding the log's greatest timestamp (the first, on ties)."""
+
+    def files_to_delete(self, now_ms: int, delay_ms: int) -> list[str]:
+        """Objects without live batches since at least ``delay_ms``, by key."""
+
+    def is_known_object(self, key: str) -> bool:
+        """Committed, or deleted: either way not an orphan to collect."""
+
+    def merge_candidates(self, max_object_size: int,
+                         limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
+        """Up to ``limit`` live objects smaller than ``max_object_size``, oldest first, each
+        with its batches by (topic id, partition, offset)."""
+
+    def logs(self) -> list[tuple[str, int]]:
+        """Every (topic id, partition) with state, sorted."""
+
+    def stats(self) -> StateStats: ...
+
+
+class RecordControlPlane:
+    """The ControlPlane state changes of an implementation that applies request records
+    in order: it supplies ``submit`` (and the queries)."""
+
+    async def submit(self, request: Request) -> Any:
+        """Apply ``request`` (through whatever log orders them); its typed result."""
+        raise NotImplementedError
+
+    async def commit_file(self, request: CommitFile) -> Sequence[BatchResult]:
+        return (await self.submit(request)).batches
+
+    async def delete_records(self, request: DeleteRecords) -> DeleteRecordsResult:
+        return await self.submit(request)
+
+    async def enforce_retention(self, request: EnforceRetention) -> EnforceRetentionResult:
+        return await self.submit(request)
+
+    async def delete_topic(self, request: DeleteTopic) -> None:
+        await self.submit(request)
+
+    async def objects_deleted(self, request: ObjectsDeleted) -> ObjectsDeletedResult:
+        return await self.submit(request)
+
+    async def merge(self, request: Merge) -> MergeResult:
+        return await self.submit(request)
+
+
+# --- rules every implementation applies ----------------------------------------------------------
+
+
+def refused_commit(request: CommitFile, *, object_deleted: bool,
+                   object_exists: bool) -> CommitFileResult | None:
+    """A commit of an object the GC already deleted, or of one committed before under
+    another request id, stores nothing: every batch fails with a retriable error."""
+    if object_deleted:
+        message = GARBAGE_COLLECTED
+    elif object_exists:
+        message = ALREADY_COMMITTED
+    else:
+        return None
+    return CommitFileResult(tuple(BatchResult.storage_error(message) for _ in request.batches))
+
+
+def check_commit_batch(producers: ProducerState, batch: CommitBatch, info: LogInfo,
+                       now_ms: int) -> BatchResult | AppendPlan:
+    """The idempotent-producer verdict on a batch that would take offsets from the high
+    watermark on: a result if it is rejected or a duplicate, else the plan to apply."""
+    append_time = now_ms if batch.log_append_time else None
+    try:
+        plan = producers.check_append([batch], info.high_watermark, append_time)
+    except InvalidProducerEpoch as e:
+        return BatchResult.invalid_producer_epoch(str(e))
+    except OutOfOrderSequence as e:
+        return BatchResult.out_of_order_sequence(str(e))
+    except InvalidSequence as e:  # a producer id without a sequence
+        return BatchResult.invalid_record(str(e))
+    if plan.duplicate is not None:
+        return BatchResult.duplicate(plan.duplicate.first_offset, plan.duplicate.timestamp,
+                                     batch.log_append_time, info.log_start_offset)
+    return plan
+
+
+def new_log_start(request: DeleteRecords, info: LogInfo | None) -> DeleteRecordsResult:
+    """The log start DeleteRecords sets (it never moves back), or why it fails; ``info`` is
+    None for a log without state."""
+    if info is None:
+        return DeleteRecordsResult.unknown_topic_or_partition()
+    offset = info.high_watermark if request.offset == -1 else request.offset
+    if not 0 <= offset <= info.high_watermark:
+        return DeleteRecordsResult.offset_out_of_range()
+    return DeleteRecordsResult.done(max(info.log_start_offset, offset))
+
+
+def retention_keep_from(oldest_first: Iterable[BatchCoordinate], info: LogInfo, now_ms: int,
+                        limits: RetentionLimits) -> int:
+    """The base offset of the first batch both limits keep (the high watermark: none);
+    the oldest batches breaching either limit go."""
+    size = info.size_bytes
+    for batch in oldest_first:
+        too_old = limits.retention_ms >= 0 and batch.effective_timestamp < now_ms - limits.retention_ms
+        too_big = limits.retention_bytes >= 0 and size > limits.retention_bytes
+        if not (too_old or too_big):
+            return batch.base_offset
+        size -= batch.byte_size
+    return info.high_watermark

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import BatchHeader, first_matching_record, read_header, rebase, stamp_log_append_time
+from protocol.records import (
+    BatchHeader,
+    first_matching_record,
+    read_header,
+    rebase,
+    stamp_log_append_time,
+)
 from storage.producer_state import ProducerStateError
 
 from ..config import LogConfig
@@ -21,7 +27,7 @@ from ..log import (
     ReadResult,
     TimestampOffset,
 )
-from .control_plane import BatchCoordinate, ControlPlane
+from .control_plane import LOG_APPEND_TIME, BatchCoordinate, ControlPlane, DeleteRecords
 from .read_cache import ReadCache
 from .wal_writer import WalWriter
 
@@ -56,11 +62,11 @@ class DisklessLog(PartitionLog):
         results = await self.writer.append(self.topic_id, self.partition, records, batches,
                                            self.config.log_append_time)
         for result in results:
-            if result["error_code"] != 0:
-                raise BatchRejected(ErrorCode(result["error_code"]), result.get("error_message"))
+            if result.error_code != ErrorCode.none:
+                raise BatchRejected(result.error_code, result.error_message)
         first = results[0]
-        return AppendResult(first["base_offset"], results[-1]["base_offset"] + batches[-1].last_offset_delta,
-                            first["log_append_time_ms"], first["log_start_offset"])
+        return AppendResult(first.base_offset, results[-1].base_offset + batches[-1].last_offset_delta,
+                            first.log_append_time_ms, first.log_start_offset)
 
     async def append_as_follower(self, records: bytes) -> None:
         raise KafkaStorageError("diskless partitions have no followers")
@@ -88,7 +94,7 @@ class DisklessLog(PartitionLog):
             position = len(out)
             out += data
             rebase(out, position, coordinate.base_offset)
-            if coordinate.timestamp_type == 1:
+            if coordinate.timestamp_type == LOG_APPEND_TIME:
                 stamp_log_append_time(out, read_header(out, position), coordinate.append_time_ms)
         return out
 
@@ -105,7 +111,8 @@ class DisklessLog(PartitionLog):
         coordinate = self.control_plane.max_timestamp_batch(self.topic_id, self.partition)
         if coordinate is None:
             return None
-        fallback = coordinate.base_offset if coordinate.timestamp_type == 1 else coordinate.last_offset
+        fallback = (coordinate.base_offset if coordinate.timestamp_type == LOG_APPEND_TIME
+                    else coordinate.last_offset)
         return await self._record_in(coordinate, lambda _, ts: ts == coordinate.max_timestamp, fallback)
 
     async def _record_in(self, coordinate: BatchCoordinate, match, fallback_offset: int) -> TimestampOffset:
@@ -117,14 +124,13 @@ class DisklessLog(PartitionLog):
         return TimestampOffset(found[1], found[0], -1)
 
     async def delete_records_before(self, offset: int) -> int:
-        result = await self.control_plane.commit(
-            {"type": "delete_records", "topic_id": self.topic_id, "partition": self.partition,
-             "offset": offset, "now_ms": time.time_ns() // 1_000_000}, 30.0)
-        if result["error_code"] == ErrorCode.offset_out_of_range:
+        result = await self.control_plane.delete_records(DeleteRecords(
+            self.topic_id, self.partition, offset, time.time_ns() // 1_000_000))
+        if result.error_code == ErrorCode.offset_out_of_range:
             raise OffsetOutOfRange()
-        if result["error_code"] != 0:
-            raise KafkaStorageError(f"DeleteRecords failed: {ErrorCode(result['error_code']).name}")
-        return result["low_watermark"]
+        if result.error_code != ErrorCode.none:
+            raise KafkaStorageError(f"DeleteRecords failed: {result.error_code.name}")
+        return result.low_watermark
 
     async def enforce_retention(self, now_ms: int) -> int:
         return 0  # the batch coordinator applies retention to every diskless log at once

@@ -21,7 +21,7 @@ from protocol.records import BatchHeader
 from storage.log import KafkaStorageError
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
-from .control_plane import ControlPlane
+from .control_plane import BatchResult, CommitBatch, CommitFile, ControlPlane
 from .read_cache import ReadCache
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class WalStats:
 class WalWriter:
     def __init__(self, store: ObjectStore, control_plane: ControlPlane, key_prefix: str,
                  node_id: int, commit_interval_ms: int = 250,
-                 buffer_max_bytes: int = 8 * 1024 * 1024, commit_timeout_s: float = 30.0,
+                 buffer_max_bytes: int = 8 * 1024 * 1024,
                  cache: ReadCache | None = None) -> None:
         self.store = store
         self.control_plane = control_plane
@@ -66,7 +66,6 @@ class WalWriter:
         self.node_id = node_id
         self.commit_interval_s = commit_interval_ms / 1000
         self.buffer_max_bytes = buffer_max_bytes
-        self.commit_timeout_s = commit_timeout_s
         self.cache = cache
         self.stats = WalStats()
         self._buffer = bytearray()
@@ -79,7 +78,7 @@ class WalWriter:
     def append(self, topic_id: str, partition: int, records: bytes | bytearray,
                batches: list[BatchHeader], log_append_time: bool) -> asyncio.Future:
         """Add validated batches to the open buffer. The future resolves to the coordinator's
-        per-batch results (dicts with error_code, base_offset, ...) once committed."""
+        BatchResult of each batch once committed, or fails with a KafkaStorageError."""
         pending = PendingAppend(topic_id, partition, log_append_time, batches, len(self._buffer))
         self._buffer += records
         self._pending.append(pending)
@@ -142,34 +141,30 @@ class WalWriter:
         self.stats.uploads += 1
         self.stats.upload_bytes += len(data)
 
-    async def _commit(self, key: str, data: bytes, pending: list[PendingAppend]) -> list[dict]:
+    async def _commit(self, key: str, data: bytes,
+                      pending: list[PendingAppend]) -> list[BatchResult]:
         batches = []
         for entry in pending:
             for batch in entry.batches:
-                batches.append({
-                    "topic_id": entry.topic_id, "partition": entry.partition,
-                    "byte_offset": entry.position + batch.position, "byte_size": batch.size,
-                    "record_count": batch.last_offset_delta + 1,
-                    "max_timestamp": batch.max_timestamp,
-                    "log_append_time": entry.log_append_time,
-                    "producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
-                    "base_sequence": batch.base_sequence, "last_sequence": batch.last_sequence,
-                })
+                start = entry.position + batch.position
+                batches.append(CommitBatch(
+                    entry.topic_id, entry.partition, start, batch.size,
+                    batch.last_offset_delta + 1, batch.max_timestamp, entry.log_append_time,
+                    batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                    batch.last_sequence))
                 if self.cache is not None:
-                    start = entry.position + batch.position
                     self.cache.put(key, start, batch.size, data[start:start + batch.size])
-        record = {"type": "commit_file", "request_id": f"{self.node_id}:{key}",
-                  "object_key": key, "object_size": len(data), "uploader": self.node_id,
-                  "now_ms": time.time_ns() // 1_000_000, "batches": batches}
+        request = CommitFile(f"{self.node_id}:{key}", key, len(data), self.node_id,
+                             time.time_ns() // 1_000_000, tuple(batches))
         try:
-            result = await self.control_plane.commit(record, self.commit_timeout_s)
+            results = await self.control_plane.commit_file(request)
         except Exception as e:
             self.stats.commit_failures += 1
             log.warning("commit of WAL object %s failed: %s (it becomes an orphan)", key, e)
             raise CommitFailed(f"the batch coordinator did not commit: {e}") from e
         self.stats.commits += 1
         self.stats.batches += len(batches)
-        return result["batches"]
+        return list(results)
 
     async def close(self) -> None:
         """Flush the open buffer and wait for every upload and commit in flight."""

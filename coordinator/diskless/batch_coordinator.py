@@ -9,37 +9,70 @@ deletion, merge) is appended with acks=all and answered with the result of apply
 Other brokers reach the coordinator through the internal API
 DISKLESS_COORDINATOR_APPEND; when leadership moves they retry against the new leader with
 the same record, whose request id makes the retry harmless.
+
+Of the replica layer it needs only ``MetadataLogReplica`` (the partition, as this broker
+holds it) and ``CallNode`` (a call to another broker), both given by the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from protocol.internal import InternalApiKey, JsonBody
-from protocol.records import iter_batches
-from storage.diskless import BatchCoordinate, LogInfo
-
-from .batch_state import BatchCoordinatorState
-from protocol.records import decode_json_records, encode_json_records
+from protocol.internal import JsonBody
+from protocol.records import BatchHeader, decode_json_records, encode_json_records, iter_batches
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
+from replication.partition import PartitionError
+from storage.diskless.control_plane import (
+    BatchCoordinate,
+    CommitFile,
+    DeleteRecords,
+    LogInfo,
+    RecordControlPlane,
+    RecordRejected,
+    Request,
+    StateStats,
+    decode_request,
+)
+from storage.log import AppendResult, PartitionLog
 
-if TYPE_CHECKING:
-    from replication.node_client import NodeClient
-    from replication.partition import Partition
-    from replication.replica_manager import ReplicaManager
+from ..state_machine import Applier
+from .batch_state import BatchCoordinatorState
 
 log = logging.getLogger(__name__)
-# Results kept for appends whose waiter has not looked yet (the apply loop may get there
-# first); far more than can be in flight.
-RECENT_RESULTS = 10_000
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5)
+COMMIT_TIMEOUT_S = 30.0
+
+
+class MetadataLogReplica(Protocol):
+    """The partition ``__diskless-metadata-0`` as this broker's replica layer holds it
+    (replication's Partition)."""
+
+    log: PartitionLog
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
+                               required_acks: int, timeout_s: float) -> AppendResult:
+        """Raises PartitionError when this broker cannot append as the leader."""
+
+    async def wait_for_change(self, timeout_s: float) -> None: ...
+
+
+# Send an internal request body to the broker at (host, port); its answer.
+CallNode = Callable[[str, int, JsonBody, float], Awaitable[JsonBody]]
 
 
 class NotCoordinator(Exception):
@@ -50,20 +83,22 @@ class CoordinatorUnavailable(Exception):
     """No coordinator answered before the deadline."""
 
 
-class BatchCoordinator:
+class BatchCoordinator(RecordControlPlane):
+    """This broker's part of the coordinator, as a ControlPlane: state changes go to the
+    writable coordinator wherever it runs; queries read the local materialised state."""
+
     def __init__(self, node_id: int, state_path: Path, image: MetadataImage,
-                 replicas: "ReplicaManager", nodes: "NodeClient",
+                 metadata_log: Callable[[], MetadataLogReplica | None], call_node: CallNode,
                  create_topic: Callable[..., Awaitable[ErrorCode]]) -> None:
         self.node_id = node_id
         self.state = BatchCoordinatorState(state_path)
         self.image = image
-        self.replicas = replicas
-        self.nodes = nodes
+        self._metadata_log = metadata_log
+        self._call_node = call_node
         self.create_topic = create_topic
         # Called with the (topic id, partition) pairs a newly applied record changed.
         self.on_change: list[Callable[[set[tuple[str, int]]], None]] = []
-        self._recent: OrderedDict[int, dict] = OrderedDict()
-        self._waiting: dict[int, asyncio.Future] = {}
+        self.applier = Applier(_AppliedState(self.state, self.on_change))
         self._apply_task: asyncio.Task | None = None
         self.commit_latencies_ms: deque[float] = deque(maxlen=10_000)
         self.commit_requests = 0
@@ -81,7 +116,7 @@ class BatchCoordinator:
     @property
     def is_writable(self) -> bool:
         """True while this broker leads the coordinator's log."""
-        partition = self._partition()
+        partition = self._metadata_log()
         return partition is not None and partition.is_leader
 
     # --- queries, from this broker's materialised state ----------------------------------
@@ -100,16 +135,33 @@ class BatchCoordinator:
     def max_timestamp_batch(self, topic_id: str, partition: int) -> BatchCoordinate | None:
         return self.state.max_timestamp_batch(topic_id, partition)
 
+    def files_to_delete(self, now_ms: int, delay_ms: int) -> list[str]:
+        return self.state.files_to_delete(now_ms, delay_ms)
+
+    def is_known_object(self, key: str) -> bool:
+        return self.state.is_known_object(key)
+
+    def merge_candidates(self, max_object_size: int,
+                         limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
+        return self.state.merge_candidates(max_object_size, limit)
+
+    def logs(self) -> list[tuple[str, int]]:
+        return self.state.logs()
+
+    def stats(self) -> StateStats:
+        return self.state.stats()
+
     # --- state changes --------------------------------------------------------------------
 
-    async def commit(self, record: dict, timeout_s: float) -> dict:
-        """Have the coordinator, wherever it runs, append and apply ``record``."""
+    async def submit(self, request: Request) -> Any:
+        """Have the coordinator, wherever it runs, append and apply ``request``; retried
+        (same request, so harmlessly) until COMMIT_TIMEOUT_S while leadership moves."""
         started = time.monotonic()
-        deadline = started + timeout_s
+        deadline = started + COMMIT_TIMEOUT_S
         attempt = 0
         while True:
             try:
-                result = await self._commit_once(record, deadline - time.monotonic())
+                result = await self._submit_once(request, deadline - time.monotonic())
                 self.commit_requests += 1
                 self.commit_latencies_ms.append((time.monotonic() - started) * 1000)
                 return result
@@ -121,23 +173,25 @@ class BatchCoordinator:
                 log.debug("coordinator call failed (%r), retrying", e)
                 await asyncio.sleep(backoff)
 
-    async def _commit_once(self, record: dict, timeout_s: float) -> dict:
+    async def _submit_once(self, request: Request, timeout_s: float) -> Any:
         if timeout_s <= 0:
             raise asyncio.TimeoutError()
         await self._ensure_topic()
         topic = self.image.topics.get(DISKLESS_METADATA_TOPIC)
         leader = topic.partitions[0].leader if topic and 0 in topic.partitions else -1
         if leader == self.node_id:
-            return await self.append(record, timeout_s)
+            return await self.append(request, timeout_s)
         broker = self.image.brokers.get(leader)
         if broker is None or broker.fenced:
             raise NotCoordinator(f"{DISKLESS_METADATA_TOPIC}-0 has no live leader")
-        connection = self.nodes.connection(broker.host, broker.port, "diskless-coordinator")
-        response = await connection.call(InternalApiKey.DISKLESS_COORDINATOR_APPEND,
-                                         JsonBody({"record": record}), timeout_s)
-        if response.value["error_code"] != ErrorCode.none:
+        response = await self._call_node(broker.host, broker.port,
+                                         JsonBody({"record": request.to_wire()}), timeout_s)
+        error = response.value["error_code"]
+        if error == ErrorCode.invalid_request:
+            raise RecordRejected(response.value.get("error_message", "record rejected"))
+        if error != ErrorCode.none:
             raise NotCoordinator(response.value.get("error_message", "not the coordinator"))
-        return response.value["result"]
+        return request.RESULT.from_wire(response.value["result"])
 
     async def _ensure_topic(self) -> None:
         if DISKLESS_METADATA_TOPIC in self.image.topics:
@@ -150,37 +204,26 @@ class BatchCoordinator:
         log.info("created %s with replication factor %d", DISKLESS_METADATA_TOPIC,
                  replication_factor)
 
-    async def append(self, record: dict, timeout_s: float) -> dict:
-        """As the writable coordinator: append with acks=all, answer once applied here."""
-        from replication.partition import PartitionError
-
-        partition = self._partition()
+    async def append(self, request: Request, timeout_s: float) -> Any:
+        """As the writable coordinator: append with acks=all, answer once applied here.
+        Raises NotCoordinator, or RecordRejected if the record could not be applied."""
+        partition = self._metadata_log()
         if partition is None or not partition.is_leader:
             raise NotCoordinator("this broker does not lead the coordinator's log")
-        records = encode_json_records([record])
+        records = encode_json_records([request.to_wire()])
         try:
             appended = await partition.append_as_leader(records, list(iter_batches(records)),
                                                         -1, timeout_s)
         except PartitionError as e:
             raise NotCoordinator(f"append to {DISKLESS_METADATA_TOPIC} failed: {e}") from e
         self.appends += 1
-        offset = appended.base_offset
-        if offset in self._recent:
-            return self._recent[offset]
-        waiter = self._waiting[offset] = asyncio.get_running_loop().create_future()
-        try:
-            return await asyncio.wait_for(waiter, timeout_s)
-        finally:
-            self._waiting.pop(offset, None)
+        return _outcome(await self.applier.result_of(appended.base_offset, timeout_s))
 
     # --- applying the log -----------------------------------------------------------------
 
-    def _partition(self) -> "Partition | None":
-        return self.replicas.partitions.get((DISKLESS_METADATA_TOPIC, 0))
-
     async def _apply_loop(self) -> None:
         while True:
-            partition = self._partition()
+            partition = self._metadata_log()
             if partition is None:
                 await asyncio.sleep(0.2)
                 continue
@@ -193,7 +236,7 @@ class BatchCoordinator:
             if not applied_any:
                 await partition.wait_for_change(1.0)
 
-    async def _apply_committed(self, partition: "Partition") -> bool:
+    async def _apply_committed(self, partition: MetadataLogReplica) -> bool:
         """Apply records below the high watermark not applied yet; False if there were none."""
         log_ = partition.log
         if self.state.applied_offset >= log_.log_end_offset:
@@ -201,39 +244,22 @@ class BatchCoordinator:
             log.warning("%s was truncated below the applied offset %d; rebuilding the state",
                         DISKLESS_METADATA_TOPIC, self.state.applied_offset)
             self.state.reset()
+            self.applier.forget_results()
         next_offset = max(self.state.applied_offset + 1, log_.log_start_offset)
         high_watermark = partition.high_watermark
         if next_offset >= high_watermark:
             return False
         read = await log_.read(next_offset, 1 << 20, max_offset=high_watermark)
-        for offset, record in decode_json_records(read.records):
-            if offset < next_offset or offset >= high_watermark:
-                continue
-            try:
-                result = self.state.apply(offset, record)
-            except (KeyError, TypeError, ValueError) as e:
-                # A malformed record fails identically on every broker: skip it rather
-                # than stall the coordinator behind it.
-                log.error("skipping %s record at offset %d: %r", DISKLESS_METADATA_TOPIC, offset, e)
-                self.state.skip(offset)
-                result = {"error_code": int(ErrorCode.invalid_request), "error_message": repr(e)}
-            self._recent[offset] = result
-            while len(self._recent) > RECENT_RESULTS:
-                self._recent.popitem(last=False)
-            waiter = self._waiting.get(offset)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(result)
-            changed = _changed_logs(record)
-            if changed:
-                for listener in self.on_change:
-                    listener(changed)
+        self.applier.apply((offset, record) for offset, record in decode_json_records(read.records)
+                           if offset < high_watermark)
         return True
 
-    def stats(self) -> dict:
-        partition = self._partition()
+    def metrics(self) -> dict:
+        partition = self._metadata_log()
         latencies = sorted(self.commit_latencies_ms)
         return {
-            **self.state.stats(),
+            **dataclasses.asdict(self.state.stats()),
+            "db_bytes": self.state.database_bytes(),
             "applied_offset": self.state.applied_offset,
             "is_coordinator": self.is_writable,
             "metadata_log_bytes": partition.log.size_bytes if partition else 0,
@@ -244,12 +270,47 @@ class BatchCoordinator:
         }
 
 
-def _changed_logs(record: dict) -> set[tuple[str, int]]:
-    kind = record["type"]
-    if kind == "commit_file":
-        return {(b["topic_id"], b["partition"]) for b in record["batches"]}
-    if kind == "delete_records":
-        return {(record["topic_id"], record["partition"])}
+class _AppliedState:
+    """The SQLite state as the StateMachine (coordinator.state_machine) of the log's
+    records; tells ``on_change`` which diskless logs each record changed."""
+
+    def __init__(self, state: BatchCoordinatorState,
+                 on_change: list[Callable[[set[tuple[str, int]]], None]]) -> None:
+        self.state = state
+        self.on_change = on_change
+
+    @property
+    def next_offset(self) -> int:
+        return self.state.applied_offset + 1
+
+    def apply(self, offset: int, record: dict) -> Any:
+        try:
+            request = decode_request(record)
+            result = self.state.apply(offset, request)
+        except (KeyError, TypeError, ValueError) as e:
+            # A malformed record fails identically on every broker: skip it rather than
+            # stall the coordinator behind it.
+            log.error("skipping %s record at offset %d: %r", DISKLESS_METADATA_TOPIC, offset, e)
+            self.state.skip(offset)
+            return RecordRejected(repr(e))
+        changed = _changed_logs(request)
+        if changed:
+            for listener in self.on_change:
+                listener(changed)
+        return result
+
+
+def _outcome(result: Any) -> Any:
+    if isinstance(result, RecordRejected):
+        raise result
+    return result
+
+
+def _changed_logs(request: Request) -> set[tuple[str, int]]:
+    if isinstance(request, CommitFile):
+        return {(b.topic_id, b.partition) for b in request.batches}
+    if isinstance(request, DeleteRecords):
+        return {(request.topic_id, request.partition)}
     return set()
 
 

@@ -16,21 +16,31 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from storage.config import LogConfig
+from storage.diskless.control_plane import (
+    BatchMove,
+    ControlPlane,
+    DeleteTopic,
+    EnforceRetention,
+    Merge,
+    ObjectsDeleted,
+    RetentionLimits,
+)
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
-from .batch_coordinator import BatchCoordinator, CoordinatorUnavailable
 from replication.cluster_metadata import MetadataImage
+
+from .batch_coordinator import CoordinatorUnavailable
 
 log = logging.getLogger(__name__)
 # A topic id the state knows but the metadata does not must stay unknown this long
 # before its batches are dropped: a new topic's first commit may reach the coordinator
 # before the coordinator's broker has applied the topic's creation.
 UNKNOWN_TOPIC_GRACE_S = 60.0
-COMMIT_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -54,10 +64,12 @@ class HousekeepingStats:
 
 
 class Housekeeping:
-    def __init__(self, coordinator: BatchCoordinator, image: MetadataImage, store: ObjectStore,
-                 key_prefix: str, topic_defaults: dict[str, str],
-                 settings: HousekeepingSettings) -> None:
-        self.coordinator = coordinator
+    def __init__(self, control_plane: ControlPlane, is_writable: Callable[[], bool],
+                 image: MetadataImage, store: ObjectStore, key_prefix: str,
+                 topic_defaults: dict[str, str], settings: HousekeepingSettings) -> None:
+        self.control_plane = control_plane
+        # Only the writable coordinator's broker runs housekeeping.
+        self.is_writable = is_writable
         self.image = image
         self.store = store
         self.wal_prefix = f"{key_prefix}wal/"
@@ -79,7 +91,7 @@ class Housekeeping:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.settings.interval_ms / 1000)
-            if not self.coordinator.is_writable:
+            if not self.is_writable():
                 continue
             try:
                 await self.run_once()
@@ -95,9 +107,6 @@ class Housekeeping:
         await self._delete_dead_objects()
         await self._delete_orphans()
 
-    async def _commit(self, record: dict) -> dict:
-        return await self.coordinator.commit(record, COMMIT_TIMEOUT_S)
-
     def _diskless_topics(self) -> dict[str, LogConfig]:
         configs = {}
         for topic in self.image.topics.values():
@@ -109,40 +118,37 @@ class Housekeeping:
     async def _drop_deleted_topics(self) -> None:
         now = time.monotonic()
         in_metadata = {str(topic_id) for topic_id in self.image.topics_by_id}
-        for topic_id in {topic_id for topic_id, _ in self.coordinator.state.logs()}:
+        for topic_id in {topic_id for topic_id, _ in self.control_plane.logs()}:
             if topic_id in in_metadata:
                 self._unknown_since.pop(topic_id, None)
                 continue
             since = self._unknown_since.setdefault(topic_id, now)
             if now - since >= UNKNOWN_TOPIC_GRACE_S:
-                await self._commit({"type": "delete_topic", "topic_id": topic_id,
-                                    "now_ms": _now_ms()})
+                await self.control_plane.delete_topic(DeleteTopic(topic_id, _now_ms()))
                 self._unknown_since.pop(topic_id, None)
                 log.info("dropped the batches of deleted topic %s", topic_id)
 
     async def _apply_retention(self) -> None:
-        topics = [{"topic_id": topic_id, "retention_ms": config.retention_ms,
-                   "retention_bytes": config.retention_bytes}
-                  for topic_id, config in self._diskless_topics().items()
-                  if config.retention_ms >= 0 or config.retention_bytes >= 0]
+        topics = tuple(RetentionLimits(topic_id, config.retention_ms, config.retention_bytes)
+                       for topic_id, config in self._diskless_topics().items()
+                       if config.retention_ms >= 0 or config.retention_bytes >= 0)
         if topics:
-            result = await self._commit({"type": "retention", "now_ms": _now_ms(),
-                                         "topics": topics})
+            result = await self.control_plane.enforce_retention(
+                EnforceRetention(_now_ms(), topics))
             self.stats.retention_runs += 1
-            if result["removed_batches"]:
+            if result.removed_batches:
                 log.info("retention removed %d diskless batches (%d bytes)",
-                         result["removed_batches"], result["removed_bytes"])
+                         result.removed_batches, result.removed_bytes)
 
     async def _delete_dead_objects(self) -> None:
-        keys = self.coordinator.state.deletable_objects(_now_ms(),
-                                                        self.settings.object_delete_delay_ms)
+        keys = self.control_plane.files_to_delete(_now_ms(), self.settings.object_delete_delay_ms)
         self.stats.deleted_objects += await self._delete(keys)
 
     async def _delete_orphans(self) -> None:
         cutoff = datetime.now(timezone.utc).timestamp() - self.settings.orphan_grace_ms / 1000
         orphans = [info.key async for info in self.store.list_objects(WAL_BUCKET, self.wal_prefix)
                    if info.last_modified.timestamp() < cutoff
-                   and not self.coordinator.state.is_known_object(info.key)]
+                   and not self.control_plane.is_known_object(info.key)]
         deleted = await self._delete(orphans)
         if deleted:
             log.info("deleted %d orphan WAL objects (uploaded, never committed)", deleted)
@@ -152,18 +158,18 @@ class Housekeeping:
         """Record the deletion, then delete what the state agreed to; return that count."""
         if not keys:
             return 0
-        result = await self._commit({"type": "objects_deleted", "keys": keys})
-        if result["refused"]:
-            log.info("kept %d objects that still hold live batches", len(result["refused"]))
-        await self.store.delete(WAL_BUCKET, result["deleted"])
-        return len(result["deleted"])
+        result = await self.control_plane.objects_deleted(ObjectsDeleted(tuple(keys)))
+        if result.refused:
+            log.info("kept %d objects that still hold live batches", len(result.refused))
+        await self.store.delete(WAL_BUCKET, list(result.deleted))
+        return len(result.deleted)
 
     async def merge_small_objects(self) -> None:
         """KIP-1165: rewrite small WAL objects' live batches into one object, ordered by
         partition and offset, and repoint their coordinates in one record."""
         # Only WAL objects as brokers wrote them: merged objects are already ordered by
         # partition, and merging them again would rewrite the same bytes over and over.
-        candidates = [(key, batches) for key, batches in self.coordinator.state.merge_candidates(
+        candidates = [(key, batches) for key, batches in self.control_plane.merge_candidates(
             self.settings.merge_max_object_bytes, 4 * self.settings.merge_max_objects)
             if not key.startswith(self.merged_prefix)][:self.settings.merge_max_objects]
         if len(candidates) < self.settings.merge_min_objects:
@@ -181,19 +187,17 @@ class Housekeeping:
         merged = bytearray()
         moves = []
         for c in coordinates:
-            moves.append({"topic_id": c.topic_id, "partition": c.partition,
-                          "base_offset": c.base_offset, "old_object_key": c.object_key,
-                          "byte_offset": len(merged), "byte_size": c.byte_size})
+            moves.append(BatchMove(c.topic_id, c.partition, c.base_offset, c.object_key,
+                                   len(merged), c.byte_size))
             merged += data[(c.object_key, c.byte_offset)]
         key = f"{self.merged_prefix}{uuid.uuid4().hex}"
         await self.store.put(WAL_BUCKET, key, bytes(merged))
-        result = await self._commit({"type": "merge", "object_key": key,
-                                     "object_size": len(merged), "now_ms": _now_ms(),
-                                     "moves": moves})
+        result = await self.control_plane.merge(
+            Merge(key, len(merged), _now_ms(), tuple(moves)))
         self.stats.merges += 1
         self.stats.merged_objects += len(candidates)
         log.info("merged %d WAL objects into %s (%d batches moved, %d skipped)",
-                 len(candidates), key, result["moved"], result["skipped"])
+                 len(candidates), key, result.moved, result.skipped)
 
 
 def _now_ms() -> int:

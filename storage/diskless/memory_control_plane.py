@@ -1,0 +1,289 @@
+"""A control plane in plain dicts, for tests of the diskless engine (Inkless's
+InMemoryControlPlane): no log, no database, no I/O. It applies every request at once, with
+the same rules as the SQLite state machine every broker runs; the contract suite
+(tests/storage/diskless/test_control_plane_contract.py) holds both to the same answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from storage.producer_state import ProducerState
+
+from .control_plane import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    NO_TIMESTAMP,
+    BatchCoordinate,
+    BatchResult,
+    CommitBatch,
+    CommitFile,
+    CommitFileResult,
+    DeleteRecords,
+    DeleteRecordsResult,
+    DeleteTopic,
+    DeleteTopicResult,
+    EnforceRetention,
+    EnforceRetentionResult,
+    LogInfo,
+    Merge,
+    MergeResult,
+    ObjectsDeleted,
+    ObjectsDeletedResult,
+    RecordControlPlane,
+    Request,
+    StateStats,
+    check_commit_batch,
+    new_log_start,
+    refused_commit,
+    retention_keep_from,
+)
+
+
+@dataclass
+class _Log:
+    log_start_offset: int = 0
+    high_watermark: int = 0
+    size_bytes: int = 0
+    batches: list[BatchCoordinate] = field(default_factory=list)  # by base offset
+    producers: ProducerState = field(default_factory=ProducerState)
+
+    def info(self) -> LogInfo:
+        return LogInfo(self.log_start_offset, self.high_watermark, self.size_bytes)
+
+
+@dataclass
+class _Object:
+    size: int
+    created_ms: int
+    live_bytes: int = 0
+    emptied_at_ms: int | None = None
+
+
+class InMemoryControlPlane(RecordControlPlane):
+    def __init__(self) -> None:
+        self._logs: dict[tuple[str, int], _Log] = {}
+        self._objects: dict[str, _Object] = {}
+        self._deleted_objects: set[str] = set()
+        self._deleted_topics: set[str] = set()
+        self._requests: dict[str, CommitFileResult] = {}
+
+    async def submit(self, request: Request) -> Any:
+        return self.apply(request)
+
+    def apply(self, request: Request) -> Any:
+        return self._HANDLERS[type(request)](self, request)
+
+    # -- commit_file -----------------------------------------------------------------------
+
+    def _commit_file(self, request: CommitFile) -> CommitFileResult:
+        result = self._requests.get(request.request_id)
+        if result is None:
+            result = self._requests[request.request_id] = self._commit_batches(request)
+        return result
+
+    def _commit_batches(self, request: CommitFile) -> CommitFileResult:
+        key = request.object_key
+        refused = refused_commit(request, object_deleted=key in self._deleted_objects,
+                                 object_exists=key in self._objects)
+        if refused is not None:
+            return refused
+        self._objects[key] = _Object(request.object_size, request.now_ms)
+        results = tuple(self._commit_batch(key, request.now_ms, batch) for batch in request.batches)
+        self._mark_emptied([key], request.now_ms)
+        return CommitFileResult(results)
+
+    def _commit_batch(self, key: str, now_ms: int, batch: CommitBatch) -> BatchResult:
+        if batch.topic_id in self._deleted_topics:
+            return BatchResult.unknown_topic_or_partition()
+        log = self._logs.setdefault((batch.topic_id, batch.partition), _Log())
+        verdict = check_commit_batch(log.producers, batch, log.info(), now_ms)
+        if isinstance(verdict, BatchResult):
+            return verdict
+        log.producers.apply(verdict)
+        base_offset = log.high_watermark
+        log.batches.append(BatchCoordinate(
+            batch.topic_id, batch.partition, base_offset, base_offset + batch.record_count - 1,
+            key, batch.byte_offset, batch.byte_size, batch.max_timestamp,
+            LOG_APPEND_TIME if batch.log_append_time else CREATE_TIME,
+            now_ms if batch.log_append_time else NO_TIMESTAMP))
+        log.high_watermark += batch.record_count
+        log.size_bytes += batch.byte_size
+        self._objects[key].live_bytes += batch.byte_size
+        return BatchResult.stored(base_offset, now_ms if batch.log_append_time else None,
+                                  log.log_start_offset)
+
+    # -- removing batches --------------------------------------------------------------------
+
+    def _delete_records(self, request: DeleteRecords) -> DeleteRecordsResult:
+        log = self._logs.get((request.topic_id, request.partition))
+        result = new_log_start(request, None if log is None else log.info())
+        if log is not None and result.low_watermark >= 0:
+            # A batch straddling the new start stays: reads begin inside it, as in Kafka.
+            self._remove_batches(log, lambda b: b.last_offset < result.low_watermark,
+                                 request.now_ms)
+            log.log_start_offset = result.low_watermark
+        return result
+
+    def _enforce_retention(self, request: EnforceRetention) -> EnforceRetentionResult:
+        removed_batches = removed_bytes = 0
+        for limits in request.topics:
+            for log in self._topic_logs(limits.topic_id):
+                keep_from = retention_keep_from(list(log.batches), log.info(), request.now_ms,
+                                                limits)
+                batches, size = self._remove_batches(
+                    log, lambda b, keep_from=keep_from: b.base_offset < keep_from, request.now_ms)
+                log.log_start_offset = max(log.log_start_offset, keep_from)
+                removed_batches += batches
+                removed_bytes += size
+        return EnforceRetentionResult(removed_batches, removed_bytes)
+
+    def _delete_topic(self, request: DeleteTopic) -> DeleteTopicResult:
+        emptied = set()
+        for key in [key for key in self._logs if key[0] == request.topic_id]:
+            emptied |= self._take_batches(self._logs.pop(key), lambda b: True)
+        self._mark_emptied(sorted(emptied), request.now_ms)
+        self._deleted_topics.add(request.topic_id)
+        return DeleteTopicResult()
+
+    def _remove_batches(self, log: _Log, remove, now_ms: int) -> tuple[int, int]:
+        """Delete ``log``'s batches matching ``remove``: (batches, bytes) removed."""
+        count, size = len(log.batches), log.size_bytes
+        self._mark_emptied(sorted(self._take_batches(log, remove)), now_ms)
+        return count - len(log.batches), size - log.size_bytes
+
+    def _take_batches(self, log: _Log, remove) -> set[str]:
+        """Drop the matching batches, taking their bytes off the log and their objects;
+        the keys of those objects."""
+        keys = set()
+        kept = []
+        for batch in log.batches:
+            if not remove(batch):
+                kept.append(batch)
+                continue
+            log.size_bytes -= batch.byte_size
+            obj = self._objects.get(batch.object_key)
+            if obj is not None:
+                obj.live_bytes -= batch.byte_size
+            keys.add(batch.object_key)
+        log.batches = kept
+        return keys
+
+    def _mark_emptied(self, keys: list[str], now_ms: int) -> None:
+        # The GC delay counts from the moment the last live batch left the object.
+        for key in keys:
+            obj = self._objects.get(key)
+            if obj is not None and obj.live_bytes == 0 and obj.emptied_at_ms is None:
+                obj.emptied_at_ms = now_ms
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def _objects_deleted(self, request: ObjectsDeleted) -> ObjectsDeletedResult:
+        deleted, refused = [], []
+        for key in request.keys:
+            obj = self._objects.get(key)
+            if obj is not None and obj.live_bytes > 0:
+                refused.append(key)  # a live batch still points here: the GC raced a commit
+                continue
+            self._objects.pop(key, None)
+            self._deleted_objects.add(key)
+            deleted.append(key)
+        return ObjectsDeletedResult(tuple(deleted), tuple(refused))
+
+    def _merge(self, request: Merge) -> MergeResult:
+        key = request.object_key
+        if self.is_known_object(key):
+            # Deleted (e.g. as an orphan before this commit) or already in use: moving
+            # batches there could lose them.
+            return MergeResult(0, len(request.moves))
+        merged = self._objects[key] = _Object(request.object_size, request.now_ms)
+        moved, old_keys = 0, set()
+        for move in request.moves:
+            log = self._logs.get((move.topic_id, move.partition))
+            for i, batch in enumerate(log.batches if log is not None else ()):
+                # Skipped unless the batch is still the one that was copied, where it was
+                # copied from: it may since have been removed, or moved by another merge.
+                if (batch.base_offset, batch.object_key, batch.byte_size) == (
+                        move.base_offset, move.old_object_key, move.byte_size):
+                    log.batches[i] = replace(batch, object_key=key, byte_offset=move.byte_offset)
+                    old = self._objects.get(move.old_object_key)
+                    if old is not None:
+                        old.live_bytes -= move.byte_size
+                    merged.live_bytes += move.byte_size
+                    old_keys.add(move.old_object_key)
+                    moved += 1
+                    break
+        self._mark_emptied(sorted(old_keys | {key}), request.now_ms)
+        return MergeResult(moved, len(request.moves) - moved)
+
+    _HANDLERS = {
+        CommitFile: _commit_file,
+        DeleteRecords: _delete_records,
+        EnforceRetention: _enforce_retention,
+        DeleteTopic: _delete_topic,
+        ObjectsDeleted: _objects_deleted,
+        Merge: _merge,
+    }
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def log_info(self, topic_id: str, partition: int) -> LogInfo:
+        log = self._logs.get((topic_id, partition))
+        return LogInfo(0, 0, 0) if log is None else log.info()
+
+    def find_batches(self, topic_id: str, partition: int, offset: int,
+                     max_bytes: int) -> list[BatchCoordinate]:
+        log = self._logs.get((topic_id, partition))
+        if log is None or not log.log_start_offset <= offset < log.high_watermark:
+            return []
+        holding = [i for i, batch in enumerate(log.batches) if batch.base_offset <= offset]
+        found, total = [], 0
+        for batch in log.batches[holding[-1]:] if holding else ():
+            if found and total + batch.byte_size > max_bytes:
+                break
+            found.append(batch)
+            total += batch.byte_size
+        return found
+
+    def offset_for_timestamp(self, topic_id: str, partition: int,
+                             timestamp_ms: int) -> BatchCoordinate | None:
+        return next((batch for batch in self._batches(topic_id, partition)
+                     if batch.effective_timestamp >= timestamp_ms), None)
+
+    def max_timestamp_batch(self, topic_id: str, partition: int) -> BatchCoordinate | None:
+        # max() keeps the first of equal maxima: the earliest batch wins ties.
+        return max(self._batches(topic_id, partition), key=lambda b: b.effective_timestamp,
+                   default=None)
+
+    def files_to_delete(self, now_ms: int, delay_ms: int) -> list[str]:
+        return sorted(key for key, obj in self._objects.items() if obj.live_bytes == 0
+                      and obj.emptied_at_ms is not None and obj.emptied_at_ms <= now_ms - delay_ms)
+
+    def is_known_object(self, key: str) -> bool:
+        return key in self._objects or key in self._deleted_objects
+
+    def merge_candidates(self, max_object_size: int,
+                         limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
+        keys = sorted((key for key, obj in self._objects.items()
+                       if obj.size < max_object_size and obj.live_bytes > 0),
+                      key=lambda key: (self._objects[key].created_ms, key))[:limit]
+        batches = sorted((batch for log in self._logs.values() for batch in log.batches
+                          if batch.object_key in keys),
+                         key=lambda b: (b.topic_id, b.partition, b.base_offset))
+        return [(key, [b for b in batches if b.object_key == key]) for key in keys]
+
+    def logs(self) -> list[tuple[str, int]]:
+        return sorted(self._logs)
+
+    def stats(self) -> StateStats:
+        live = sum(obj.live_bytes for obj in self._objects.values())
+        return StateStats(len(self._logs), sum(len(log.batches) for log in self._logs.values()),
+                          len(self._objects), live,
+                          sum(obj.size for obj in self._objects.values()) - live)
+
+    def _batches(self, topic_id: str, partition: int) -> list[BatchCoordinate]:
+        log = self._logs.get((topic_id, partition))
+        return [] if log is None else log.batches
+
+    def _topic_logs(self, topic_id: str) -> list[_Log]:
+        return [self._logs[key] for key in sorted(self._logs) if key[0] == topic_id]

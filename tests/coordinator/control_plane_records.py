@@ -1,0 +1,84 @@
+"""Request records for the control plane tests (the contract suite and the SQLite-only
+tests), with the defaults those tests share: topic "t", partition 0, 100-byte batches."""
+
+from __future__ import annotations
+
+from storage.diskless.control_plane import (
+    BatchMove,
+    CommitBatch,
+    CommitFile,
+    DeleteRecords,
+    DeleteTopic,
+    EnforceRetention,
+    Merge,
+    ObjectsDeleted,
+    RetentionLimits,
+)
+
+
+def batch(topic="t", partition=0, size=100, count=1, ts=1_000, log_append_time=False,
+          producer=-1, epoch=0, seq=-1, byte_offset=0) -> CommitBatch:
+    return CommitBatch(topic, partition, byte_offset, size, count, ts, log_append_time,
+                       producer, epoch, seq, -1 if seq < 0 else seq + count - 1)
+
+
+def commit_file(key, *batches, now=1_000, request_id=None, object_size=None,
+                uploader=1) -> CommitFile:
+    return CommitFile(request_id or f"req-{key}", key,
+                      object_size or sum(b.byte_size for b in batches), uploader, now, batches)
+
+
+def delete_records(offset, now, topic="t", partition=0) -> DeleteRecords:
+    return DeleteRecords(topic, partition, offset, now)
+
+
+def retention(now, retention_ms=-1, retention_bytes=-1, topic="t") -> EnforceRetention:
+    return EnforceRetention(now, (RetentionLimits(topic, retention_ms, retention_bytes),))
+
+
+def live_bytes(control_plane, key):
+    """The sizes of the live batches in object ``key`` (None: it holds none)."""
+    return {k: [b.byte_size for b in bs]
+            for k, bs in control_plane.merge_candidates(1 << 40, 100)}.get(key)
+
+
+def random_records(rng, state, count):
+    """Records as a coordinator would write them; merges move what ``state`` proposes."""
+    for i in range(count):
+        kind = rng.choices(["commit", "delete", "retention", "gc", "merge", "topic"],
+                           [60, 8, 8, 8, 8, 1])[0]
+        now = 1_000 * i
+        if kind == "commit":
+            batches = [batch(topic=rng.choice("xyz"), partition=rng.randrange(3),
+                             size=rng.randrange(1, 500), count=rng.randrange(1, 5),
+                             ts=now - rng.randrange(5_000), log_append_time=rng.random() < 0.3,
+                             producer=rng.choice([-1, 1, 2]), epoch=rng.randrange(2),
+                             seq=rng.randrange(6)) for _ in range(rng.randrange(1, 6))]
+            yield commit_file(f"o{i}", *batches, request_id=f"r{rng.randrange(i + 1)}",
+                              object_size=3_000, uploader=0, now=now)
+        elif kind == "delete":
+            yield delete_records(rng.randrange(-1, 30), now, topic=rng.choice("xyz"),
+                                 partition=rng.randrange(3))
+        elif kind == "retention":
+            yield EnforceRetention(now, tuple(
+                RetentionLimits(t, rng.choice([-1, 20_000]), rng.choice([-1, 2_000]))
+                for t in "xyz"))
+        elif kind == "gc":
+            yield ObjectsDeleted(tuple(f"o{rng.randrange(i + 1)}" for _ in range(3)))
+        elif kind == "merge":
+            moves = tuple(BatchMove(c.topic_id, c.partition, c.base_offset, key, 0, c.byte_size)
+                          for key, coordinates in state.merge_candidates(5_000, 3)
+                          for c in coordinates)
+            # The repeated first move is stale by then: it must be skipped.
+            yield Merge(f"m{i}", 9_000, now, moves + moves[:1])
+        else:
+            yield DeleteTopic("z", now)
+
+
+def answers(control_plane):
+    per_log = [(log, control_plane.log_info(*log), control_plane.find_batches(*log, 0, 1 << 30),
+                control_plane.offset_for_timestamp(*log, 100_000),
+                control_plane.max_timestamp_batch(*log))
+               for log in control_plane.logs()]
+    return (per_log, control_plane.stats(), control_plane.files_to_delete(400_000, 10_000),
+            control_plane.merge_candidates(2_000, 10))

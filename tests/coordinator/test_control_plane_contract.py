@@ -1,0 +1,259 @@
+"""The diskless control plane's contract (Inkless's AbstractControlPlaneTest): every test
+runs against the in-memory control plane and against the SQLite state machine driven
+directly (no replicated log); both must answer the same."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from control_plane_records import (
+    answers,
+    batch,
+    commit_file,
+    delete_records,
+    live_bytes,
+    random_records,
+    retention,
+)
+
+from coordinator.diskless import BatchCoordinatorState
+from storage.diskless.control_plane import (
+    BatchMove,
+    BatchResult,
+    CommitFileResult,
+    DeleteRecordsResult,
+    DeleteTopic,
+    EnforceRetentionResult,
+    LogInfo,
+    Merge,
+    MergeResult,
+    ObjectsDeleted,
+    ObjectsDeletedResult,
+    decode_request,
+)
+from storage.diskless.memory_control_plane import InMemoryControlPlane
+
+STORAGE_ERROR, UNKNOWN_TOPIC, OUT_OF_ORDER, FENCED_EPOCH, INVALID_RECORD = 56, 3, 45, 47, 87
+OFFSET_OUT_OF_RANGE = 1
+
+
+@pytest.fixture(params=["in-memory", "sqlite"])
+def control_plane(request, tmp_path):
+    if request.param == "in-memory":
+        yield InMemoryControlPlane()
+        return
+    state = BatchCoordinatorState(tmp_path / "coordinator.db")
+    yield state
+    state.close()
+
+
+async def commit(control_plane, key, *batches, **kwargs):
+    return list(await control_plane.commit_file(commit_file(key, *batches, **kwargs)))
+
+
+async def test_offsets_have_no_gaps_or_duplicates_across_commits_and_partitions(control_plane):
+    expected = {0: 0, 1: 0}
+    for i in range(20):
+        batches = [batch(partition=i % 2, count=i + 1), batch(partition=1, count=2)]
+        results = await commit(control_plane, f"o{i}", *batches)
+        for b, r in zip(batches, results):
+            assert r.error_code == 0 and r.base_offset == expected[b.partition]
+            expected[b.partition] += b.record_count
+    for partition, hw in expected.items():
+        assert control_plane.log_info("t", partition).high_watermark == hw
+        coords = control_plane.find_batches("t", partition, 0, 1 << 30)
+        assert coords[0].base_offset == 0 and coords[-1].last_offset == hw - 1
+        assert all(a.last_offset + 1 == b.base_offset for a, b in zip(coords, coords[1:]))
+    assert control_plane.logs() == [("t", 0), ("t", 1)]
+
+
+async def test_commit_is_idempotent_by_request_id(control_plane):
+    first = await commit(control_plane, "o1", batch(), batch(), request_id="r")
+    stats = control_plane.stats()
+    assert await commit(control_plane, "o1", batch(), batch(), request_id="r") == first
+    assert control_plane.stats() == stats and control_plane.log_info("t", 0).high_watermark == 2
+
+
+async def test_idempotent_producer(control_plane):
+    ok = (await commit(control_plane, "o1", batch(producer=7, seq=0, count=2)))[0]
+    assert (ok.error_code, ok.base_offset) == (0, 0)
+    # A retry of the same sequence range answers with the original offset, stores nothing.
+    await commit(control_plane, "o2", batch(producer=9, seq=0))
+    retry, out_of_order, fenced = await commit(
+        control_plane, "o3", batch(producer=7, seq=0, count=2, size=10),
+        batch(producer=7, seq=5, size=20), batch(producer=7, epoch=-1, seq=2, size=30))
+    assert (retry.error_code, retry.base_offset) == (0, 0)
+    assert out_of_order.error_code == OUT_OF_ORDER and out_of_order.error_message
+    assert fenced.error_code == FENCED_EPOCH
+    # The producer continues in sequence after the rejections.
+    after = (await commit(control_plane, "o4", batch(producer=7, seq=2)))[0]
+    assert (after.error_code, after.base_offset) == (0, 3)
+    assert control_plane.log_info("t", 0) == LogInfo(0, 4, 300)
+    # Rejected and duplicate bytes are dead: object o3 holds no live batch.
+    assert control_plane.stats().dead_bytes == 60 and live_bytes(control_plane, "o3") is None
+    assert control_plane.files_to_delete(now_ms=1_000, delay_ms=0) == ["o3"]
+    invalid = (await commit(control_plane, "o5", batch(producer=8, seq=-1)))[0]
+    assert invalid.error_code == INVALID_RECORD
+
+
+async def test_log_append_time(control_plane):
+    await commit(control_plane, "o1", batch(ts=50), now=1_000)
+    result = (await commit(control_plane, "o2", batch(ts=10, log_append_time=True), now=2_000))[0]
+    assert result.log_append_time_ms == 2_000
+    coordinate = control_plane.offset_for_timestamp("t", 0, 1_500)
+    assert (coordinate.base_offset, coordinate.timestamp_type) == (1, 1)
+    assert coordinate.append_time_ms == 2_000
+    assert control_plane.offset_for_timestamp("t", 0, 40).base_offset == 0
+    assert control_plane.offset_for_timestamp("t", 0, 2_001) is None
+    assert control_plane.max_timestamp_batch("t", 0).base_offset == 1
+    assert control_plane.max_timestamp_batch("missing", 0) is None
+
+
+async def test_max_timestamp_ties_pick_the_earliest(control_plane):
+    await commit(control_plane, "o1", batch(ts=5), batch(ts=9), batch(ts=9), batch(ts=1))
+    assert control_plane.max_timestamp_batch("t", 0).base_offset == 1
+
+
+async def test_find_batches_boundaries_and_max_bytes(control_plane):
+    await commit(control_plane, "o1",
+                 *[batch(count=10, size=100, byte_offset=100 * i) for i in range(5)])
+    await control_plane.delete_records(delete_records(15, now=0))
+    assert control_plane.find_batches("t", 0, 14, 1 << 20) == []  # below log start
+    assert control_plane.find_batches("t", 0, 50, 1 << 20) == []  # at HW
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 15, 250)] == [10, 20]
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 29, 200)] == [20, 30]
+    # Always one batch, even over max_bytes.
+    only = control_plane.find_batches("t", 0, 49, 1)
+    assert [(c.base_offset, c.last_offset, c.record_count) for c in only] == [(40, 49, 10)]
+    assert control_plane.find_batches("unknown", 0, 0, 100) == []
+
+
+async def test_delete_records(control_plane):
+    await commit(control_plane, "o1", batch(count=5), batch(count=5))
+    delete = control_plane.delete_records
+    assert await delete(delete_records(11, now=5)) == DeleteRecordsResult(OFFSET_OUT_OF_RANGE)
+    assert await delete(delete_records(3, now=5)) == DeleteRecordsResult(0, 3)
+    assert control_plane.log_info("t", 0) == LogInfo(3, 10, 200)  # the straddling batch stays
+    assert await delete(delete_records(1, now=5)) == DeleteRecordsResult(0, 3)
+    assert await delete(delete_records(-1, now=5)) == DeleteRecordsResult(0, 10)
+    assert control_plane.log_info("t", 0) == LogInfo(10, 10, 0)
+    assert control_plane.files_to_delete(now_ms=5, delay_ms=0) == ["o1"]
+    assert await delete(delete_records(0, now=5, partition=9)) == DeleteRecordsResult(UNKNOWN_TOPIC)
+
+
+async def test_retention_by_time(control_plane):
+    await commit(control_plane, "o1", batch(ts=100), batch(ts=200), batch(ts=300, count=2))
+    enforce = control_plane.enforce_retention
+    assert await enforce(retention(now=1_000, retention_ms=750)) == EnforceRetentionResult(2, 200)
+    assert control_plane.log_info("t", 0) == LogInfo(2, 4, 100)
+    assert await enforce(retention(now=2_000, retention_ms=-1)) == EnforceRetentionResult(0, 0)
+    await enforce(retention(now=2_000, retention_ms=1_000))
+    assert control_plane.log_info("t", 0) == LogInfo(4, 4, 0)
+
+
+async def test_retention_by_bytes(control_plane):
+    await commit(control_plane, "o1", *[batch(size=100, partition=p) for p in (0, 1) for _ in range(5)])
+    assert await control_plane.enforce_retention(retention(now=0, retention_bytes=250)) == \
+        EnforceRetentionResult(6, 600)
+    assert control_plane.log_info("t", 1) == LogInfo(3, 5, 200)
+    assert live_bytes(control_plane, "o1") == [100] * 4
+
+
+async def test_delete_topic_then_commit_fails(control_plane):
+    await commit(control_plane, "o1", batch(topic="a", producer=1, seq=0), batch(topic="b"))
+    assert await control_plane.delete_topic(DeleteTopic("a", 7)) is None
+    assert control_plane.logs() == [("b", 0)] and live_bytes(control_plane, "o1") == [100]
+    assert (await commit(control_plane, "o2", batch(topic="a")))[0].error_code == UNKNOWN_TOPIC
+    assert control_plane.log_info("a", 0) == LogInfo(0, 0, 0)
+
+
+async def test_objects_deletable_only_without_live_batches_after_delay(control_plane):
+    await commit(control_plane, "o1", batch(), now=100)
+    assert control_plane.files_to_delete(now_ms=10_000, delay_ms=0) == []
+    await control_plane.delete_records(delete_records(-1, now=500))
+    assert control_plane.files_to_delete(now_ms=1_499, delay_ms=1_000) == []
+    assert control_plane.files_to_delete(now_ms=1_500, delay_ms=1_000) == ["o1"]
+    assert await control_plane.objects_deleted(ObjectsDeleted(("o1", "orphan"))) == \
+        ObjectsDeletedResult(("o1", "orphan"), ())
+    assert control_plane.is_known_object("o1") and control_plane.is_known_object("orphan")
+    assert not control_plane.is_known_object("o2")
+    assert control_plane.stats().objects == 0
+
+
+async def test_objects_deleted_refuses_live_object_and_late_commit_fails(control_plane):
+    await commit(control_plane, "live", batch())
+    assert await control_plane.objects_deleted(ObjectsDeleted(("live", "gone"))) == \
+        ObjectsDeletedResult(("gone",), ("live",))
+    result = await commit(control_plane, "gone", batch(), batch())
+    assert [r.error_code for r in result] == [STORAGE_ERROR] * 2
+    assert result[0].error_message == "object was garbage-collected before its commit"
+    assert control_plane.log_info("t", 0).high_watermark == 1
+    assert live_bytes(control_plane, "live") == [100]
+
+
+async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_plane):
+    await commit(control_plane, "a", batch(size=10), batch(partition=1, size=20), now=1)
+    await commit(control_plane, "b", batch(size=30), now=2)
+    assert [key for key, _ in control_plane.merge_candidates(max_object_size=100, limit=5)] == [
+        "a", "b"]
+    assert [key for key, _ in control_plane.merge_candidates(max_object_size=25, limit=5)] == []
+    # Partition 1's batch is deleted before the merge commits, so its move is skipped.
+    await control_plane.delete_records(delete_records(-1, now=3, partition=1))
+    moves = (BatchMove("t", 0, 0, "a", 0, 10), BatchMove("t", 1, 0, "a", 10, 20),
+             BatchMove("t", 0, 1, "b", 30, 30))
+    merge = Merge("m", 60, 4, moves)
+    assert await control_plane.merge(merge) == MergeResult(2, 1)
+    assert [(c.object_key, c.byte_offset) for c in control_plane.find_batches("t", 0, 0, 100)] == [
+        ("m", 0), ("m", 30)]
+    assert control_plane.files_to_delete(now_ms=4, delay_ms=0) == ["a", "b"]
+    # Replaying the same moves into another object finds them already moved.
+    assert await control_plane.merge(Merge("m2", 60, 4, moves)) == MergeResult(0, 3)
+    assert control_plane.files_to_delete(now_ms=4, delay_ms=0) == ["a", "b", "m2"]
+
+
+async def test_both_implementations_give_identical_results_and_answers(tmp_path):
+    sqlite, memory = BatchCoordinatorState(tmp_path / "a.db"), InMemoryControlPlane()
+    rng = random.Random(7)
+    for request in random_records(rng, sqlite, count=300):
+        assert await memory.submit(request) == await sqlite.submit(request)
+    assert answers(memory) == answers(sqlite)
+    sqlite.close()
+
+
+def test_wire_shape_is_the_records_in_diskless_metadata():
+    """Records as kipper has always written them to ``__diskless-metadata`` decode to the
+    typed requests and encode back to the same dicts."""
+    written = [
+        {"type": "commit_file", "request_id": "1:k", "object_key": "k", "object_size": 100,
+         "uploader": 1, "now_ms": 5, "batches": [
+             {"topic_id": "t", "partition": 0, "byte_offset": 0, "byte_size": 100,
+              "record_count": 2, "max_timestamp": 4, "log_append_time": True,
+              "producer_id": 7, "producer_epoch": 0, "base_sequence": 0, "last_sequence": 1}]},
+        {"type": "delete_records", "topic_id": "t", "partition": 0, "offset": 1, "now_ms": 5},
+        {"type": "retention", "now_ms": 5, "topics": [
+            {"topic_id": "t", "retention_ms": 10, "retention_bytes": -1}]},
+        {"type": "delete_topic", "topic_id": "t", "now_ms": 5},
+        {"type": "objects_deleted", "keys": ["a", "b"]},
+        {"type": "merge", "object_key": "m", "object_size": 10, "now_ms": 5, "moves": [
+            {"topic_id": "t", "partition": 0, "base_offset": 0, "old_object_key": "k",
+             "byte_offset": 0, "byte_size": 10}]},
+    ]
+    for wire in written:
+        assert decode_request(wire).to_wire() == wire
+    with pytest.raises(ValueError):
+        decode_request({"type": "bogus"})
+    with pytest.raises(KeyError):
+        decode_request({"type": "delete_topic", "topic_id": "t"})
+    # Commit results as the SQLite state has stored them per request id, and answers of
+    # coordinators that left out fields with a default.
+    stored = {"batches": [{"error_code": 0, "base_offset": 3, "log_append_time_ms": -1,
+                           "log_start_offset": 0, "error_message": None},
+                          {"error_code": 45, "base_offset": -1, "log_append_time_ms": -1,
+                           "log_start_offset": -1, "error_message": "out of order"}]}
+    result = CommitFileResult.from_wire(stored)
+    assert result == CommitFileResult((BatchResult.stored(3, None, 0),
+                                       BatchResult.out_of_order_sequence("out of order")))
+    assert result.to_wire() == stored
+    assert DeleteRecordsResult.from_wire({"error_code": 1}) == \
+        DeleteRecordsResult.offset_out_of_range()

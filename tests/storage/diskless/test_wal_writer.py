@@ -1,0 +1,129 @@
+"""The WAL writer against the in-memory control plane and the session S3 server: when a
+buffer closes, the order of commits, and that every waiting producer gets an answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from protocol.records import validate_produce_records
+from storage.diskless.memory_control_plane import InMemoryControlPlane
+from storage.diskless.read_cache import ReadCache
+from storage.diskless.wal_writer import CommitFailed, WalWriter
+from storage.log import KafkaStorageError
+from storage.objectstore import WAL_BUCKET
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+async def make_writer(store, control_plane, s3_prefix):
+    writers = []
+
+    def make(commit_interval_ms=HOUR_MS, buffer_max_bytes=1 << 20, plane=None, cache=None):
+        writer = WalWriter(store, plane or control_plane, s3_prefix, node_id=1,
+                           commit_interval_ms=commit_interval_ms,
+                           buffer_max_bytes=buffer_max_bytes, cache=cache)
+        writers.append(writer)
+        return writer
+    yield make
+    for writer in writers:
+        await writer.close()
+
+
+def append(writer, build_batch, *values, partition=0, topic_id="t"):
+    records = build_batch(list(values))
+    return writer.append(topic_id, partition, records, validate_produce_records(records), False)
+
+
+async def test_buffer_closes_after_the_commit_interval(make_writer, build_batch, store,
+                                                       control_plane):
+    writer = make_writer(commit_interval_ms=100)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first = append(writer, build_batch, b"a", b"b")
+    second = append(writer, build_batch, b"c", partition=1)
+    third = append(writer, build_batch, b"d")
+    results = await asyncio.wait_for(asyncio.gather(first, second, third), 10)
+    assert loop.time() - started >= 0.09
+    # One object, one commit, for every partition in the buffer.
+    assert len(store.puts) == 1 and writer.stats.commits == 1 and writer.stats.batches == 3
+    assert [[r.base_offset for r in rs] for rs in results] == [[0], [0], [2]]
+    assert control_plane.log_info("t", 0).high_watermark == 3
+    assert [c.object_key for c in control_plane.find_batches("t", 1, 0, 1 << 20)] == store.puts
+
+
+async def test_buffer_closes_at_its_size_limit(make_writer, build_batch, store):
+    writer = make_writer(buffer_max_bytes=1)  # every append fills the buffer
+    first = await asyncio.wait_for(append(writer, build_batch, b"a"), 10)
+    second = await asyncio.wait_for(append(writer, build_batch, b"bb"), 10)
+    assert (first[0].base_offset, second[0].base_offset) == (0, 1)
+    assert len(store.puts) == 2 and writer.stats.uploads == 2
+    sizes = [len(build_batch([value])) for value in (b"a", b"bb")]
+    assert writer.stats.upload_bytes == sum(sizes)
+
+
+async def test_commits_follow_buffer_order_while_uploads_run_concurrently(
+        make_writer, build_batch, store, control_plane):
+    writer = make_writer(buffer_max_bytes=1)
+    release_first, = store.hold_puts(1)
+    first = append(writer, build_batch, b"first")
+    second = append(writer, build_batch, b"second")
+    # The second object is uploaded while the first upload hangs, but not committed.
+    await asyncio.wait_for(_until(lambda: len(store.puts) == 1), 10)
+    await asyncio.sleep(0.05)
+    assert not second.done() and control_plane.log_info("t", 0).high_watermark == 0
+    release_first.set()
+    results = await asyncio.wait_for(asyncio.gather(first, second), 10)
+    assert [rs[0].base_offset for rs in results] == [0, 1]
+    committed = [c.object_key for c in control_plane.find_batches("t", 0, 0, 1 << 20)]
+    assert committed == list(reversed(store.puts))  # uploaded 2nd-then-1st, committed 1st-then-2nd
+
+
+async def test_failed_upload_answers_every_producer_and_later_buffers_commit(
+        make_writer, build_batch, store, control_plane):
+    writer = make_writer(buffer_max_bytes=1 << 20, commit_interval_ms=50)
+    store.fail_puts(1)
+    failed = [append(writer, build_batch, b"a"), append(writer, build_batch, b"b", partition=1)]
+    for future in failed:
+        with pytest.raises(KafkaStorageError):
+            await asyncio.wait_for(future, 10)
+    assert writer.stats.upload_failures == 1 and writer.stats.commits == 0
+    retried = await asyncio.wait_for(append(writer, build_batch, b"a"), 10)
+    assert retried[0].base_offset == 0 and control_plane.log_info("t", 0).high_watermark == 1
+
+
+class UnreachableControlPlane(InMemoryControlPlane):
+    async def submit(self, request):
+        raise ConnectionError("no coordinator")
+
+
+async def test_failed_commit_answers_every_producer(make_writer, build_batch, store):
+    writer = make_writer(commit_interval_ms=50, plane=UnreachableControlPlane())
+    pending = [append(writer, build_batch, b"a"), append(writer, build_batch, b"b", partition=3)]
+    for future in pending:
+        with pytest.raises(CommitFailed):
+            await asyncio.wait_for(future, 10)
+    # The object was uploaded and becomes an orphan for the GC.
+    assert writer.stats.commit_failures == 1 and len(store.puts) == 1
+
+
+async def test_uploader_fills_the_read_cache_and_close_flushes(make_writer, build_batch, store,
+                                                               control_plane):
+    cache = ReadCache(store.store)
+    writer = make_writer(cache=cache)
+    pending = append(writer, build_batch, b"cached")
+    await writer.close()  # closes the open buffer and waits for its commit
+    assert pending.result()[0].base_offset == 0
+    [coordinate] = control_plane.find_batches("t", 0, 0, 1 << 20)
+    [data] = await cache.read([(coordinate.object_key, coordinate.byte_offset,
+                                coordinate.byte_size)])
+    assert (cache.hits, cache.misses) == (1, 0)
+    assert data == await store.store.get_range(WAL_BUCKET, coordinate.object_key,
+                                               coordinate.byte_offset, coordinate.byte_size)
+
+
+async def _until(predicate):
+    while not predicate():
+        await asyncio.sleep(0.01)
