@@ -83,9 +83,6 @@ class FollowerPositions:
         """Has every in-sync follower fetched past ``offset``?"""
         return all(self._fetched.get(r, -1) > offset for r in in_sync)
 
-    def truncated(self) -> None:
-        self._unreplicated.clear()
-
 
 class TieredPartitionState:
     def __init__(self, log: ClassicLog) -> None:
@@ -128,7 +125,6 @@ class TieredPartitionState:
     def truncated(self, offset: int) -> None:
         """The log was cut at ``offset`` (as follower): refs above it name other data."""
         self.refs.drop_from(offset)
-        self.followers.truncated()
 
     # -- the fetch scheme's file ---------------------------------------------------------
 
