@@ -94,7 +94,8 @@ class PartitionLog(abc.ABC):
     async def append(self, records: bytearray, batches: list[BatchHeader],
                      leader_epoch: int) -> AppendResult:
         """Assign offsets to well-formed batches (rewriting ``records`` in place) and store
-        them, if storage.append_rules allow it; raises RecordTooLarge otherwise."""
+        them, if storage.append_rules allow it; raises RecordTooLarge otherwise. Engines
+        implement ``_append`` and leave this alone, so that no append skips the rules."""
         decision = check_append(self.config, len(records), batches)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
