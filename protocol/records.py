@@ -34,6 +34,7 @@ CRC_OFFSET = 17
 CRC_COVERED_FROM = 21
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
 PARTITION_LEADER_EPOCH_OFFSET = 12
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -42,6 +43,7 @@ _LEADER_EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _ATTRIBUTES = struct.Struct(">h")
 _TIMESTAMP = struct.Struct(">q")
+_PRODUCER_ID = struct.Struct(">q")
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_LOG_APPEND = 0x08
@@ -238,6 +240,37 @@ def build_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: 
                              value=value, headers=())
                       for i, (key, value) in enumerate(records))))
     return bytearray(out.getvalue())
+
+
+# Pointer batches (active-tiered, KIP-1176): what a leader answers a follower's fetch with
+# instead of records that an uploaded WAL object holds. A v2 batch, so the Fetch schema is
+# unchanged, whose one record carries the payload (the engine's pointers, opaque here); the
+# reserved producer id tells it from records, as no producer is ever given a negative id
+# other than -1 (none). Only brokers see these batches: consumers never get a follower's read.
+POINTER_PRODUCER_ID = -1176
+_POINTER_KEY = b"wal-pointers"
+
+
+def build_pointer_batch(base_offset: int, payload: bytes, timestamp_ms: int) -> bytes:
+    """A pointer batch at ``base_offset`` carrying ``payload``."""
+    batch = build_batch([(_POINTER_KEY, payload)], timestamp_ms)
+    _BASE_OFFSET.pack_into(batch, 0, base_offset)  # not CRC-covered
+    _PRODUCER_ID.pack_into(batch, PRODUCER_ID_OFFSET, POINTER_PRODUCER_ID)  # CRC-covered
+    _CRC.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[CRC_COVERED_FROM:]))
+    return bytes(batch)
+
+
+def pointer_batch_payload(records: bytes) -> bytes | None:
+    """The payload of a pointer batch; None when ``records`` starts with an ordinary
+    record batch (or is no batch at all)."""
+    try:
+        header = read_header(records)
+    except InvalidRecordBatch:
+        return None
+    if header.producer_id != POINTER_PRODUCER_ID:
+        return None
+    batch, _ = read_batch(records, 0)
+    return batch.records[0].value
 
 
 def encode_json_records(records: list[dict]) -> bytearray:

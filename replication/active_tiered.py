@@ -5,7 +5,8 @@ requests to the leader of its partition, like KIP-405's ProducerManager/Consumer
 
 The follower side of replication needs nothing here: LeaderFetcher hands every fetched
 record set to the log, and the engine's ``append_as_follower`` turns pointers into
-downloads.
+downloads. Nor does leadership: the partition tells its log (``ReplicatedPartition.
+update_info`` → ``PartitionLog.on_leadership_change``).
 """
 
 from __future__ import annotations

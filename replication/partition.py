@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from replication.cluster_metadata import NO_LEADER, PartitionInfo
 from protocol.records import BatchHeader
-from storage.log import AppendResult, PartitionLog
+from storage.log import AppendResult, Leadership, PartitionLog
 
 # (partition, proposed ISR) -> the controller's answer, applied by the caller.
 IsrProposer = Callable[["ReplicatedPartition", list[int]], Awaitable[None]]
@@ -131,8 +131,11 @@ class ReplicatedPartition(Partition):
         self.update_info(info)
 
     def update_info(self, info: PartitionInfo) -> None:
-        became_leader = info.leader == self.node_id and (
-            self.leader != self.node_id or info.leader_epoch != self.leader_epoch)
+        """Also where the log learns its role: whenever the leader or its epoch changes
+        (Kafka's makeLeader/makeFollower), this tells it that this broker now leads or
+        follows, before anything is appended in the new role."""
+        new_leadership = info.leader != self.leader or info.leader_epoch != self.leader_epoch
+        became_leader = new_leadership and info.leader == self.node_id
         self.leader = info.leader
         self.leader_epoch = info.leader_epoch
         self.partition_epoch = info.partition_epoch
@@ -142,6 +145,9 @@ class ReplicatedPartition(Partition):
             now = time.monotonic()
             self._followers = {r: FollowerState(caught_up_at=now)
                                for r in self.replicas if r != self.node_id}
+        if new_leadership:
+            self.log.on_leadership_change(
+                Leadership.LEADER if became_leader else Leadership.FOLLOWER, self.leader_epoch)
         if self.is_leader:
             self.maybe_advance_high_watermark()
         self.notify_waiters()  # fetches waiting here re-check their leader/epoch

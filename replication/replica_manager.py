@@ -18,6 +18,7 @@ from protocol.apis import ApiKey
 from protocol.build import make
 from replication.fetcher import LeaderFetcher
 from storage.config import InvalidConfig, LogConfig
+from storage.log import Leadership
 from storage.manager import LogManager
 
 from .node_client import NodeClient, NodeConnection
@@ -65,6 +66,7 @@ class ReplicaManager:
             for key in [k for k in self.partitions if k[0] == record["name"]]:
                 self._stop_following(*key)
                 partition = self.partitions.pop(key)
+                partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
                 partition.notify_waiters()
                 self._clean_up(self.logs.delete_partition(*key))
         elif kind == "broker" and record["node_id"] in self._fetchers:
@@ -178,4 +180,6 @@ class ReplicaManager:
             self._isr_task.cancel()
         await asyncio.gather(*(f.stop() for f in self._fetchers.values()),
                              *self._cleanups, return_exceptions=True)
+        for partition in self.partitions.values():
+            partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
         await self.logs.close_all()

@@ -3,15 +3,20 @@
 Request handlers and replication talk only to ``PartitionLog``; which engine sits behind
 it (classic, active-tiered, diskless) is chosen per topic by ``kipper.storage.mode`` and
 resolved once, in ``storage.manager``.
+
+``append`` is the same for every engine: it applies storage.append_rules, then calls the
+engine's ``_append``.
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 from dataclasses import dataclass
 
 from protocol.records import BatchHeader
 
+from .append_rules import AppendDecision, check_append
 from .config import LogConfig
 
 
@@ -61,6 +66,15 @@ class EpochEndOffset:
     end_offset: int
 
 
+class Leadership(enum.Enum):
+    """This broker's role for a partition, as the replica layer tells the log."""
+
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    # No longer hosted here (topic deleted, broker shutting down).
+    STOPPED = "stopped"
+
+
 class PartitionLog(abc.ABC):
     """One topic-partition's log, whatever the engine."""
 
@@ -77,10 +91,21 @@ class PartitionLog(abc.ABC):
     @abc.abstractmethod
     def log_end_offset(self) -> int: ...
 
-    @abc.abstractmethod
     async def append(self, records: bytearray, batches: list[BatchHeader],
                      leader_epoch: int) -> AppendResult:
-        """Assign offsets to validated batches (rewriting ``records`` in place) and store them."""
+        """Assign offsets to well-formed batches (rewriting ``records`` in place) and store
+        them, if storage.append_rules allow it; raises RecordTooLarge otherwise. Engines
+        implement ``_append`` and leave this alone, so that no append skips the rules."""
+        decision = check_append(self.config, len(records), batches)
+        if decision.too_large is not None:
+            raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+        return await self._append(records, batches, leader_epoch, decision)
+
+    @abc.abstractmethod
+    async def _append(self, records: bytearray, batches: list[BatchHeader], leader_epoch: int,
+                      decision: AppendDecision) -> AppendResult:
+        """The engine's part of ``append``, for batches the rules accepted; ``decision``
+        says how to stamp them."""
 
     @abc.abstractmethod
     async def append_as_follower(self, records: bytes) -> None:
@@ -101,6 +126,18 @@ class PartitionLog(abc.ABC):
         to object-store copies instead)."""
         return await self.read(offset, max_bytes, max_offset=max_offset,
                                min_one_batch=min_one_batch)
+
+    def on_leadership_change(self, role: Leadership, leader_epoch: int) -> None:
+        """The replica layer tells the log that this broker became the partition's leader
+        or a follower (in ``leader_epoch``), or stopped hosting it, as Kafka tells its
+        ``RemoteLogManager`` (``onLeadershipChange``, ``stopPartitions``). An engine that
+        replicates or uploads on its own (active-tiered) acts on it; classic and diskless
+        need nothing, hence the no-op default.
+
+        It is part of this interface, like ``read_for_replica`` and ``durable_end_offset``,
+        rather than a protocol only some engines implement: the partition then tells every
+        log the same way without asking what engine it is, and a new engine that needs it
+        only overrides it."""
 
     def durable_end_offset(self) -> int:
         """Offsets below this are durable without any follower holding them (e.g. uploaded

@@ -4,6 +4,10 @@
 the three metadata schemes and the counters. The broker registers ``open_log`` as the
 engine of ``kipper.storage.mode=active-tiered`` and starts it with a ``ReplicaLink``, its
 view of partition state and of the metadata topic (replication.active_tiered).
+
+Leadership is told, never inferred: the replica layer calls each log's
+``on_leadership_change``, which lands in ``leadership_changed`` here, as Kafka's
+``ReplicaManager`` calls ``RemoteLogManager.onLeadershipChange`` and ``stopPartitions``.
 """
 
 from __future__ import annotations
@@ -15,25 +19,23 @@ from pathlib import Path
 from typing import Protocol
 
 from ..config import LogConfig
+from ..log import Leadership
 from ..objectstore import ObjectStore, fast_bucket
 from .downloader import WalDownloader
 from .log import ActiveTieredLog
 from .metadata import WAL_METADATA_TOPIC, MetadataTopicClient, WalRef, make_schemes
 from .metrics import ActiveTieredMetrics
-from .uploader import WalUploader
+from .state import TieredPartitionState
+from .uploader import LeaderView, WalUploader
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ActiveTiered", "ActiveTieredLog", "ReplicaLink", "WAL_METADATA_TOPIC"]
 
 
-class ReplicaLink(MetadataTopicClient, Protocol):
-    def in_sync_followers(self, topic: str, partition: int) -> list[int]:
-        """The in-sync replicas other than this broker, of a partition it leads."""
-
-    def uploaded(self, topic: str, partition: int) -> None:
-        """New data of the partition is uploaded: wake follower fetches waiting for it, and
-        let the high watermark move (ack.on.upload)."""
+class ReplicaLink(MetadataTopicClient, LeaderView, Protocol):
+    """What the engine needs of the broker around it: the metadata topic, and partition
+    state (ISR, waking waiters)."""
 
 
 class ActiveTiered:
@@ -46,21 +48,31 @@ class ActiveTiered:
                                     f"{key_prefix}wal/{az}/broker-{node_id}/",
                                     upload_interval_ms, upload_max_bytes, self.metrics)
         self.schemes = make_schemes(self.metrics, download_timeout_ms / 1000)
-        self._logs: dict[tuple[str, int], ActiveTieredLog] = {}
+        self._states: dict[tuple[str, int], TieredPartitionState] = {}
         self._link: ReplicaLink | None = None
 
     def open_log(self, topic: str, partition: int, config: LogConfig,
                  directory: Path) -> ActiveTieredLog:
         log_ = ActiveTieredLog(topic, partition, config, directory, self)
-        self._logs[(topic, partition)] = log_
+        self._states[log_.state.key] = log_.state
         return log_
 
-    def closed(self, log_: ActiveTieredLog) -> None:
-        self.uploader.forget(log_)
-        if self._logs.get((log_.topic, log_.partition)) is log_:
-            del self._logs[(log_.topic, log_.partition)]
-        for scheme in self.schemes.values():
-            scheme.closed(log_)
+    def leadership_changed(self, state: TieredPartitionState, role: Leadership,
+                           leader_epoch: int) -> None:
+        """Became leader: the uploader uploads the partition from its log end on. Became
+        follower: it does not, and the leader-side state is dropped. Stopped (also when the
+        log is closed or deleted): the engine and its schemes forget the partition."""
+        if role is Leadership.LEADER:
+            state.became_leader(leader_epoch)
+            self.uploader.track(state)
+            return
+        self.uploader.untrack(state)
+        state.became_follower()
+        if role is Leadership.STOPPED:
+            if self._states.get(state.key) is state:
+                del self._states[state.key]
+            for scheme in self.schemes.values():
+                scheme.stopped(state)
 
     def in_sync_followers(self, topic: str, partition: int) -> list[int]:
         return self._link.in_sync_followers(topic, partition) if self._link else []
@@ -69,7 +81,7 @@ class ActiveTiered:
         self._link = link
         for scheme in self.schemes.values():
             await scheme.start(link)
-        self.uploader.start(self._publish, link.uploaded)
+        self.uploader.start(self._publish, link)
 
     async def stop(self) -> None:
         await self.uploader.stop()
@@ -81,11 +93,11 @@ class ActiveTiered:
         topic unavailable) must not hold back the others."""
         by_scheme: dict[str, list[WalRef]] = defaultdict(list)
         for ref in refs:
-            log_ = self._logs.get((ref.topic, ref.partition))
-            if log_ is not None:
-                by_scheme[log_.config.wal_metadata_scheme].append(ref)
+            state = self._states.get((ref.topic, ref.partition))
+            if state is not None:
+                by_scheme[state.log.config.wal_metadata_scheme].append(ref)
         results = await asyncio.gather(*(
-            self.schemes[name].publish(scheme_refs, self._logs)
+            self.schemes[name].publish(scheme_refs, self._states)
             for name, scheme_refs in by_scheme.items()), return_exceptions=True)
         for name, result in zip(by_scheme, results):
             if isinstance(result, Exception):

@@ -2,8 +2,8 @@
 the three ways it reaches followers (``active.tiered.metadata.scheme``).
 
 A leader answers a follower's fetch for offsets an uploaded object covers with a *pointer
-batch* instead of the records (``encode_pointers``). What the batch carries is the scheme's
-business:
+batch* instead of the records (``encode_pointers``; the batch framing is protocol.records'
+``build_pointer_batch``). What the batch carries is the scheme's business:
 
 - ``memory`` (Jun Rao's outline): the leader keeps the refs of what it uploaded in memory
   only, from its *first tiered offset* (its log end offset when it started leading) on, and
@@ -16,8 +16,8 @@ business:
   partitions it follows. The pointer batch only says which offsets are uploaded; the
   follower takes the refs from what it consumed.
 
-The pointer batch is a v2 record batch with a reserved producer id, so the Fetch schema is
-unchanged; only brokers ever see it (consumers never get a follower's read).
+A scheme keeps what it learns about a partition in the partition's TieredPartitionState
+(storage.active_tiered.state).
 """
 
 from __future__ import annotations
@@ -33,24 +33,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from crc32c import crc32c
 from kio.records.readers import read_batch
 
-from protocol.records import (CRC_COVERED_FROM, CRC_OFFSET, HEADER_SIZE, InvalidRecordBatch,
-                              build_batch, iter_batches, read_header)
+from protocol.records import build_pointer_batch, iter_batches, pointer_batch_payload
 
 from .metrics import ActiveTieredMetrics
 
 if TYPE_CHECKING:
-    from .log import ActiveTieredLog
+    from .state import TieredPartitionState
 
 log = logging.getLogger(__name__)
 
 WAL_METADATA_TOPIC = "__remote_wal_log_metadata"
-LogsByPartition = dict[tuple[str, int], "ActiveTieredLog"]
-# No producer is ever given a negative id other than -1 (none), so this one cannot clash.
-POINTER_PRODUCER_ID = -1176
-_PRODUCER_ID_OFFSET = 43
+StatesByPartition = dict[tuple[str, int], "TieredPartitionState"]
 
 
 def _now_ms() -> int:
@@ -91,30 +86,19 @@ class WalPointers:
 
 
 def encode_pointers(pointers: WalPointers) -> bytes:
+    """A pointer batch carrying ``pointers`` as JSON."""
     body = {"first": pointers.first_offset, "last": pointers.last_offset,
             "refs": None if pointers.refs is None else [asdict(r) for r in pointers.refs]}
-    batch = build_batch([(b"wal-pointers", json.dumps(body, separators=(",", ":")).encode())],
-                        _now_ms())
-    # Base offset (not CRC-covered) and the reserved producer id (CRC-covered).
-    batch[0:8] = pointers.first_offset.to_bytes(8, "big", signed=True)
-    batch[_PRODUCER_ID_OFFSET:_PRODUCER_ID_OFFSET + 8] = POINTER_PRODUCER_ID.to_bytes(
-        8, "big", signed=True)
-    batch[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(bytes(batch[CRC_COVERED_FROM:])).to_bytes(4, "big")
-    return bytes(batch)
+    return build_pointer_batch(pointers.first_offset,
+                               json.dumps(body, separators=(",", ":")).encode(), _now_ms())
 
 
 def decode_pointers(records: bytes) -> WalPointers | None:
     """The pointers of a pointer batch; None for ordinary record batches."""
-    if len(records) < HEADER_SIZE:
+    payload = pointer_batch_payload(records)
+    if payload is None:
         return None
-    try:
-        header = read_header(records)
-    except InvalidRecordBatch:
-        return None
-    if header.producer_id != POINTER_PRODUCER_ID:
-        return None
-    batch, _ = read_batch(records, 0)
-    body = json.loads(batch.records[0].value)
+    body = json.loads(payload)
     refs = None if body["refs"] is None else [WalRef(**r) for r in body["refs"]]
     return WalPointers(body["first"], body["last"], refs)
 
@@ -226,25 +210,27 @@ class MetadataScheme(abc.ABC):
     def __init__(self, metrics: ActiveTieredMetrics) -> None:
         self.metrics = metrics
 
-    def opened(self, log_: "ActiveTieredLog") -> None:
-        """A log of this scheme was opened on this broker."""
+    def opened(self, state: "TieredPartitionState") -> None:
+        """A partition of this scheme was opened on this broker."""
 
-    async def publish(self, refs: list[WalRef], logs: "LogsByPartition") -> None:
+    async def publish(self, refs: list[WalRef], states: "StatesByPartition") -> None:
         """Leader, after an upload: make ``refs`` (all of this scheme) known to followers."""
 
     def pointers(self, refs: list[WalRef]) -> WalPointers:
         """Leader: what a follower fetch gets for the offsets ``refs`` cover."""
         return WalPointers(refs[0].base_offset, refs[-1].last_offset, refs)
 
-    async def resolve(self, log_: "ActiveTieredLog", pointers: WalPointers) -> list[WalRef]:
+    async def resolve(self, state: "TieredPartitionState",
+                      pointers: WalPointers) -> list[WalRef]:
         """Follower: the refs to download for ``pointers``."""
         return pointers.refs or []
 
-    def appended(self, log_: "ActiveTieredLog", refs: list[WalRef]) -> None:
+    def appended(self, state: "TieredPartitionState", refs: list[WalRef]) -> None:
         """Follower: the data of ``refs`` is now in its local log."""
 
-    def closed(self, log_: "ActiveTieredLog") -> None:
-        """The log was closed or deleted on this broker."""
+    def stopped(self, state: "TieredPartitionState") -> None:
+        """The partition is no longer hosted here (deleted, closed, or the replica layer
+        said so)."""
 
     async def start(self, topic_client: MetadataTopicClient) -> None:
         pass
@@ -260,27 +246,17 @@ class MemoryScheme(MetadataScheme):
 class FetchScheme(MetadataScheme):
     name = "fetch"
 
-    def opened(self, log_: "ActiveTieredLog") -> None:
-        log_.wal_file = WalMetadataFile(log_.directory)
-        for ref in log_.wal_file.load(log_.config.wal_retention_ms):
-            log_.wal_refs.add(ref)
+    def opened(self, state: "TieredPartitionState") -> None:
+        state.keep_refs_in(WalMetadataFile(state.log.directory))
 
-    async def publish(self, refs: list[WalRef], logs: "LogsByPartition") -> None:
+    async def publish(self, refs: list[WalRef], states: "StatesByPartition") -> None:
         for ref in refs:
-            self._persist(logs[(ref.topic, ref.partition)], [ref])
+            self.metrics.metadata_file(states[(ref.topic, ref.partition)].persist([ref]))
 
-    def appended(self, log_: "ActiveTieredLog", refs: list[WalRef]) -> None:
+    def appended(self, state: "TieredPartitionState", refs: list[WalRef]) -> None:
         for ref in refs:
-            log_.wal_refs.add(ref)  # this broker can point others at them should it lead
-        self._persist(log_, refs)
-
-    def _persist(self, log_: "ActiveTieredLog", refs: list[WalRef]) -> None:
-        if log_.wal_file is None:
-            return
-        self.metrics.metadata_file(log_.wal_file.append(refs))
-        if log_.wal_file.lines > 2 * max(len(log_.wal_refs), 64):
-            # Compact: keep what the index still holds (retention and deletions drop refs).
-            log_.wal_file.rewrite(log_.wal_refs.refs())
+            state.refs.add(ref)  # this broker can point others at them should it lead
+        self.metrics.metadata_file(state.persist(refs))
 
 
 class TopicScheme(MetadataScheme):
@@ -292,21 +268,20 @@ class TopicScheme(MetadataScheme):
         # announced before it asks again (and gets records).
         self.wait_s = wait_s
         self._client: MetadataTopicClient | None = None
-        # Refs consumed from the topic for the partitions this broker hosts.
-        self._followed: dict[tuple[str, int], WalIndex] = {}
-        self._logs: dict[tuple[str, int], "ActiveTieredLog"] = {}
+        # The partitions of this scheme hosted here: what the topic brings goes to them.
+        self._states: StatesByPartition = {}
         self._changed = asyncio.Event()
         self._consumer: asyncio.Task | None = None
         self._creation: asyncio.Future | None = None
 
-    def opened(self, log_: "ActiveTieredLog") -> None:
-        self._logs[(log_.topic, log_.partition)] = log_
+    def opened(self, state: "TieredPartitionState") -> None:
+        self._states[state.key] = state
         self._ensure_topic()
 
     def _ensure_topic(self) -> None:
         """Created with the first partition of this scheme, so that it is ready by the
         first upload rather than created by it."""
-        if self._client is not None and self._logs and self._creation is None:
+        if self._client is not None and self._states and self._creation is None:
             self._creation = asyncio.ensure_future(self._client.ensure_topic())
             self._creation.add_done_callback(self._created)
 
@@ -320,17 +295,16 @@ class TopicScheme(MetadataScheme):
         # The refs travel through the topic; the follower only learns what is uploaded.
         return WalPointers(refs[0].base_offset, refs[-1].last_offset, None)
 
-    async def publish(self, refs: list[WalRef], logs: "LogsByPartition") -> None:
+    async def publish(self, refs: list[WalRef], states: "StatesByPartition") -> None:
         values = [ref.to_json() for ref in refs]
         await self._client.produce(values)
         self.metrics.metadata(self.name, len(values), sum(len(v) for v in values))
 
-    async def resolve(self, log_: "ActiveTieredLog", pointers: WalPointers) -> list[WalRef]:
-        key = (log_.topic, log_.partition)
+    async def resolve(self, state: "TieredPartitionState",
+                      pointers: WalPointers) -> list[WalRef]:
         deadline = time.monotonic() + self.wait_s
         while True:
-            index = self._followed.get(key)
-            refs = index.covering(log_.log_end_offset, 1 << 30) if index else []
+            refs = state.announced.covering(state.log.log_end_offset, 1 << 30)
             if refs and refs[-1].last_offset >= pointers.last_offset:
                 return refs
             remaining = deadline - time.monotonic()
@@ -342,10 +316,9 @@ class TopicScheme(MetadataScheme):
             except asyncio.TimeoutError:
                 pass
 
-    def appended(self, log_: "ActiveTieredLog", refs: list[WalRef]) -> None:
-        index = self._followed.get((log_.topic, log_.partition))
-        if index is not None:
-            index.drop(lambda r: r.last_offset >= log_.log_end_offset)
+    def appended(self, state: "TieredPartitionState", refs: list[WalRef]) -> None:
+        log_end = state.log.log_end_offset
+        state.announced.drop(lambda r: r.last_offset >= log_end)
 
     async def start(self, topic_client: MetadataTopicClient) -> None:
         self._client = topic_client
@@ -380,19 +353,16 @@ class TopicScheme(MetadataScheme):
 
     def _consumed(self, ref: WalRef) -> None:
         self.metrics.metadata(self.name, 1, len(ref.to_json()))
-        key = (ref.topic, ref.partition)
-        log_ = self._logs.get(key)
-        if log_ is None or ref.last_offset < log_.log_end_offset:
+        state = self._states.get((ref.topic, ref.partition))
+        if state is None or ref.last_offset < state.log.log_end_offset:
             return  # not hosted here, or already held
-        cutoff = _now_ms() - log_.config.wal_retention_ms
-        index = self._followed.setdefault(key, WalIndex())
-        index.drop(lambda r: r.uploaded_at_ms >= cutoff)
-        index.add(ref)
+        cutoff = _now_ms() - state.log.config.wal_retention_ms
+        state.announced.drop(lambda r: r.uploaded_at_ms >= cutoff)
+        state.announced.add(ref)
 
-    def closed(self, log_: "ActiveTieredLog") -> None:
-        key = (log_.topic, log_.partition)
-        self._logs.pop(key, None)
-        self._followed.pop(key, None)
+    def stopped(self, state: "TieredPartitionState") -> None:
+        if self._states.get(state.key) is state:
+            del self._states[state.key]
 
 
 def make_schemes(metrics: ActiveTieredMetrics, wait_s: float) -> dict[str, MetadataScheme]:

@@ -1,6 +1,9 @@
 """The per-broker WAL uploader (KIP-1176): one object for the new bytes of every partition
 this broker leads in active-tiered mode, PUT to the fast bucket of its own AZ.
 
+The replica layer's "became leader" makes the engine ``track`` a partition here, "became
+follower" or "stopped" ``untrack`` it; nothing else starts or ends its uploads.
+
 Data flow: the leader appends locally as classic does and tells the uploader (``appended``);
 every ``active.tiered.upload.interval.ms``, or as soon as ``active.tiered.upload.max.bytes``
 are waiting, the uploader reads each partition's bytes from its upload cursor to its log end
@@ -8,8 +11,8 @@ offset, concatenates them into one object, PUTs it, and only then hands the refs
 key, offsets, byte range) to the partition's index and its metadata scheme. A failed PUT is
 retried on the next tick with the same bytes; meanwhile followers get raw records.
 
-A partition's *first tiered offset* is its log end offset when this broker first appended
-to it as leader in the current leader epoch: followers below it get raw records.
+A partition's *first tiered offset* is its log end offset when this broker became its
+leader (in the current leader epoch): followers below it get raw records.
 
 Objects are deleted once every in-sync follower has fetched past them (so holds their data)
 or after ``active.tiered.wal.retention.ms``.
@@ -23,17 +26,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from protocol.records import iter_batches
 
+from ..classic import ClassicLog
 from ..log import StorageError
 from ..objectstore import ObjectStore, ObjectStoreError
 from .metadata import WalRef
 from .metrics import ActiveTieredMetrics
-
-if TYPE_CHECKING:
-    from .log import ActiveTieredLog
+from .state import TieredPartitionState, UploadCursor
 
 log = logging.getLogger(__name__)
 # How often objects are checked for deletion.
@@ -45,30 +47,39 @@ def _now_ms() -> int:
 
 
 @dataclass
-class _Leading:
-    """Upload state of one partition this broker leads."""
-
-    log: "ActiveTieredLog"
-    leader_epoch: int
-    first_tiered_offset: int
-    # Next offset to upload: everything below it (and at or above first_tiered_offset) is
-    # in an uploaded object.
-    cursor: int
-    # When the oldest bytes not yet uploaded were appended (None: nothing waiting).
-    waiting_since: float | None = None
-
-
-@dataclass
 class _Object:
     bucket: str
     key: str
     uploaded_at_ms: int
-    # (log, last offset it holds of that log)
-    parts: list[tuple["ActiveTieredLog", int]] = field(default_factory=list)
+    # (partition, last offset it holds of that partition)
+    parts: list[tuple[TieredPartitionState, int]] = field(default_factory=list)
+
+
+@dataclass
+class _Part:
+    """One partition's bytes in an object being uploaded."""
+
+    state: TieredPartitionState
+    # The leadership they were read under: the refs are handed out only if it still holds.
+    upload: UploadCursor
+    base_offset: int
+    data: bytes
+    next_offset: int
 
 
 # Publishes the refs of one uploaded object (all partitions; each scheme gets its own).
 Publisher = Callable[[list[WalRef]], Awaitable[None]]
+
+
+class LeaderView(Protocol):
+    """What the uploader needs to know of the partitions it uploads for."""
+
+    def in_sync_followers(self, topic: str, partition: int) -> list[int]:
+        """The in-sync replicas other than this broker, of a partition it leads."""
+
+    def uploaded(self, topic: str, partition: int) -> None:
+        """New data of the partition is uploaded: wake follower fetches waiting for it, and
+        let the high watermark move (ack.on.upload)."""
 
 
 class WalUploader:
@@ -82,18 +93,19 @@ class WalUploader:
         self.metrics = metrics
         # False after a failed PUT, until one succeeds: followers then get raw records.
         self.healthy = True
-        self._leading: dict[int, _Leading] = {}  # by id(log)
+        # The partitions this broker leads, by id() of their state, in the order they came.
+        self._leading: dict[int, TieredPartitionState] = {}
         self._objects: list[_Object] = []
         self._waiting_bytes = 0
         self._full = asyncio.Event()
         self._publish: Publisher | None = None
-        self._on_uploaded: Callable[[str, int], None] = lambda topic, partition: None
+        self._leaders: LeaderView | None = None
         self._task: asyncio.Task | None = None
         self._last_delete_check = 0.0
 
-    def start(self, publish: Publisher, on_uploaded: Callable[[str, int], None]) -> None:
+    def start(self, publish: Publisher, leaders: LeaderView) -> None:
         self._publish = publish
-        self._on_uploaded = on_uploaded
+        self._leaders = leaders
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -101,31 +113,29 @@ class WalUploader:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    # -- what the logs tell it -----------------------------------------------------------
+    # -- what the engine tells it ---------------------------------------------------------
 
-    def appended(self, log_: "ActiveTieredLog", log_end_before: int, leader_epoch: int,
-                 nbytes: int) -> None:
-        state = self._leading.get(id(log_))
-        if state is None or state.leader_epoch != leader_epoch:
-            state = self._leading[id(log_)] = _Leading(log_, leader_epoch, log_end_before,
-                                                       log_end_before)
-        if state.waiting_since is None:
-            state.waiting_since = time.monotonic()
+    def track(self, state: TieredPartitionState) -> None:
+        """This broker became the partition's leader (``state.upload`` is set)."""
+        self._leading[id(state)] = state
+
+    def untrack(self, state: TieredPartitionState) -> None:
+        """This broker no longer leads the partition (``state.upload`` is None)."""
+        self._leading.pop(id(state), None)
+
+    def appended(self, state: TieredPartitionState, nbytes: int) -> None:
+        """The leader appended ``nbytes`` to the partition."""
+        if state.upload is None:
+            return
+        if state.upload.waiting_since is None:
+            state.upload.waiting_since = time.monotonic()
         self._waiting_bytes += nbytes
         if self._waiting_bytes >= self.max_bytes:
             self._full.set()
 
-    def forget(self, log_: "ActiveTieredLog") -> None:
-        """The log stopped being led here (follower append, truncation, close)."""
-        self._leading.pop(id(log_), None)
-
-    def leading(self, log_: "ActiveTieredLog") -> _Leading | None:
-        return self._leading.get(id(log_))
-
-    def will_upload(self, log_: "ActiveTieredLog", offset: int) -> bool:
+    def will_upload(self, state: TieredPartitionState, offset: int) -> bool:
         """Will a coming upload cover ``offset``? (else a follower needs raw records)"""
-        state = self._leading.get(id(log_))
-        return self.healthy and state is not None and offset >= state.cursor
+        return self.healthy and state.upload is not None and offset >= state.upload.cursor
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -150,35 +160,37 @@ class WalUploader:
     async def upload_once(self) -> bool:
         """Upload one object of what is waiting; True if more was left behind."""
         self._waiting_bytes = 0
-        parts: list[tuple[_Leading, int, bytes, int]] = []  # state, base, data, next offset
+        parts: list[_Part] = []
         budget = self.max_bytes
         left_behind = False
         for state in list(self._leading.values()):
+            upload = state.upload
             end = state.log.log_end_offset
-            if state.cursor >= end:
+            if upload is None or upload.cursor >= end:
                 continue
             if budget <= 0:
                 left_behind = True
                 break
             try:
-                data, next_offset = await self._read(state.log, state.cursor, end, budget)
+                data, next_offset = await self._read(state.log, upload.cursor, end, budget)
             except StorageError as e:
-                log.warning("cannot read %r for upload: %s", state.log, e)
-                self.forget(state.log)
+                log.warning("cannot read %r for upload, uploading from its end on: %s",
+                            state.log, e)
+                state.restart_upload()
                 continue
             if data:
-                parts.append((state, state.cursor, data, next_offset))
+                parts.append(_Part(state, upload, upload.cursor, data, next_offset))
                 budget -= len(data)
                 left_behind |= next_offset < end
         if not parts:
             return False
         key = f"{self.key_prefix}{_now_ms():013d}-{uuid.uuid4().hex[:8]}"
-        body = b"".join(data for _, _, data, _ in parts)
+        body = b"".join(part.data for part in parts)
         put_started = time.monotonic()
-        for state, *_ in parts:
-            if state.waiting_since is not None:
-                self.metrics.timed("upload_wait", put_started - state.waiting_since)
-                state.waiting_since = None
+        for part in parts:
+            if part.upload.waiting_since is not None:
+                self.metrics.timed("upload_wait", put_started - part.upload.waiting_since)
+                part.upload.waiting_since = None
         try:
             await self.store.put(self.bucket, key, body)
         except ObjectStoreError as e:
@@ -193,33 +205,37 @@ class WalUploader:
         uploaded_at = _now_ms()
         obj = _Object(self.bucket, key, uploaded_at)
         self._objects.append(obj)
-        published: list[tuple[_Leading, WalRef]] = []
+        published: list[tuple[_Part, WalRef]] = []
         position = 0
-        for state, base, data, next_offset in parts:
-            published.append((state, WalRef(
-                self.bucket, key, state.log.topic, state.log.partition, base, next_offset - 1,
-                position, len(data), uploaded_at)))
-            position += len(data)
+        for part in parts:
+            published.append((part, WalRef(
+                self.bucket, key, part.state.log.topic, part.state.log.partition,
+                part.base_offset, part.next_offset - 1, position, len(part.data), uploaded_at)))
+            position += len(part.data)
         # Published before followers are pointed at the refs (and before the cursor moves,
         # so that they wait for it meanwhile): with the topic scheme a follower then finds
         # the refs committed to the topic when it looks.
         publish_started = time.monotonic()
         await self._publish([ref for _, ref in published])
         self.metrics.timed("publish", time.monotonic() - publish_started)
-        for state, ref in published:
-            obj.parts.append((state.log, ref.last_offset))
-            if self._leading.get(id(state.log)) is not state or state.cursor != ref.base_offset:
+        for part, ref in published:
+            state, upload = part.state, part.upload
+            obj.parts.append((state, ref.last_offset))
+            if state.upload is not upload or upload.cursor != ref.base_offset:
                 continue  # leadership changed while uploading: not ours to hand out
-            state.cursor = ref.last_offset + 1
-            if state.log.log_end_offset > state.cursor and state.waiting_since is None:
-                state.waiting_since = time.monotonic()  # appended while this one uploaded
-            state.log.wal_refs.add(ref)
-            state.log.handed_out(ref)
-            self._on_uploaded(ref.topic, ref.partition)
+            upload.cursor = ref.last_offset + 1
+            if state.log.log_end_offset > upload.cursor and upload.waiting_since is None:
+                upload.waiting_since = time.monotonic()  # appended while this one uploaded
+            state.refs.add(ref)
+            state.followers.handed_out(ref.last_offset, self._in_sync(state))
+            self._leaders.uploaded(ref.topic, ref.partition)
         return left_behind
 
+    def _in_sync(self, state: TieredPartitionState) -> list[int]:
+        return self._leaders.in_sync_followers(state.log.topic, state.log.partition)
+
     @staticmethod
-    async def _read(log_: "ActiveTieredLog", offset: int, end: int,
+    async def _read(log_: ClassicLog, offset: int, end: int,
                     budget: int) -> tuple[bytes, int]:
         """Whole batches from ``offset`` towards ``end``, about ``budget`` bytes (at least
         one batch); and the offset after them."""
@@ -253,11 +269,15 @@ class WalUploader:
         self.metrics.deleted(self.bucket, len(keys))
         self._objects = [obj for obj in self._objects if obj.key not in keys]
         for obj in deletable:
-            for log_, _ in obj.parts:
-                log_.wal_refs.drop(lambda ref: ref.key not in keys)
+            for state, _ in obj.parts:
+                state.refs.drop(lambda ref: ref.key not in keys)
 
     def _deletable(self, obj: _Object, now_ms: int) -> bool:
-        for log_, last_offset in obj.parts:
-            if now_ms - obj.uploaded_at_ms > log_.config.wal_retention_ms:
+        for state, _ in obj.parts:
+            if now_ms - obj.uploaded_at_ms > state.log.config.wal_retention_ms:
                 return True
-        return all(log_.replicas_hold(last_offset) for log_, last_offset in obj.parts)
+        # Only a leader knows where its followers are; after a leadership change the
+        # object waits for its retention.
+        return all(state.upload is not None
+                   and state.followers.hold(last_offset, self._in_sync(state))
+                   for state, last_offset in obj.parts)

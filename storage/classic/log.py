@@ -1,8 +1,9 @@
 """The classic engine: today's Kafka log (Kafka's ``UnifiedLog`` over ``LocalLog``).
 
 ``LocalLog`` holds the segments; this layer adds what Kafka keeps above them: the log start
-offset (checkpointed in ``log-start-offset``), the leader epoch cache, append validation and
-offset assignment, the flush policy, retention and DeleteRecords.
+offset (checkpointed in ``log-start-offset``), the leader epoch cache, producer-state checks
+and offset assignment, the flush policy, retention and DeleteRecords. The append rules every
+engine shares (batch and record-set size, timestamp type) are storage.append_rules'.
 
 The high watermark is not tracked here: the broker's partition object owns it and passes it
 to ``read`` as ``max_offset``.
@@ -23,9 +24,10 @@ from pathlib import Path
 
 from protocol.records import BatchHeader, assign_offsets, iter_batches
 
+from ..append_rules import AppendDecision
 from ..config import LogConfig
 from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
-                   PartitionLog, ReadResult, RecordTooLarge, StorageError, TimestampOffset)
+                   PartitionLog, ReadResult, StorageError, TimestampOffset)
 from ..producer_state import CorruptSnapshot, ProducerState
 from .checkpoint import read_offset, write_atomically, write_offset
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
@@ -100,18 +102,10 @@ class ClassicLog(PartitionLog):
 
     # -- appends -------------------------------------------------------------------------
 
-    async def append(self, records: bytearray, batches: list[BatchHeader],
-                     leader_epoch: int) -> AppendResult:
-        for batch in batches:
-            if batch.size > self.config.max_message_bytes:
-                raise RecordTooLarge(
-                    f"record batch of {batch.size} bytes exceeds max.message.bytes="
-                    f"{self.config.max_message_bytes} of {self.topic}")
-        if len(records) > self.config.segment_bytes:
-            raise RecordTooLarge(
-                f"{len(records)} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+    async def _append(self, records: bytearray, batches: list[BatchHeader], leader_epoch: int,
+                      decision: AppendDecision) -> AppendResult:
         now = _now_ms()
-        append_time = now if self.config.log_append_time else None
+        append_time = decision.append_time_ms(now)
         base_offset = self._local.next_offset
         # Before offsets are assigned: raises ProducerStateError on a fenced epoch or an
         # out-of-order sequence; a retried batch gets its original offsets, and is not stored.

@@ -12,6 +12,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.memory_records import MemoryRecords
 
 from protocol.records import validate_produce_records
+from storage.active_tiered import ActiveTiered
 from storage.classic import ClassicLog
 from storage.config import LogConfig
 
@@ -89,3 +90,32 @@ def produce():
 def read_all():
     """await read_all(log, offset=log start) -> [(offset, timestamp, value)] up to the end."""
     return _read_all
+
+
+class MemoryObjectStore:
+    """The part of storage.objectstore.ObjectStore the active-tiered engine uses, in memory."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], bytes] = {}
+
+    async def put(self, bucket: str, key: str, data: bytes) -> None:
+        self.objects[bucket, key] = bytes(data)
+
+    async def get_ranges(self, bucket: str, key: str,
+                         ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        data = self.objects[bucket, key]
+        return [data[start:start + length] for start, length in ranges]
+
+    async def delete(self, bucket: str, keys) -> None:
+        for key in keys:
+            self.objects.pop((bucket, key), None)
+
+
+@pytest.fixture
+def tiered_engine():
+    """An active-tiered engine (one broker's ActiveTiered, node 1 in az1) over an in-memory
+    store (``engine.uploader.store``), not started: uploads happen when a test calls
+    ``engine.uploader.upload_once()`` after starting it."""
+    return ActiveTiered(MemoryObjectStore(), node_id=1, az="az1", key_prefix="test/",
+                        upload_interval_ms=3_600_000, upload_max_bytes=1 << 30,
+                        download_timeout_ms=1000)

@@ -1,0 +1,66 @@
+"""The rules every append to a partition passes, whatever its engine (what Kafka checks in
+``UnifiedLog.append`` and ``LogValidator`` before a batch reaches the log).
+
+``PartitionLog.append`` (storage.log) applies them and only then hands the batches to the
+engine's ``_append``, so no engine can skip them. Each rule, and where it is applied:
+
+- **Well-formed batches** (whole magic-v2 batches with a correct CRC-32C):
+  ``protocol.records.validate_produce_records``, called by the produce handler before it
+  picks a partition. It needs no topic config, so it stays in the sans-I/O protocol layer.
+- **Size** (here, ``check_append``): every batch at most ``max.message.bytes``, and the whole
+  record set at most ``segment.bytes`` (a segment must be able to hold it). Refused with
+  MESSAGE_TOO_LARGE, before anything is stored.
+- **Timestamp type** (here, ``AppendDecision.log_append_time``): ``message.timestamp.type=
+  LogAppendTime`` means the batches are stamped with the broker's clock. Which reading of
+  the clock is the engine's business: classic stamps when it appends; diskless has the batch
+  coordinator stamp when it commits the batch, so that replaying its log stamps the same.
+- **Producer state** (idempotence: epochs, sequences, retries): the rules are written once,
+  in storage.producer_state, and are checked where each engine assigns offsets, because
+  only there is the previous batch known: classic in ``ClassicLog._append`` before the write;
+  diskless in the batch coordinator when it commits the batch, deterministically, from its
+  own log. Both go through ``ProducerState.check_append``.
+
+This module is pure (no I/O, no engine state), like storage.producer_state; the interface
+turns a refusal into ``RecordTooLarge``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from protocol.records import BatchHeader
+
+from .config import LogConfig
+
+
+@dataclass(frozen=True, slots=True)
+class AppendDecision:
+    """What the rules decided about one append's batches."""
+
+    # Why the batches are refused with MESSAGE_TOO_LARGE; None when they may be stored.
+    too_large: str | None
+    # Stamp the batches with the broker's clock (message.timestamp.type=LogAppendTime);
+    # else they keep their producers' CreateTime.
+    log_append_time: bool
+
+    def append_time_ms(self, now_ms: int) -> int | None:
+        """The timestamp to stamp the batches with at ``now_ms``: None keeps CreateTime."""
+        return now_ms if self.log_append_time else None
+
+
+def check_append(config: LogConfig, records_size: int,
+                 batches: Sequence[BatchHeader]) -> AppendDecision:
+    """The rules of a topic with ``config`` for well-formed batches of ``records_size`` bytes."""
+    return AppendDecision(_too_large(config, records_size, batches), config.log_append_time)
+
+
+def _too_large(config: LogConfig, records_size: int,
+               batches: Sequence[BatchHeader]) -> str | None:
+    for batch in batches:
+        if batch.size > config.max_message_bytes:
+            return (f"record batch of {batch.size} bytes exceeds max.message.bytes="
+                    f"{config.max_message_bytes}")
+    if records_size > config.segment_bytes:
+        return f"{records_size} bytes of batches exceed segment.bytes={config.segment_bytes}"
+    return None
