@@ -17,6 +17,7 @@ from protocol.records import (
 )
 from storage.producer_state import ProducerStateError
 
+from ..append_rules import AppendDecision
 from ..config import LogConfig
 from ..log import (
     AppendResult,
@@ -57,10 +58,10 @@ class DisklessLog(PartitionLog):
     def log_end_offset(self) -> int:
         return self.control_plane.log_info(self.topic_id, self.partition).high_watermark
 
-    async def append(self, records: bytearray, batches: list[BatchHeader],
-                     leader_epoch: int) -> AppendResult:
+    async def _append(self, records: bytearray, batches: list[BatchHeader], leader_epoch: int,
+                      decision: AppendDecision) -> AppendResult:
         results = await self.writer.append(self.topic_id, self.partition, records, batches,
-                                           self.config.log_append_time)
+                                           decision.log_append_time)
         for result in results:
             if result.error_code != ErrorCode.none:
                 raise BatchRejected(result.error_code, result.error_message)
