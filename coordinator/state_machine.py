@@ -8,6 +8,9 @@ kipper keeps three such states, as KRaft and Kafka's coordinator runtime do:
 | diskless batch coordinator  | ``__diskless-metadata-0``    | in the ISR (acks=all)   | every replica of that partition |
 | consumer groups and offsets | ``__consumer_offsets-N``     | in the ISR (acks=all)   | the group coordinator of partition N, replayed on load |
 
+(The classic group protocol changes a group in memory before its record is committed, as
+Kafka's classic groups do; committed offsets follow the pattern.)
+
 A writer turns a request into records and appends them; nothing is applied before it is
 committed, and then every node applies the same records in the same order through the same
 ``StateMachine.apply``, so their states agree. Loading after a restart or a leadership change
@@ -36,12 +39,13 @@ class StateMachine(Protocol):
     def next_offset(self) -> int:
         """The offset of the next record to apply (one past the last applied)."""
 
-    def apply(self, offset: int, record: dict) -> Any:
-        """Apply one committed record; return what its writer is answered with."""
+    def apply(self, offset: int, record: Any) -> Any:
+        """Apply one committed record (as its log decodes it); return what its writer is
+        answered with."""
 
 
 # (offset, record, result) of each applied record.
-ApplyListener = Callable[[int, dict, Any], None]
+ApplyListener = Callable[[int, Any, Any], None]
 
 
 class Applier:
@@ -56,7 +60,7 @@ class Applier:
     def next_offset(self) -> int:
         return self.machine.next_offset
 
-    def apply(self, committed: Iterable[tuple[int, dict]]) -> int:
+    def apply(self, committed: Iterable[tuple[int, Any]]) -> int:
         """Apply the committed records not applied yet, in offset order; return how many."""
         applied = 0
         for offset, record in committed:

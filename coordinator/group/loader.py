@@ -12,10 +12,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .offsets_log import OffsetsLog
+from ..state_machine import Applier
+from .offsets_log import LoggedRecord, OffsetsLog
 from .records import (
     GroupValue,
     MalformedGroupRecord,
@@ -32,36 +33,45 @@ OffsetSlot = tuple[str, str, int]
 Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadedPartition:
-    groups: dict[str, GroupValue]
-    offsets: dict[OffsetSlot, CommittedOffset]
+    """The latest metadata of each group and offset of each (group, topic, partition) in a
+    partition's records, a tombstone deleting: the state machine (coordinator.state_machine)
+    that loading replays the partition into."""
 
+    partition: int
+    groups: dict[str, GroupValue] = field(default_factory=dict)
+    offsets: dict[OffsetSlot, CommittedOffset] = field(default_factory=dict)
+    next_offset: int = 0
 
-async def replay(offsets_log: OffsetsLog, partition: int) -> LoadedPartition:
-    """The latest metadata of each group and offset of each (group, topic, partition) in the
-    partition's records; a tombstone deletes."""
-    groups: dict[str, GroupValue] = {}
-    offsets: dict[OffsetSlot, CommittedOffset] = {}
-    async for record in offsets_log.replay(partition):
+    def apply(self, offset: int, record: LoggedRecord) -> None:
+        self.next_offset = offset + 1
         try:
             decoded = decode_key(record.key or b"")
             if isinstance(decoded, OffsetKey):
                 slot = (decoded.group_id, decoded.topic, decoded.partition)
                 if record.value is None:
-                    offsets.pop(slot, None)
+                    self.offsets.pop(slot, None)
                 else:
                     v = decode_offset_value(record.value)
-                    offsets[slot] = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
-                                                    v.commit_timestamp, record.offset)
+                    self.offsets[slot] = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
+                                                         v.commit_timestamp, offset)
             elif record.value is None:
-                groups.pop(decoded.group_id, None)
+                self.groups.pop(decoded.group_id, None)
             else:
-                groups[decoded.group_id] = decode_group_value(record.value)
+                self.groups[decoded.group_id] = decode_group_value(record.value)
         except MalformedGroupRecord as e:
-            log.warning("__consumer_offsets-%d offset %d: skipping record: %s", partition,
-                        record.offset, e)
-    return LoadedPartition(groups, offsets)
+            log.warning("__consumer_offsets-%d offset %d: skipping record: %s", self.partition,
+                        offset, e)
+
+
+async def replay(offsets_log: OffsetsLog, partition: int) -> LoadedPartition:
+    """The partition's records, replayed from its start."""
+    loaded = LoadedPartition(partition)
+    applier = Applier(loaded)
+    async for record in offsets_log.replay(partition):
+        applier.apply([(record.offset, record)])
+    return loaded
 
 
 class PartitionLoader:
