@@ -7,11 +7,11 @@ import signal
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
 from bench.local_cluster import LocalCluster, pid_alive
 from support.clients import consume_all
+from support.topics import create_topic
 
 
 @pytest.fixture
@@ -43,8 +43,7 @@ def test_three_brokers_serve_real_clients_and_stop_on_sigterm(local_cluster, top
     assert sorted((b["broker_id"], b["rack"]) for b in brokers) == [
         (0, "az1"), (1, "az2"), (2, "az3")]
 
-    topic_admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    topic_admin.create_topics([NewTopic(topic_name, 1, 3)])[topic_name].result(30)
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     values = [f"value-{i}".encode() for i in range(100)]
     for value in values:

@@ -25,7 +25,7 @@ def build_batch(values: Sequence[bytes], *, keys: Sequence[bytes] | None = None,
         producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
         batch_size=1 << 30)
     for i, value in enumerate(values):
-        builder.append(i, timestamp=timestamps[i] if timestamps is not None else first_timestamp + i,
-                       key=keys[i] if keys is not None else None, value=value,
-                       headers=list(headers))
+        timestamp = timestamps[i] if timestamps is not None else first_timestamp + i
+        builder.append(i, timestamp=timestamp, key=keys[i] if keys is not None else None,
+                       value=value, headers=list(headers))
     return builder.build()

@@ -24,7 +24,8 @@ async def test_aiokafka_round_trip(storage_mode, topic_name, compression):
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kipper-aiokafka-admin")
     await admin.start()
     try:
-        response = await admin.create_topics([NewTopic(topic_name, 1, storage_mode.replication_factor)])
+        response = await admin.create_topics(
+            [NewTopic(topic_name, 1, storage_mode.replication_factor)])
         errors = [(t[0], t[1]) for t in response.topic_errors if t[1] != 0]
         assert not errors, f"CreateTopics errors: {errors}"
     finally:

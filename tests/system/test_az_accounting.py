@@ -23,12 +23,11 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.local_cluster import LocalCluster
 from support.clients import consume_all
 from support.metrics import az_locality
-from support.wait import wait_until
+from support.topics import create_topic, partition_metadata
 
 RECORDS = 2000
 RECORD_SIZE = 2048
@@ -64,14 +63,8 @@ def assert_close(measured: int, expected: int) -> None:
 
 
 def test_bytes_by_class_and_az(cluster, topic_name):
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "client.id": "admin"})
-    admin.create_topics([NewTopic(topic_name, 1, 3)])[topic_name].result(30)
-
-    def fully_replicated_leader() -> int | None:
-        partition = admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0]
-        return partition.leader if len(partition.isrs) == 3 else None
-
-    leader = wait_until(fully_replicated_leader, timeout=30, interval=0.2)
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3, in_sync=True)
+    leader = partition_metadata(cluster.bootstrap, topic_name).leader
     leader_az = cluster.broker(leader)["rack"]
     consumer_az = min(cluster.broker(n)["rack"] for n in range(BROKERS)
                       if cluster.broker(n)["rack"] != leader_az)

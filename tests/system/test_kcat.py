@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import time
 
-import pytest
-from support.dataset import CREATE_TIME, Consumed, Record, check_consumed, make_records, timestamp_queries
+from support.dataset import (CREATE_TIME, Consumed, Record, check_consumed, make_records,
+                             timestamp_queries)
 from support.topics import create_topic
 
 CLIENT = "kcat"

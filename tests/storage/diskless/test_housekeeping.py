@@ -49,13 +49,15 @@ def test_small_objects_are_merged_and_reads_stay_correct(cluster, topic_name):
     create_topic(cluster.bootstrap, topic_name)
     values = produce_in_rounds(cluster.bootstrap, topic_name)
     objects_before = cluster.committed_keys()
-    merged = wait_until(lambda: {k for k in cluster.committed_keys() if "/wal/merged-" in k}, 60, 0.5)
+    merged = wait_until(lambda: {k for k in cluster.committed_keys() if "/wal/merged-" in k},
+                        60, 0.5)
     # Read while the coordinates move and the old objects go.
     for _ in range(3):
         assert consume_all(cluster.bootstrap, topic_name, len(values),
                            config={"client.id": "reader az=az2"}) == values
     # The merged-away objects are deleted; what is left in S3 is what the coordinator knows.
-    wait_until(lambda: not (objects_before - cluster.committed_keys()) & cluster.wal_keys(), 60, 0.5)
+    wait_until(lambda: not (objects_before - cluster.committed_keys()) & cluster.wal_keys(),
+               60, 0.5)
     assert merged & cluster.wal_keys() and cluster.wal_keys() <= cluster.committed_keys()
     assert consume_all(cluster.bootstrap, topic_name, len(values),
                        config={"client.id": "reader az=az3"}) == values
