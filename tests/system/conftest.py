@@ -9,9 +9,12 @@ a cluster of this package, stopped when the run moves on to the next mode).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from support.storage_modes import MODES, ClassicMode, DisklessMode, TieredMode, compressions
+from support.storage_modes import (MODES, ClassicMode, DisklessMode, StorageMode, TieredMode,
+                                   compressions)
 from support.tiered import PATIENT_DOWNLOADS, TieredCluster
 
 
@@ -46,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="package")
-def storage_mode(request, tmp_path_factory, s3_endpoint):
+def storage_mode(request, tmp_path_factory, s3_endpoint) -> Iterator[StorageMode]:
     if request.param == "classic":
         yield ClassicMode(request.getfixturevalue("shared_broker"))
     elif request.param == "diskless":
