@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from support.clients import consume_all
+from support.processes import Cluster
 from support.topics import create_topic
 from support.wait import wait_until
 
@@ -63,7 +64,6 @@ def test_lagging_follower_catches_up_and_rejoins_isr(cluster, topic_name):
 def test_unclean_leader_change_truncates_the_old_leader(tmp_path, topic_name):
     """An out-of-sync replica is elected (unclean); the old leader's extra records, which
     were never committed, are truncated away when it returns as a follower."""
-    from support import Cluster
     cluster = Cluster(tmp_path, brokers=2).start()
     try:
         create_topic(cluster.bootstrap, topic_name, replication_factor=2,

@@ -35,7 +35,8 @@ class Member:
         self.name = name
         self.records: list[tuple[int, int, str]] = []
         self.assignment: list[int] | None = None
-        # kcat prints no "closed" line: its clean exit (status 0) says the same.
+        # kcat prints no "assigned" or "closed" lines: its clean exit (status 0) says the same.
+        self.announces = announces_close
         self.closed = not announces_close
         self.stopped = False
         self.stderr_path = log_dir / f"{name}.stderr"
@@ -57,7 +58,14 @@ class Member:
                 self.closed = True
 
     def stop(self) -> None:
-        """SIGTERM: the member closes its consumer (committing) and must exit cleanly."""
+        """SIGTERM: the member closes its consumer (committing) and must exit cleanly.
+
+        A member is signalled only once it has joined the group: before, its SIGTERM handler
+        may not be installed yet (a loaded machine can take seconds to import a client), and
+        the default action would kill it. Its partners may have consumed every record by then."""
+        if self.announces:
+            wait_until(lambda: self.assignment is not None or self.proc.poll() is not None,
+                       STEP_TIMEOUT, 0.05)
         self.stopped = True
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
