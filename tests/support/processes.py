@@ -41,6 +41,11 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         """Start (or restart, on the same port) and wait for the ready line."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (see ``start_all``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"{self.role}-{self.node_id}.log"
         cmd = [sys.executable, "-m", "broker.cli", self.role, "--node-id", str(self.node_id),
@@ -51,6 +56,9 @@ class BrokerProcess:
                                      stdin=subprocess.DEVNULL, text=True,
                                      env={**os.environ, **(self.env or {})})
         log_file.close()
+
+    def wait_ready(self, timeout: float = 30.0) -> "BrokerProcess":
+        """Wait for the launched process's ready line (and metrics line) and take its port."""
         line = _readline_with_timeout(self.proc, timeout)
         listening = node_listening(line)
         if listening is None:
@@ -87,8 +95,17 @@ class BrokerProcess:
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM and wait for a graceful exit."""
+        self.terminate()
+        return self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM without waiting (see ``stop_all``)."""
         if self.proc and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = 20.0) -> int | None:
+        """Wait for a graceful exit after ``terminate``; kill -9 after ``timeout``."""
+        if self.proc and self.proc.poll() is None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -97,6 +114,23 @@ class BrokerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def start_all(nodes: list[BrokerProcess], timeout: float = 30.0) -> None:
+    """Start (or restart) processes together: a cluster is up in the time of its slowest
+    broker rather than the sum of all."""
+    for node in nodes:
+        node.launch()
+    for node in nodes:
+        node.wait_ready(timeout)
+
+
+def stop_all(nodes: list[BrokerProcess], timeout: float = 20.0) -> None:
+    """SIGTERM every process, then wait for each (kill -9 after ``timeout``)."""
+    for node in nodes:
+        node.terminate()
+    for node in nodes:
+        node.wait_stopped(timeout)
 
 
 def _readline_with_timeout(proc: subprocess.Popen, timeout: float) -> str | None:
@@ -132,7 +166,7 @@ class Cluster:
         self.controller.start()
         for broker in self.brokers:
             broker.extra_args += ["--controller", self.controller.bootstrap]
-            broker.start()
+        start_all(self.brokers)
         return self
 
     @property
@@ -140,8 +174,8 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers if b.alive())
 
     def stop(self) -> None:
-        for node in [*self.brokers, self.controller]:
-            node.stop()
+        stop_all(self.brokers)
+        self.controller.stop()
 
     def leader_of(self, topic: str, partition: int = 0, timeout: float = 30.0) -> int:
         """The partition's current leader, as the cluster reports it (waits for a live one)."""

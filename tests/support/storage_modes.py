@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .dataset import COMPRESSIONS, N_RECORDS, assert_stored_codec, segment_batches
 from .diskless import DisklessCluster
 from .groups import Restartable
-from .processes import BrokerProcess, Cluster
+from .processes import BrokerProcess, Cluster, start_all
 from .s3 import S3Endpoint
 from .tiered import TieredCluster
 
@@ -44,8 +44,7 @@ class WholeCluster:
             broker.kill()
 
     def start(self) -> None:
-        for broker in self.cluster.brokers:
-            broker.start()
+        start_all(self.cluster.brokers)
 
 
 @dataclass
