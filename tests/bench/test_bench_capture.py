@@ -5,7 +5,7 @@ from confluent_kafka import Producer
 from bench.trace import read_trace, trace_files, validate_trace
 from broker.capture import TraceCapture
 from protocol.records import BatchHeader
-from support import create_topic
+from support.topics import create_topic
 
 
 def header(record_count: int, codec: int) -> BatchHeader:

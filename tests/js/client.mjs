@@ -1,14 +1,15 @@
 #!/usr/bin/env node
-// kafkajs round trip against a kipper broker, driven by tests/clients/test_kafkajs.py.
+// kafkajs round trip against a kipper broker, driven by tests/system/test_kafkajs.py.
 //
 //   node client.mjs --bootstrap 127.0.0.1:9092 --topic T --compression zstd --count 10000 \
-//                  --base-ts 1700000000000 --ts-step 10 --query-ts 1700000049995,1700000070000
+//                  --base-ts 1700000000000 --ts-step 10 --query-ts 1700000049995,1700000070000 \
+//                  [--replication-factor 3]
 //
 // Creates the topic (admin API), produces `count` records with keys, 1-2 headers and explicit
 // CreateTime timestamps (base-ts + i * ts-step) using the given codec, consumes them back with a
 // consumer group from the beginning, asks the admin API for offsets by timestamp and the
 // earliest/latest offsets, and prints one JSON document on stdout. The Python test checks it.
-// The record contents must stay in step with tests/clients/dataset.py (make_records).
+// The record contents must stay in step with tests/support/dataset.py (make_records).
 import kafkajs from 'kafkajs'
 import SnappyCodec from 'kafkajs-snappy'
 import LZ4Codec from '@2l/kafkajs-lz4'
@@ -44,6 +45,7 @@ function parseArgs (argv) {
   return {
     bootstrap: args.bootstrap,
     topic: args.topic,
+    replicationFactor: parseInt(args['replication-factor'] || '1', 10),
     compression: args.compression,
     count: parseInt(args.count, 10),
     baseTs: parseInt(args['base-ts'], 10),
@@ -56,7 +58,7 @@ function parseArgs (argv) {
 
 const pad5 = i => String(i).padStart(5, '0')
 
-// Same contents as tests/clients/dataset.py:make_records.
+// Same contents as tests/support/dataset.py:make_records.
 function makeRecord (i, baseTs, tsStep) {
   const headers = { h1: `h1-${i}` }
   if (i % 2 === 0) headers.trace = `t-${i * 7}`
@@ -99,7 +101,7 @@ async function main () {
   await admin.connect()
   try {
     result.created = await admin.createTopics({
-      topics: [{ topic: opts.topic, numPartitions: 1, replicationFactor: 1 }],
+      topics: [{ topic: opts.topic, numPartitions: 1, replicationFactor: opts.replicationFactor }],
       waitForLeaders: true,
     })
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// One consumer-group member run by kafkajs, driven by tests/groups (the kafkajs twin of
-// tests/groups/member.py, with the same output):
+// One consumer-group member run by kafkajs, driven by tests/system/test_consumer_groups.py (the kafkajs twin of
+// tests/support/group_member.py, with the same output):
 //
 //   node group_member.mjs BOOTSTRAP TOPIC GROUP NAME
 //

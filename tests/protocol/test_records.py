@@ -1,7 +1,6 @@
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
-from batches import build_batch
 from protocol.records import (
     CorruptRecordBatch,
     InvalidRecordBatch,
@@ -10,6 +9,14 @@ from protocol.records import (
     iter_batches,
     validate_produce_records,
 )
+from support.batches import build_batch as build_values_batch
+
+
+def build_batch(count: int = 3, **batch_fields) -> bytes:
+    """``count`` keyed records with one header each (support.batches: kafka-python's encoder)."""
+    return bytes(build_values_batch([f"value-{i}".encode() for i in range(count)],
+                                    keys=[f"k{i}".encode() for i in range(count)],
+                                    headers=[("h", b"x")], **batch_fields))
 
 
 def test_header_fields_of_a_client_built_batch():

@@ -1,5 +1,5 @@
 """Fixtures for the storage tests: record batches are built and decoded by a real client's
-codec (kafka-python), never by our own encoder.
+codec (kafka-python, support.batches), never by our own encoder.
 
 The helpers are handed out as fixtures so that test modules need not import this file."""
 
@@ -8,28 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from protocol.records import validate_produce_records
 from storage.active_tiered import ActiveTiered
 from storage.classic import ClassicLog
 from storage.config import LogConfig
-
-# Record i of a batch gets timestamp T0 + i unless the test passes timestamps.
-T0 = 1_700_000_000_000
-CODEC_NONE = DefaultRecordBatch.CODEC_NONE
-
-
-def _build_batch(values: Sequence[bytes], *, timestamps: Sequence[int] | None = None,
-                 compression: int = CODEC_NONE) -> bytearray:
-    builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=compression, is_transactional=False,
-        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-    for i, value in enumerate(values):
-        timestamp = timestamps[i] if timestamps is not None else T0 + i
-        builder.append(i, timestamp=timestamp, key=None, value=value, headers=[])
-    return builder.build()
+from support.batches import build_batch as _build_batch
 
 
 def _decode(records: bytes) -> list[tuple[int, int, bytes]]:

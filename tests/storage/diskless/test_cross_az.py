@@ -1,0 +1,64 @@
+"""KIP-1181 routing and the AZ bytes of diskless traffic.
+
+A producer in az1 and a consumer in az2 (``az=<zone>`` in client.id, client.rack) each get
+Metadata naming a broker in their own AZ for the diskless partition, so no produced or
+consumed byte crosses an AZ: the data travels through object storage instead (the az2
+broker reads it from S3). What still crosses AZs is the batch-coordinator traffic (commit
+calls and the replication of __diskless-metadata), reported here, not asserted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from confluent_kafka import Producer
+
+from support.clients import consume_all
+from support.metrics import az_locality
+from support.topics import create_topic
+
+RECORDS = 2000
+RECORD_SIZE = 2048
+PAYLOAD = RECORDS * RECORD_SIZE
+
+
+def traffic(cluster) -> tuple[Counter, Counter]:
+    """(network bytes by (class, same/cross AZ), object-store bytes by operation), summed
+    over the brokers."""
+    network: Counter = Counter()
+    objects: Counter = Counter()
+    for broker in cluster.brokers:
+        counters = broker.metrics_json()
+        for row in counters["network"]["server"]:
+            network[row["class"], az_locality(row)] += row["bytes"]
+        for row in counters["objectstore"]["requests"]:
+            objects[row["operation"]] += row["bytes"]
+    return network, objects
+
+
+def test_producer_and_consumer_stay_in_their_az(diskless_cluster, topic_name):
+    create_topic(diskless_cluster.bootstrap, topic_name)
+    network_before, objects_before = traffic(diskless_cluster)
+
+    producer = Producer({"bootstrap.servers": diskless_cluster.bootstrap,
+                         "client.id": "producer az=az1", "acks": "all", "linger.ms": 5})
+    for i in range(RECORDS):
+        producer.produce(topic_name, i.to_bytes(4, "big") * (RECORD_SIZE // 4), partition=0)
+    assert producer.flush(60) == 0
+    values = consume_all(diskless_cluster.bootstrap, topic_name, RECORDS,
+                         config={"client.id": "consumer az=az2", "client.rack": "az2"})
+    assert len(values) == RECORDS
+
+    network_after, objects_after = traffic(diskless_cluster)
+    network = network_after - network_before
+    objects = objects_after - objects_before
+    print(f"diskless cross-AZ figures for {PAYLOAD} B produced: network {dict(network)}, "
+          f"object store {dict(objects)}")
+    assert PAYLOAD <= network["produce", "same"] <= 1.05 * PAYLOAD
+    assert network["produce", "cross"] == 0
+    assert PAYLOAD <= network["fetch-consumer", "same"] <= 1.1 * PAYLOAD
+    assert network["fetch-consumer", "cross"] < 0.01 * PAYLOAD
+    assert network["replication", "cross"] < 0.01 * PAYLOAD
+    # The bytes went through object storage: uploaded once, read once by the az2 broker.
+    assert PAYLOAD <= objects["PutObject"] <= 1.05 * PAYLOAD
+    assert PAYLOAD <= objects["GetObject"] <= 1.05 * PAYLOAD

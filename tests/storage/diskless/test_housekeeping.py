@@ -1,0 +1,94 @@
+"""The batch coordinator's housekeeping with real clients: object merging (KIP-1165) while
+consumers read, DeleteRecords, time retention, and deletion of emptied WAL objects."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from support.clients import consume_all
+from support.diskless import FAST_HOUSEKEEPING, DisklessCluster
+from support.topics import create_topic
+from support.wait import wait_until
+
+ROUNDS = 12
+PER_ROUND = 50
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, s3_endpoint):
+    cluster = DisklessCluster(tmp_path_factory.mktemp("housekeeping"), s3_endpoint, broker_env={
+        **FAST_HOUSEKEEPING, "KIPPER_DISKLESS_MERGE_MIN_OBJECTS": "4"}).start()
+    yield cluster
+    cluster.stop()
+
+
+def produce_in_rounds(bootstrap: str, topic: str) -> list[bytes]:
+    """ROUNDS separate flushes, so each round lands in WAL objects of its own."""
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "writer az=az1",
+                         "linger.ms": 1})
+    values = []
+    for round_ in range(ROUNDS):
+        for i in range(PER_ROUND):
+            values.append(f"r{round_}-{i}".encode())
+            producer.produce(topic, values[-1], partition=0)
+        assert producer.flush(30) == 0
+    return values
+
+
+def offsets(bootstrap: str, topic: str) -> tuple[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = TopicPartition(topic, 0)
+    earliest = admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(30).offset
+    latest = admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(30).offset
+    return earliest, latest
+
+
+def test_small_objects_are_merged_and_reads_stay_correct(cluster, topic_name):
+    create_topic(cluster.bootstrap, topic_name)
+    values = produce_in_rounds(cluster.bootstrap, topic_name)
+    objects_before = cluster.committed_keys()
+    merged = wait_until(lambda: {k for k in cluster.committed_keys() if "/wal/merged-" in k},
+                        60, 0.5)
+    # Read while the coordinates move and the old objects go.
+    for _ in range(3):
+        assert consume_all(cluster.bootstrap, topic_name, len(values),
+                           config={"client.id": "reader az=az2"}) == values
+    # The merged-away objects are deleted; what is left in S3 is what the coordinator knows.
+    wait_until(lambda: not (objects_before - cluster.committed_keys()) & cluster.wal_keys(),
+               60, 0.5)
+    assert merged & cluster.wal_keys() and cluster.wal_keys() <= cluster.committed_keys()
+    assert consume_all(cluster.bootstrap, topic_name, len(values),
+                       config={"client.id": "reader az=az3"}) == values
+
+
+def test_delete_records_moves_the_log_start(cluster, topic_name):
+    create_topic(cluster.bootstrap, topic_name)
+    values = produce_in_rounds(cluster.bootstrap, topic_name)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    [deleted] = admin.delete_records([TopicPartition(topic_name, 0, 100)]).values()
+    assert deleted.result(30).low_watermark == 100
+    wait_until(lambda: offsets(cluster.bootstrap, topic_name) == (100, len(values)), 30, 0.2)
+    assert consume_all(cluster.bootstrap, topic_name, len(values) - 100) == values[100:]
+
+
+def test_time_retention_empties_the_log_and_its_objects_are_deleted(cluster, topic_name):
+    create_topic(cluster.bootstrap, topic_name, config={"retention.ms": "2000"})
+    values = produce_in_rounds(cluster.bootstrap, topic_name)
+    topic_id = cluster.topic_id(topic_name)
+    keys = {key for (key,) in cluster.coordinator_rows(
+        "SELECT DISTINCT object_key FROM batches WHERE topic_id = ?", (topic_id,))}
+    wait_until(lambda: offsets(cluster.bootstrap, topic_name) == (len(values), len(values)), 60, 0.5)
+    wait_until(lambda: not keys & cluster.wal_keys(), 60, 0.5)
+
+
+def test_diskless_topic_without_object_store_is_refused(broker_factory, topic_name):
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    future = admin.create_topics([NewTopic(topic_name, 1, 1,
+                                           config={"kipper.storage.mode": "diskless"})])[topic_name]
+    with pytest.raises(KafkaException) as refused:
+        future.result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "--s3-endpoint" in refused.value.args[0].str()

@@ -1,0 +1,49 @@
+"""The one parser of the "... listening on ..." lines kipper's processes print on stdout.
+
+``broker.cli`` prints ``kipper broker|controller <id> listening on <host>:<port>``, then with
+``--metrics-listener`` the metrics line (``broker.metrics.LISTENING_LINE`` + URL); the embedded
+S3 server prints ``storage.objectstore.embedded.LISTENING_LINE`` + URL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.metrics import LISTENING_LINE as METRICS_LISTENING_LINE
+from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
+
+_NODE = re.compile(r"kipper (?P<role>broker|controller) (?P<node_id>\d+) listening on "
+                   r"(?P<host>[\d.]+):(?P<port>\d+)")
+
+
+@dataclass(frozen=True)
+class NodeListening:
+    role: str
+    node_id: int
+    host: str
+    port: int
+
+
+def node_listening(line: str | None) -> NodeListening | None:
+    """The broker or controller ready line, or None if ``line`` is not one."""
+    match = _NODE.search(line or "")
+    if match is None:
+        return None
+    return NodeListening(match["role"], int(match["node_id"]), match["host"], int(match["port"]))
+
+
+def metrics_url(line: str | None) -> str | None:
+    """The URL of a ``--metrics-listener`` line, or None if ``line`` is not one."""
+    return _url_after(METRICS_LISTENING_LINE, line)
+
+
+def s3_url(line: str | None) -> str | None:
+    """The endpoint URL of the embedded S3 server's ready line, or None."""
+    return _url_after(S3_LISTENING_LINE, line)
+
+
+def _url_after(prefix: str, line: str | None) -> str | None:
+    if not line or not line.startswith(prefix):
+        return None
+    return line[len(prefix):].strip()
