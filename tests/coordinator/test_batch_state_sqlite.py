@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from control_plane_records import answers, batch, commit_file, random_records
+from support.control_plane_records import answers, batch, commit_file, random_records
 
 from coordinator.diskless import BatchCoordinatorState
 from storage.diskless.control_plane import (

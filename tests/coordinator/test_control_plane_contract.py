@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from control_plane_records import (
+from support.control_plane_records import (
     answers,
     batch,
     commit_file,

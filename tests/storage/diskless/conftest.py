@@ -10,7 +10,6 @@ import pytest
 
 from storage.diskless.memory_control_plane import InMemoryControlPlane
 from storage.objectstore import ObjectStore, ObjectStoreError
-from storage.objectstore.testing import object_store, s3_prefix  # noqa: F401
 
 
 class ObservedStore:
