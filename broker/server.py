@@ -8,17 +8,20 @@ import uuid
 
 from coordinator.controller import Controller, ControllerSettings
 from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSettings
+from coordinator.group.service import GroupCoordinator
+from coordinator.group_config import GroupConfig
+from coordinator.offsets_store import OffsetsStore
 from protocol.internal import InternalApiKey
+from replication.active_tiered import BrokerReplicaLink
 from replication.cluster_metadata import (
     DISKLESS_METADATA_TOPIC,
     METADATA_TOPIC,
     MetadataImage,
     PartitionInfo,
 )
-from coordinator.group_config import GroupConfig
-from coordinator.group.service import GroupCoordinator
-from coordinator.offsets_store import OffsetsStore
-from replication.active_tiered import BrokerReplicaLink
+from replication.node_client import NodeClient
+from replication.partition import ReplicatedPartition
+from replication.replica_manager import ReplicaManager
 from storage.active_tiered import ActiveTiered
 from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
@@ -26,15 +29,12 @@ from storage.manager import LogManager
 from storage.objectstore import ObjectStore, ObjectStoreConfig
 
 from .capture import TraceCapture
-from replication.node_client import NodeClient
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .diskless_metrics import DisklessMetrics
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
-from replication.partition import ReplicatedPartition
-from replication.replica_manager import ReplicaManager
 from .services import BrokerServices, ControllerChannel
 from .traffic import NetworkTraffic, node_client_id
 

@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage
 from protocol.apis import ApiKey
 from protocol.internal import is_internal
+from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage
 from storage.active_tiered.metadata import WAL_METADATA_TOPIC
 
 UNKNOWN = "unknown"

@@ -18,8 +18,6 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from storage.config import InvalidConfig, validate_topic_configs
-
 from replication.cluster_metadata import (
     NO_LEADER,
     MetadataImage,
@@ -27,6 +25,7 @@ from replication.cluster_metadata import (
     TopicInfo,
     partition_record,
 )
+from storage.config import InvalidConfig, validate_topic_configs
 
 from .metadata_log import MetadataLog
 from .placement import assign_replicas

@@ -19,13 +19,14 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v11.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from .cluster_metadata import MetadataImage
-from .node_client import NodeClient, NodeConnection
-from .replica_manager import ReplicaManager
 from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.records import build_batch
 from storage.active_tiered import WAL_METADATA_TOPIC
+
+from .cluster_metadata import MetadataImage
+from .node_client import NodeClient, NodeConnection
+from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 METADATA_TOPIC_PARTITION = 0

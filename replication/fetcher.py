@@ -19,10 +19,11 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderTopic,
 )
 
-from .node_client import NodeConnection
-from .partition import ReplicatedPartition
 from protocol.apis import ApiKey
 from protocol.build import make
+
+from .node_client import NodeConnection
+from .partition import ReplicatedPartition
 
 log = logging.getLogger(__name__)
 FETCH_MAX_WAIT_MS = 500

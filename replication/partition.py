@@ -22,8 +22,8 @@ from typing import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
-from replication.cluster_metadata import NO_LEADER, PartitionInfo
 from protocol.records import BatchHeader
+from replication.cluster_metadata import NO_LEADER, PartitionInfo
 from storage.log import AppendResult, Leadership, PartitionLog
 
 # (partition, proposed ISR) -> the controller's answer, applied by the caller.

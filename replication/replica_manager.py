@@ -13,16 +13,16 @@ from kio.schema.alter_partition.v3.request import PartitionData as AlterPartitio
 from kio.schema.alter_partition.v3.request import TopicData as AlterTopicData
 from kio.schema.errors import ErrorCode
 
-from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from protocol.apis import ApiKey
 from protocol.build import make
+from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from replication.fetcher import LeaderFetcher
 from storage.config import InvalidConfig, LogConfig
 from storage.log import Leadership
 from storage.manager import LogManager
 
-from .node_client import NodeClient, NodeConnection
 from .leaderless_partition import LeaderlessPartition
+from .node_client import NodeClient, NodeConnection
 from .partition import Partition, PartitionError, ReplicatedPartition
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError
-from replication.cluster_metadata import TopicInfo
 from protocol.apis import ApiKey
+from replication.cluster_metadata import TopicInfo
 from storage.config import TOPIC_CONFIGS
 
 from .metadata import AUTHORIZED_OPERATIONS_OMITTED

@@ -4,9 +4,9 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from replication.partition import Partition, PartitionError, wait_for_any_change
 from protocol.apis import ApiKey
 from protocol.build import millis
+from replication.partition import Partition, PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, OffsetOutOfRange
 
 from .registry import RequestContext, handles

@@ -5,8 +5,8 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError, validate_topic_name
-from replication.cluster_metadata import PartitionInfo, TopicInfo
 from protocol.apis import ApiKey
+from replication.cluster_metadata import PartitionInfo, TopicInfo
 
 from ..diskless_routing import diskless_leader, diskless_servers
 from ..traffic import az_from_client_id

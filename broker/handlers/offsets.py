@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from replication.partition import PartitionError
 from protocol.apis import ApiKey
+from replication.partition import PartitionError
 from storage.log import OffsetOutOfRange
 
 from .registry import RequestContext, handles

@@ -5,7 +5,6 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from replication.partition import PartitionError
 from protocol.apis import ApiKey
 from protocol.build import millis
 from protocol.records import (
@@ -14,6 +13,7 @@ from protocol.records import (
     UnsupportedMagic,
     validate_produce_records,
 )
+from replication.partition import PartitionError
 from storage.log import AppendResult, KafkaStorageError, RecordTooLarge
 from storage.producer_state import ProducerStateError
 

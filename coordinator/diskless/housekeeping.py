@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from replication.cluster_metadata import MetadataImage
 from storage.config import LogConfig
 from storage.diskless.control_plane import (
     BatchMove,
@@ -31,8 +32,6 @@ from storage.diskless.control_plane import (
     RetentionLimits,
 )
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
-
-from replication.cluster_metadata import MetadataImage
 
 from .batch_coordinator import CoordinatorUnavailable
 
