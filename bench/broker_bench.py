@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -41,12 +40,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 try:
     from bench.process import ChildProcess
     from bench.tansu import TansuBroker
+    from broker.listening import node_listening
 except ImportError:  # run as a plain script: python bench/broker_bench.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench.process import ChildProcess
     from bench.tansu import TansuBroker
+    from broker.listening import node_listening
 
-READY = re.compile(r"kipper broker (\d+) listening on ([\d.]+):(\d+)")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -77,11 +77,11 @@ class KipperBroker(ChildProcess):
                                   daemon=True)
         reader.start()
         reader.join(timeout)
-        match = READY.search(line[0] if line else "")
-        if not match:
+        listening = node_listening(line[0] if line else "")
+        if listening is None:
             self.stop()
             raise RuntimeError(f"kipper did not start: {line!r}\n{self.log_tail()}")
-        self.port = int(match.group(3))
+        self.port = listening.port
         return self
 
 

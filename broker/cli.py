@@ -16,7 +16,7 @@ from storage.objectstore import cli as objectstore_cli
 
 from . import launcher
 from .config import BrokerConfig, Flag, load_config, settings
-from .metrics import LISTENING_LINE as METRICS_LISTENING_LINE
+from .listening import METRICS_LISTENING_LINE, node_line
 
 log = logging.getLogger("kipper")
 
@@ -47,7 +47,7 @@ async def _run_broker(args: argparse.Namespace) -> int:
     host, _ = config.host_port
     # Tests and the cluster launcher read this line to learn the bound port.
     role = "broker" if config.broker_role else "controller"
-    print(f"kipper {role} {config.node_id} listening on {host}:{broker.bound_port}", flush=True)
+    print(node_line(role, config.node_id, host, broker.bound_port), flush=True)
     if broker.metrics is not None:
         print(METRICS_LISTENING_LINE + broker.metrics.url, flush=True)
     await stop.wait()

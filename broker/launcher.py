@@ -20,29 +20,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import re
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
 
 from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
-from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
 
-from .metrics import LISTENING_LINE as METRICS_LISTENING_LINE
+from .listening import metrics_url, node_listening, s3_url
 
 log = logging.getLogger("kipper.cluster")
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 20.0
-_BROKER_READY = re.compile(r"kipper broker \d+ listening on (\S+)")
-_METRICS_READY = re.compile(re.escape(METRICS_LISTENING_LINE) + r"(\S+)")
-_S3_READY = re.compile(re.escape(S3_LISTENING_LINE) + r"(\S+)")
 
 
 class ClusterError(RuntimeError):
@@ -68,17 +64,18 @@ class Child:
         child._relays.append(asyncio.create_task(child._relay(process.stderr)))
         return child
 
-    async def expect(self, pattern: re.Pattern[str]) -> str:
-        """Read the next stdout line, which must match; return the pattern's first group."""
+    async def expect(self, parse: Callable[[str], str | None]) -> str:
+        """Read the next stdout line, which ``parse`` (broker.listening) must understand;
+        return what it found."""
         try:
             line = await asyncio.wait_for(self.process.stdout.readline(), READY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise ClusterError(f"{self.name} printed nothing for {READY_TIMEOUT_S:.0f} s") from None
-        match = pattern.match(line.decode(errors="replace"))
-        if match is None:
+        found = parse(line.decode(errors="replace"))
+        if found is None:
             # Mostly EOF: it died while starting, and its relayed stderr says why.
             raise ClusterError(f"{self.name} did not start: it printed {line!r}")
-        return match.group(1)
+        return found
 
     def relay_stdout(self) -> None:
         """After the lines we expect, anything else on stdout goes to the log as well."""
@@ -114,7 +111,7 @@ class Cluster:
     async def start(self) -> None:
         self.s3 = await Child.spawn("s3", _python(
             "storage.objectstore.embedded", "--host", HOST, "--port", "0"))
-        endpoint = await self.s3.expect(_S3_READY)
+        endpoint = await self.s3.expect(s3_url)
         self.s3.relay_stdout()
         print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)
 
@@ -144,10 +141,10 @@ class Cluster:
                           f"{HOST}:{_port(self.args.metrics_base_port, node)}"]
         child = self.brokers[node] = await Child.spawn(
             f"broker-{node}", _python("broker.cli", *arguments))
-        address = await child.expect(_BROKER_READY)
+        address = await child.expect(_broker_address)
         summary = f"broker {node}: pid={child.process.pid} rack={rack} address={address}"
         if metrics:
-            summary += f" metrics={await child.expect(_METRICS_READY)}"
+            summary += f" metrics={await child.expect(metrics_url)}"
         child.relay_stdout()
         print(summary, flush=True)
         return address
@@ -240,3 +237,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                     help="brokers write the produce traffic they receive as bench traces in "
                          "DIR/broker-N")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))
+
+
+def _broker_address(line: str) -> str | None:
+    listening = node_listening(line)
+    return None if listening is None else listening.address

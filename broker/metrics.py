@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from storage.objectstore.client import ObjectStore
 
 # The cluster launcher and tests read this line (printed after the broker's ready line).
-LISTENING_LINE = "kipper metrics listening on "
 
 
 class MetricsSource(Protocol):

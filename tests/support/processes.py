@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from broker.listening import metrics_url, node_listening
 from storage.objectstore.admin import ADMIN_PATH as FAULT_ADMIN_PATH
 
-from .listening import metrics_url, node_listening
 from .s3 import S3Endpoint
 from .topics import partition_metadata
 from .wait import wait_until

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreConfig, ObjectStoreUnavailable
-from support.listening import s3_url
+from broker.listening import s3_url
 
 
 async def test_store_without_endpoint_runs_its_own_server() -> None:

@@ -1,8 +1,8 @@
-"""The one parser of the "... listening on ..." lines kipper's processes print on stdout.
+"""The lines kipper's processes print on stdout once they listen, and their one parser.
 
-``broker.cli`` prints ``kipper broker|controller <id> listening on <host>:<port>``, then with
-``--metrics-listener`` the metrics line (``broker.metrics.LISTENING_LINE`` + URL); the embedded
-S3 server prints ``storage.objectstore.embedded.LISTENING_LINE`` + URL.
+``kipper broker|controller`` prints ``node_line`` and, with ``--metrics-listener``, the
+metrics line; the embedded S3 server prints ``storage.objectstore.embedded.LISTENING_LINE``
+and its URL. ``kipper cluster up``, the bench scripts and the tests learn ports from them.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from broker.metrics import LISTENING_LINE as METRICS_LISTENING_LINE
 from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
 
+METRICS_LISTENING_LINE = "kipper metrics listening on "
 _NODE = re.compile(r"kipper (?P<role>broker|controller) (?P<node_id>\d+) listening on "
                    r"(?P<host>[\d.]+):(?P<port>\d+)")
 
@@ -23,6 +23,14 @@ class NodeListening:
     node_id: int
     host: str
     port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def node_line(role: str, node_id: int, host: str, port: int) -> str:
+    return f"kipper {role} {node_id} listening on {host}:{port}"
 
 
 def node_listening(line: str | None) -> NodeListening | None:
