@@ -18,7 +18,8 @@ from pathlib import Path
 
 from typing import Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from .js import JS_DIR
 from .topics import create_topic
@@ -136,6 +137,21 @@ def wait_for_values(members: list[Member], expected: set[str]) -> None:
         missing = sorted(expected - set(values(members)))
         raise AssertionError(f"{len(missing)} records never arrived, e.g. {missing[:5]}; "
                              + "; ".join(f"{m.name}: {m.log_tail(5)}" for m in members)) from None
+
+
+def wait_for_assigned_members(bootstrap: str, group: str, count: int) -> None:
+    """Wait until ``group`` is stable with ``count`` members, each assigned some partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def assigned() -> bool:
+        try:
+            description = admin.describe_consumer_groups([group])[group].result(10)
+        except KafkaException:  # not known yet, or its coordinator is loading
+            return False
+        return (len(description.members) == count
+                and all(m.assignment and m.assignment.topic_partitions
+                        for m in description.members))
+    wait_until(assigned, STEP_TIMEOUT, 0.2)
 
 
 def assert_exactly_once(members: list[Member], expected: set[str]) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from support.groups import (PARTITIONS, Member, assert_exactly_once, kafkajs_member, kcat_member,
-                            names, produce, python_member, run_group_scenario, wait_for_values)
+                            names, produce, python_member, run_group_scenario,
+                            wait_for_assigned_members, wait_for_values)
 from support.topics import create_topic
 
 CLIENTS = ["kafka-python", "aiokafka", "confluent-kafka", "kafkajs"]
@@ -44,9 +45,12 @@ def test_kcat_balanced_consumer(storage_mode, topic_name, members, tmp_path):
     bootstrap = storage_mode.bootstrap
     spawn = kcat_member(bootstrap, topic_name, f"group-{topic_name}", tmp_path)
     create_topic(bootstrap, topic_name, PARTITIONS, storage_mode.replication_factor)
-    produce(bootstrap, topic_name, range(300))
     pair = [spawn("kcat-0"), spawn("kcat-1")]
     members.extend(pair)
+    # Produce once both share the partitions: records already there could all go to the
+    # first member before the second joins (seen on a cluster just restarted).
+    wait_for_assigned_members(bootstrap, f"group-{topic_name}", 2)
+    produce(bootstrap, topic_name, range(300))
     wait_for_values(pair, names(range(300)))
     for m in pair:
         m.stop()
