@@ -17,6 +17,7 @@ rules both follow are the functions at the end of this module.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar, Protocol
@@ -405,13 +406,13 @@ class ControlPlane(Protocol):
     def stats(self) -> StateStats: ...
 
 
-class RecordControlPlane:
+class RecordControlPlane(abc.ABC):
     """The ControlPlane state changes of an implementation that applies request records
     in order: it supplies ``submit`` (and the queries)."""
 
+    @abc.abstractmethod
     async def submit(self, request: Request) -> Any:
         """Apply ``request`` (through whatever log orders them); its typed result."""
-        raise NotImplementedError
 
     async def commit_file(self, request: CommitFile) -> Sequence[BatchResult]:
         return (await self.submit(request)).batches
