@@ -110,7 +110,8 @@ class Cluster:
 
     async def start(self) -> None:
         self.s3 = await Child.spawn("s3", _python(
-            "storage.objectstore.embedded", "--host", HOST, "--port", "0"))
+            "storage.objectstore.embedded", "--host", HOST, "--port", "0",
+            "--data-dir", str(self.args.data_dir / "s3")))
         endpoint = await self.s3.expect(s3_url)
         self.s3.relay_stdout()
         print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)

@@ -8,7 +8,9 @@ Two ways to run it:
   broker's event loop for the GIL. It prints ``LISTENING_LINE`` + URL and runs until
   SIGTERM or SIGINT.
 
-moto keeps its buckets in memory, per process: everything is gone when it stops.
+Given a data directory (``--data-dir``; ``kipper cluster up`` gives ``<data-dir>/s3``) the
+server keeps every object as a file there and serves it again after a restart
+(``object_files``); without one it keeps them in memory, gone when it stops, which suits tests.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Self
 
 from moto.server import ThreadedMotoServer
+
+from .object_files import keep_objects_under
 
 LISTENING_LINE = "kipper embedded S3 listening on "
 # moto accepts any credentials; these make the signed requests look ordinary.
@@ -51,7 +55,9 @@ class _Server(abc.ABC):
 
 
 class EmbeddedS3(_Server):
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: Path | None = None) -> None:
+        if data_dir is not None:
+            keep_objects_under(data_dir)
         self._server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
         self.endpoint_url: str | None = None
 
@@ -70,10 +76,12 @@ class EmbeddedS3(_Server):
 
 
 class EmbeddedS3Process(_Server):
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: Path | None = None) -> None:
         self._command = [
             sys.executable, "-m", "storage.objectstore.embedded", "--host", host, "--port", str(port),
         ]
+        if data_dir is not None:
+            self._command += ["--data-dir", str(data_dir)]
         self._process: subprocess.Popen[str] | None = None
         self.endpoint_url: str | None = None
 
@@ -90,6 +98,11 @@ class EmbeddedS3Process(_Server):
             raise RuntimeError(f"embedded S3 did not start; it printed {line!r}")
         self.endpoint_url = match.group(1)
         return self.endpoint_url
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "not started"
+        return self._process.pid
 
     def stop(self) -> None:
         if self._process is None:
@@ -109,12 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run kipper's embedded S3 server (moto).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="keep objects as files here (default: in memory, lost at exit)")
     args = parser.parse_args(argv)
 
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    with EmbeddedS3(args.host, args.port) as server:
+    with EmbeddedS3(args.host, args.port, args.data_dir) as server:
         print(LISTENING_LINE + server.endpoint_url, flush=True)
         stopping.wait()
     return 0

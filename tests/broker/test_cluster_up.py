@@ -7,10 +7,12 @@ import signal
 
 import pytest
 from confluent_kafka import Producer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from bench.local_cluster import LocalCluster, pid_alive
 from support.clients import consume_all
+from support.storage_modes import MODES
 from support.topics import create_topic
 
 
@@ -18,8 +20,9 @@ from support.topics import create_topic
 def local_cluster(tmp_path):
     clusters: list[LocalCluster] = []
 
-    def start(**options) -> LocalCluster:
-        cluster = LocalCluster(tmp_path / f"cluster-{len(clusters)}", **options)
+    def start(root=None, **options) -> LocalCluster:
+        """A new cluster, or with `root` one more start of a cluster's data dir."""
+        cluster = LocalCluster(root or tmp_path / f"cluster-{len(clusters)}", **options)
         clusters.append(cluster)
         return cluster.start()
 
@@ -64,3 +67,61 @@ def test_a_dying_broker_stops_the_cluster_with_an_error(local_cluster):
     assert cluster.proc.returncode == 1
     assert [pid for pid in cluster.pids() if pid_alive(pid)] == []
     assert "broker-1 exited with status -9" in cluster.log_tail()
+
+
+def _kafka_python_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=15_000)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        values = []
+        for message in consumer:
+            values.append(message.value)
+            if len(values) == expected:
+                break
+        return values
+    finally:
+        consumer.close()
+
+
+def test_every_mode_keeps_its_records_across_stop_start_and_kill_9_of_the_tree(
+        local_cluster, topic_name):
+    """Acknowledged records of every storage mode are there again after Ctrl-C and start, and
+    after kill -9 of the launcher, every broker and the S3 server at once (same data dir)."""
+    cluster = local_cluster(brokers=3)
+    topics = {mode: f"{topic_name}-{mode}" for mode in MODES}
+    for mode, topic in topics.items():
+        create_topic(cluster.bootstrap, topic, replication_factor=3,
+                     config={"kipper.storage.mode": mode})
+    confluent = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                          "enable.idempotence": True})
+    kafka_python = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    expected: dict[str, list[bytes]] = {}
+    for mode, topic in topics.items():
+        expected[mode] = [f"{mode}-confluent-{i}".encode() for i in range(100)]
+        for value in expected[mode]:
+            confluent.produce(topic, value)
+        assert confluent.flush(30) == 0
+        python_values = [f"{mode}-kafka-python-{i}".encode() for i in range(100)]
+        for value in python_values:
+            kafka_python.send(topic, value)
+        kafka_python.flush(30)
+        expected[mode] += python_values
+    kafka_python.close()
+
+    # Ctrl-C, then the same command again.
+    os.kill(cluster.proc.pid, signal.SIGINT)
+    assert cluster.proc.wait(60) == 0
+    cluster = local_cluster(brokers=3, root=cluster.root)
+    for mode, topic in topics.items():
+        assert consume_all(cluster.bootstrap, topic, len(expected[mode])) == expected[mode], mode
+
+    # kill -9 of the whole tree: no process gets to flush or close anything.
+    for pid in [cluster.proc.pid, *cluster.pids()]:
+        os.kill(pid, signal.SIGKILL)
+    cluster.proc.wait(10)
+    cluster = local_cluster(brokers=3, root=cluster.root)
+    for mode, topic in topics.items():
+        assert _kafka_python_values(cluster.bootstrap, topic, len(expected[mode])) == expected[mode], mode

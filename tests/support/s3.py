@@ -57,15 +57,16 @@ async def _create_buckets(endpoint: S3Endpoint) -> None:
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[S3Endpoint]:
-    """An S3 server for the whole session, with kipper-wal and kipper-fast-az1..3 created."""
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """An S3 server for the whole session, with kipper-wal and kipper-fast-az1..3 created;
+    the embedded one keeps its objects on disk, as ``kipper cluster up``'s does."""
     endpoint = s3_endpoint_from_env()
     if endpoint is not None:
         asyncio.run(_create_buckets(endpoint))
         yield endpoint
         return
     # A process of its own, so the server's work does not slow the tests' event loop.
-    with embedded.EmbeddedS3Process() as server:
+    with embedded.EmbeddedS3Process(data_dir=tmp_path_factory.mktemp("s3")) as server:
         endpoint = S3Endpoint(server.endpoint_url, embedded.ACCESS_KEY, embedded.SECRET_KEY)
         asyncio.run(_create_buckets(endpoint))
         yield endpoint
