@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.controller import ControllerError
 from protocol.apis import ApiKey
 from replication.cluster_metadata import TopicInfo
-from storage.config import TOPIC_CONFIGS
+from storage.config import STORAGE_MODES, TOPIC_CONFIGS
 
 from .metadata import AUTHORIZED_OPERATIONS_OMITTED
 from .registry import RequestContext, handles
@@ -78,6 +78,10 @@ def _check_storage_mode(ctx: RequestContext, topic) -> None:
     the controller records a topic no broker could serve."""
     requested = {c.name: c.value for c in topic.configs}.get(
         "kipper.storage.mode", ctx.services.config.default_storage_mode)
+    if requested not in STORAGE_MODES:
+        raise ControllerError(
+            ErrorCode.invalid_config,
+            f"kipper.storage.mode={requested!r} is not one of {', '.join(STORAGE_MODES)}")
     if ctx.services.config.broker_role and requested not in ctx.services.storage_modes:
         raise ControllerError(
             ErrorCode.invalid_config,

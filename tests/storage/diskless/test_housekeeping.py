@@ -83,12 +83,17 @@ def test_time_retention_empties_the_log_and_its_objects_are_deleted(cluster, top
     wait_until(lambda: not keys & cluster.wal_keys(), 60, 0.5)
 
 
-def test_diskless_topic_without_object_store_is_refused(broker_factory, topic_name):
+@pytest.mark.parametrize("mode, message", [
+    ("diskless", "--s3-endpoint"),
+    ("Diskless", "'Diskless' is not one of classic, active-tiered, diskless"),
+])
+def test_diskless_topic_without_object_store_or_unknown_mode_is_refused(
+        broker_factory, topic_name, mode, message):
     broker = broker_factory()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     future = admin.create_topics([NewTopic(topic_name, 1, 1,
-                                           config={"kipper.storage.mode": "diskless"})])[topic_name]
+                                           config={"kipper.storage.mode": mode})])[topic_name]
     with pytest.raises(KafkaException) as refused:
         future.result(30)
     assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
-    assert "--s3-endpoint" in refused.value.args[0].str()
+    assert message in refused.value.args[0].str()
