@@ -16,7 +16,7 @@ from storage.objectstore import cli as objectstore_cli
 
 from . import launcher
 from .config import BrokerConfig, Flag, load_config, settings
-from .listening import METRICS_LISTENING_LINE, node_line
+from .listening import METRICS_LISTENING_LINE, AddressInUse, node_line
 
 log = logging.getLogger("kipper")
 
@@ -39,7 +39,12 @@ async def _run_broker(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     broker = Broker(config)
-    await broker.start()
+    try:
+        await broker.start()
+    except AddressInUse as error:
+        log.error("%s", error)
+        await broker.stop()
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

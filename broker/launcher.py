@@ -72,8 +72,9 @@ class Child:
         except asyncio.TimeoutError:
             raise ClusterError(f"{self.name} printed nothing for {READY_TIMEOUT_S:.0f} s") from None
         found = parse(line.decode(errors="replace"))
+        if found is None and not line:
+            raise ClusterError(f"{self.name} exited while starting (its log above says why)")
         if found is None:
-            # Mostly EOF: it died while starting, and its relayed stderr says why.
             raise ClusterError(f"{self.name} did not start: it printed {line!r}")
         return found
 

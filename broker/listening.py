@@ -7,7 +7,10 @@ and its URL. ``kipper cluster up``, the bench scripts and the tests learn ports 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
@@ -55,3 +58,22 @@ def _url_after(prefix: str, line: str | None) -> str | None:
     if not line or not line.startswith(prefix):
         return None
     return line[len(prefix):].strip()
+
+
+class AddressInUse(Exception):
+    """A listener's port is taken; kipper prints this one line instead of a traceback."""
+
+    def __init__(self, address: str, flag: str) -> None:
+        super().__init__(f"cannot listen on {address}: address already in use; choose a free port "
+                         f"with {flag} (kipper cluster up: --base-port, --metrics-base-port)")
+
+
+@contextlib.contextmanager
+def binding(address: str, flag: str) -> Iterator[None]:
+    """Around a bind of the listener set by `flag`: a taken port raises AddressInUse."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise AddressInUse(address, flag) from None
+        raise

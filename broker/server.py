@@ -32,6 +32,7 @@ from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .diskless_metrics import DisklessMetrics
+from .listening import binding
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
@@ -106,7 +107,8 @@ class Broker:
             await self.object_store.start()
             await self.object_store.ensure_buckets([self.object_store.config.az])
         host, port = self.config.host_port
-        self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
+        with binding(self.config.listener, "--listener"):
+            self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         controller_address = self.config.controller or f"{host}:{self.bound_port}"
         controller_host, controller_port = split_host_port(controller_address)
@@ -151,7 +153,8 @@ class Broker:
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
         ]
         if self.metrics is not None:
-            await self.metrics.start()
+            with binding(self.config.metrics_listener, "--metrics-listener"):
+                await self.metrics.start()
 
     def _serve_requests(self) -> None:
         """Hand the handlers their services: from now on connections are served."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 import pytest
 from confluent_kafka import Producer
@@ -125,3 +126,16 @@ def test_every_mode_keeps_its_records_across_stop_start_and_kill_9_of_the_tree(
     cluster = local_cluster(brokers=3, root=cluster.root)
     for mode, topic in topics.items():
         assert _kafka_python_values(cluster.bootstrap, topic, len(expected[mode])) == expected[mode], mode
+
+
+def test_a_taken_port_is_named_in_one_line_with_the_flag_to_change_it(local_cluster):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError) as failed:
+            local_cluster(brokers=1, extra_args=["--base-port", str(port)])
+    log = str(failed.value)
+    assert f"cannot listen on 127.0.0.1:{port}: address already in use; choose a free port with --listener" in log
+    assert "broker-0 exited while starting" in log
+    assert "Traceback" not in log
