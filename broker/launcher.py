@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -38,6 +40,7 @@ log = logging.getLogger("kipper.cluster")
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 STOP_GRACE_S = 20.0
 
 
@@ -59,7 +62,7 @@ class Child:
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             # Ctrl-C reaches only the launcher, which stops the nodes in order.
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_stop_with(os.getpid()))
         child = cls(name, process)
         child._relays.append(asyncio.create_task(child._relay(process.stderr)))
         return child
@@ -166,6 +169,17 @@ class Cluster:
         for child in (self.brokers.get(0), self.s3):
             if child is not None:
                 await child.stop()
+
+
+def _stop_with(launcher: int) -> Callable[[], None]:
+    """Run in each child before it starts: the kernel sends it SIGTERM when the launcher
+    dies, so a kill -9 of the launcher does not leave nodes holding the ports (Linux)."""
+    def set_parent_death_signal() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != launcher:  # it died before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+    return set_parent_death_signal
 
 
 def _python(module: str, *arguments: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -139,3 +140,13 @@ def test_a_taken_port_is_named_in_one_line_with_the_flag_to_change_it(local_clus
     assert f"cannot listen on 127.0.0.1:{port}: address already in use; choose a free port with --listener" in log
     assert "broker-0 exited while starting" in log
     assert "Traceback" not in log
+
+
+def test_kill_9_of_the_launcher_stops_every_node(local_cluster):
+    cluster = local_cluster(brokers=2)
+    os.kill(cluster.proc.pid, signal.SIGKILL)
+    cluster.proc.wait(10)
+    deadline = time.monotonic() + 30
+    while [pid for pid in cluster.pids() if pid_alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in cluster.pids() if pid_alive(pid)] == []
