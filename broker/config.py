@@ -113,6 +113,9 @@ class BrokerConfig:
         100 * 1024 * 1024, "Largest request frame accepted (`socket.request.max.bytes`).")
     connections_max_idle_ms: int = setting(
         600_000, "A client connection idle this long is closed (`connections.max.idle.ms`).")
+    request_read_timeout_ms: int = setting(
+        30_000, "A request whose bytes, once begun, take longer than this to arrive closes "
+        "its connection (a slow or stalled client, e.g. slowloris, cannot hold it open).")
     log_retention_check_interval_ms: int = setting(
         300_000, "How often `retention.ms` / `retention.bytes` are applied to local logs.")
     log_flush_interval_ms: int = setting(

@@ -73,18 +73,29 @@ class Connection:
 
     async def _read_requests(self) -> None:
         idle_timeout = self.config.connections_max_idle_ms / 1000
+        read_timeout = self.config.request_read_timeout_ms / 1000
         max_size = self.config.max_request_bytes
         while not self.writer.is_closing():
             try:
-                prefix = await asyncio.wait_for(self.reader.readexactly(4), idle_timeout)
-                (size,) = _SIZE.unpack(prefix)
-                if size <= 0 or size > max_size:
-                    log.warning("closing %s: request size %d outside 1..%d bytes",
-                                self.peer, size, max_size)
-                    return
-                frame = await self.reader.readexactly(size)
+                first = await asyncio.wait_for(self.reader.readexactly(1), idle_timeout)
             except asyncio.TimeoutError:
                 log.info("closing %s: idle for %.0f s", self.peer, idle_timeout)
+                return
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            try:
+                # Idle time ends with a request's first byte; from there the whole frame
+                # has a deadline, or a client trickling bytes would hold the connection.
+                async with asyncio.timeout(read_timeout):
+                    (size,) = _SIZE.unpack(first + await self.reader.readexactly(3))
+                    if size <= 0 or size > max_size:
+                        log.warning("closing %s: request size %d outside 1..%d bytes",
+                                    self.peer, size, max_size)
+                        return
+                    frame = await self.reader.readexactly(size)
+            except TimeoutError:
+                log.warning("closing %s: a request was still incomplete after %.0f s",
+                            self.peer, read_timeout)
                 return
             except asyncio.IncompleteReadError as e:
                 if e.partial:

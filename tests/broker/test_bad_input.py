@@ -56,6 +56,7 @@ INVALID_RECORD = 87
 POLICY_VIOLATION = 44
 
 IO_TIMEOUT = 10.0
+REQUEST_READ_TIMEOUT_MS = 2000
 INVALID_TOPIC_NAMES = ["", ".", "..", "a/b", "x" * 250, "has space", "t\u00f6pic", "a\\b",
                        "semi;colon"]
 
@@ -66,7 +67,8 @@ INVALID_TOPIC_NAMES = ["", ".", "..", "a/b", "x" * 250, "has space", "t\u00f6pic
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """A broker of this module's own, so its log holds only this module's traffic."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("bad-input") / "data").start()
+    proc = BrokerProcess(tmp_path_factory.mktemp("bad-input") / "data",
+                         env={"KIPPER_REQUEST_READ_TIMEOUT_MS": str(REQUEST_READ_TIMEOUT_MS)}).start()
     yield proc
     proc.stop()
 
@@ -249,6 +251,31 @@ def test_truncated_frame_then_eof(broker, check_topic):
         sock.shutdown(socket.SHUT_WR)
         assert_closed(sock)
     assert_logged_close(broker, offset, port)
+    assert_serving(broker, check_topic)
+
+
+def test_slowloris_trickling_a_request_is_closed_and_logged(broker, check_topic):
+    """One byte a quarter second keeps the connection busy but never finishes the request:
+    it is closed once the request read timeout has passed, not held open indefinitely."""
+    offset = log_size(broker)
+    with connect(broker) as sock:
+        port = sock.getsockname()[1]
+        sock.sendall(struct.pack(">i", 100) + b"\x00" * 10)
+        started = time.monotonic()
+        closed = False
+        while not closed and time.monotonic() - started < 5 * REQUEST_READ_TIMEOUT_MS / 1000:
+            try:
+                sock.sendall(b"\x00")
+                sock.settimeout(0.25)
+                closed = sock.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+        assert closed, "the trickling connection stayed open"
+        assert time.monotonic() - started < 2 * REQUEST_READ_TIMEOUT_MS / 1000 + 1
+    assert_logged_close(broker, offset, port)
+    assert "still incomplete after 2 s" in log_since(broker, offset)
     assert_serving(broker, check_topic)
 
 
