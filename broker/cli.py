@@ -35,9 +35,11 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
 
 
 async def _run_broker(args: argparse.Namespace) -> int:
+    from .response_memory import return_large_buffers_to_the_os
     from .server import Broker
 
     config = config_from_args(args)
+    return_large_buffers_to_the_os()
     broker = Broker(config)
     try:
         await broker.start()

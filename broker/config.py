@@ -113,6 +113,16 @@ class BrokerConfig:
         100 * 1024 * 1024, "Largest request frame accepted (`socket.request.max.bytes`).")
     connections_max_idle_ms: int = setting(
         600_000, "A client connection idle this long is closed (`connections.max.idle.ms`).")
+    fetch_max_bytes: int = setting(
+        55 * 1024 * 1024, "Most record bytes one Fetch response carries, whatever the request "
+        "asks (`fetch.max.bytes`).")
+    connection_max_queued_response_bytes: int = setting(
+        16 * 1024 * 1024, "Response bytes a connection may hold (being built or not yet sent) "
+        "before the broker stops reading its requests; a client that does not read its "
+        "responses cannot grow the broker (one request at a time always goes through).")
+    max_queued_response_bytes: int = setting(
+        256 * 1024 * 1024, "The same bound over all connections: past it, a connection that "
+        "already holds a response waits before its next request is read.")
     request_read_timeout_ms: int = setting(
         30_000, "A request whose bytes, once begun, take longer than this to arrive closes "
         "its connection (a slow or stalled client, e.g. slowloris, cannot hold it open).")

@@ -25,6 +25,8 @@ from protocol.framing import (
 
 from .handlers import HANDLERS, RequestContext
 from .handlers.api_versions import unsupported_version_response
+from .handlers.fetch import response_bytes_bound
+from .response_memory import ConnectionResponses
 
 if TYPE_CHECKING:
     from .services import BrokerServices
@@ -47,8 +49,11 @@ def _api_name(api_key: int) -> str:
 
 class Connection:
     def __init__(self, services: "BrokerServices", traffic: "NetworkTraffic",
+                 responses: ConnectionResponses,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.services = services
+        # Bytes of this client's responses held in memory: bounds reading (response_memory).
+        self.held = responses
         self.config = services.config
         self.reader = reader
         self.writer = writer
@@ -57,6 +62,8 @@ class Connection:
         self.traffic = traffic.accepted_connection()
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._in_flight: set[asyncio.Future] = set()
+        # The client went away with responses unread (see ResponseMemory.collect_abandoned).
+        self._output_lost = False
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_responses())
@@ -69,7 +76,9 @@ class Connection:
         finally:
             await self._responses.put(None)
             await sender
+            self._output_lost |= self.writer.transport.get_write_buffer_size() > 0
             self.writer.close()
+            await self.held.close(abandoned=self._output_lost)
 
     async def _read_requests(self) -> None:
         idle_timeout = self.config.connections_max_idle_ms / 1000
@@ -117,7 +126,9 @@ class Connection:
                 return
             traffic_class = self.traffic.request(header.api_key, body, _SIZE.size + size,
                                                  header.client_id)
-            task = asyncio.ensure_future(self._handle(header, body, traffic_class))
+            expected = self._response_bound(header, body)
+            await self.held.reserve(expected)
+            task = asyncio.ensure_future(self._handle(header, body, traffic_class, expected))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
             await self._responses.put(task)
@@ -127,8 +138,15 @@ class Connection:
         done.set_result(data)
         await self._responses.put(done)
 
+    def _response_bound(self, header: RequestHeader, body: object) -> int:
+        """The bytes a response may reach, held from the moment its request is read: only a
+        Fetch response is large, and its request says how large it may be."""
+        if header.api_key == ApiKey.FETCH:
+            return response_bytes_bound(body, self.config.fetch_max_bytes)
+        return 0
+
     async def _handle(self, header: RequestHeader, body: object,
-                      traffic_class: str) -> bytes | None:
+                      traffic_class: str, expected: int) -> bytes | None:
         context = RequestContext(header, self.services, self.peer)
         try:
             response = await HANDLERS[header.api_key](context, body)
@@ -136,11 +154,12 @@ class Connection:
             log.exception("closing %s: %s v%d handler failed", self.peer,
                           _api_name(header.api_key), header.api_version)
             self.writer.close()
-            return None
-        if response is None:  # acks=0 produce: no response at all
-            return None
-        data = encode_response(header, response)
-        self.traffic.response(traffic_class, len(data))
+            response = None
+        # (Cancelled at shutdown: what it holds is freed when the connection closes.)
+        data = None if response is None else encode_response(header, response)  # None: acks=0
+        if data is not None:
+            self.traffic.response(traffic_class, len(data))
+        self.held.resize(expected, len(data) if data is not None else 0)
         return data
 
     async def _send_responses(self) -> None:
@@ -151,10 +170,14 @@ class Connection:
                 if not pending.cancelled():
                     raise
                 continue
-            if data is None or self.writer.is_closing():
-                continue  # keep draining so the reader never blocks on a full queue
+            if data is None:
+                continue
             try:
-                self.writer.write(data)
-                await self.writer.drain()
+                if not self.writer.is_closing():  # else drain on, so the reader never blocks
+                    self.writer.write(data)
+                    await self.writer.drain()
             except ConnectionError:
+                self._output_lost = True
                 self.writer.close()
+            finally:
+                await self.held.release(len(data))

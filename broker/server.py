@@ -36,6 +36,7 @@ from .listening import binding
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
+from .response_memory import ResponseMemory
 from .services import BrokerServices, ControllerChannel
 from .traffic import NetworkTraffic, node_client_id
 
@@ -99,6 +100,7 @@ class Broker:
         self._services_ready = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        self.response_memory = ResponseMemory(config.max_queued_response_bytes)
         self._background: list[asyncio.Task] = []
         self.bound_port = 0
 
@@ -229,7 +231,9 @@ class Broker:
             # The port is bound before the node has all its parts (its own address is part of
             # them): a connection waits until it can be served.
             await self._services_ready.wait()
-            await Connection(self.services, self.traffic, reader, writer).run()
+            responses = self.response_memory.connection(
+                self.config.connection_max_queued_response_bytes)
+            await Connection(self.services, self.traffic, responses, reader, writer).run()
         except asyncio.CancelledError:
             pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:

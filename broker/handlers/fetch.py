@@ -100,8 +100,17 @@ def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int =
         preferred_read_replica=preferred, records=records)
 
 
+def response_bytes_bound(request, fetch_max_bytes: int) -> int:
+    """The record bytes a Fetch may answer with (Kafka may exceed it by one batch, so that
+    a consumer always progresses): the request's limits under the broker's fetch.max.bytes."""
+    partitions = sum(fetch.partition_max_bytes for topic in request.topics
+                     for fetch in topic.partitions)
+    requested = request.max_bytes if request.max_bytes > 0 else partitions
+    return min(requested, partitions, fetch_max_bytes)
+
+
 async def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool, list[Partition]]:
-    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    budget = response_bytes_bound(request, ctx.services.config.fetch_max_bytes)
     total = 0
     has_error = False
     watched: list[Partition] = []

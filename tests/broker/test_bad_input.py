@@ -31,7 +31,6 @@ import time
 import uuid
 import warnings
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -39,13 +38,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_payload_module
-from kio.static.constants import EntityType
 
-from protocol.build import make
 from protocol.framing import decode_response, encode_request
 from support.batches import build_batch as build_values_batch
 from support.processes import BrokerProcess
+from support.raw import assert_closed, call, connect, entity, recv_frame
 from support.topics import create_topic
 from support.wait import wait_until
 
@@ -55,7 +52,6 @@ UNSUPPORTED_VERSION, INVALID_TOPIC_EXCEPTION, INVALID_REQUIRED_ACKS = 35, 17, 21
 INVALID_RECORD = 87
 POLICY_VIOLATION = 44
 
-IO_TIMEOUT = 10.0
 REQUEST_READ_TIMEOUT_MS = 2000
 INVALID_TOPIC_NAMES = ["", ".", "..", "a/b", "x" * 250, "has space", "t\u00f6pic", "a\\b",
                        "semi;colon"]
@@ -129,63 +125,6 @@ def assert_serving(broker: BrokerProcess, topic: str) -> None:
     finally:
         consumer.close()
     assert broker.alive(), f"broker died; log:\n{broker.log_tail()}"
-
-
-@contextmanager
-def connect(broker: BrokerProcess, timeout: float = IO_TIMEOUT):
-    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=timeout)
-    try:
-        yield sock
-    finally:
-        sock.close()
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        chunk = sock.recv(n)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def recv_frame(sock: socket.socket) -> bytes | None:
-    """One response frame without its size prefix; None if the broker closed the connection."""
-    try:
-        prefix = recv_exactly(sock, 4)
-        if prefix is None:
-            return None
-        return recv_exactly(sock, struct.unpack(">i", prefix)[0])
-    except ConnectionResetError:
-        return None
-
-
-def assert_closed(sock: socket.socket, timeout: float = IO_TIMEOUT) -> None:
-    """The broker closes the connection without answering."""
-    sock.settimeout(timeout)
-    try:
-        data = sock.recv(65536)
-    except ConnectionResetError:
-        return
-    except socket.timeout:
-        pytest.fail(f"broker kept the connection open for {timeout} s")
-    assert data == b"", f"expected a closed connection, got {len(data)} bytes: {data[:60]!r}"
-
-
-def entity(api_key: int, version: int, entity_name: str, /, **values):
-    module = load_payload_module(api_key, version, EntityType.request)
-    return make(getattr(module, entity_name), **values)
-
-
-def call(sock: socket.socket, api_key: int, version: int, body, correlation_id: int = 7):
-    sock.sendall(encode_request(api_key, version, correlation_id, "bad-input-test", body))
-    frame = recv_frame(sock)
-    assert frame is not None, f"broker closed the connection instead of answering api {api_key}"
-    got_correlation, response = decode_response(frame, api_key, version)
-    assert got_correlation == correlation_id
-    return response
 
 
 def build_batch(count: int = 3) -> bytes:

@@ -1,0 +1,74 @@
+"""Raw Kafka frames over a plain socket, for tests that speak the protocol below any client."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from contextlib import contextmanager
+
+import pytest
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from protocol.build import make
+from protocol.framing import decode_response, encode_request
+
+IO_TIMEOUT = 10.0
+
+
+@contextmanager
+def connect(broker, timeout: float = IO_TIMEOUT):
+    """A socket to ``broker`` (anything with a ``port``), closed on exit."""
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=timeout)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: socket.socket) -> bytes | None:
+    """One response frame without its size prefix; None if the broker closed the connection."""
+    try:
+        prefix = recv_exactly(sock, 4)
+        if prefix is None:
+            return None
+        return recv_exactly(sock, struct.unpack(">i", prefix)[0])
+    except ConnectionResetError:
+        return None
+
+
+def assert_closed(sock: socket.socket, timeout: float = IO_TIMEOUT) -> None:
+    """The broker closes the connection without answering."""
+    sock.settimeout(timeout)
+    try:
+        data = sock.recv(65536)
+    except ConnectionResetError:
+        return
+    except socket.timeout:
+        pytest.fail(f"broker kept the connection open for {timeout} s")
+    assert data == b"", f"expected a closed connection, got {len(data)} bytes: {data[:60]!r}"
+
+
+def entity(api_key: int, version: int, entity_name: str, /, **values):
+    module = load_payload_module(api_key, version, EntityType.request)
+    return make(getattr(module, entity_name), **values)
+
+
+def call(sock: socket.socket, api_key: int, version: int, body, correlation_id: int = 7):
+    sock.sendall(encode_request(api_key, version, correlation_id, "bad-input-test", body))
+    frame = recv_frame(sock)
+    assert frame is not None, f"broker closed the connection instead of answering api {api_key}"
+    got_correlation, response = decode_response(frame, api_key, version)
+    assert got_correlation == correlation_id
+    return response
