@@ -12,6 +12,7 @@ Before the fix, every one of these rounds was stale (bench/read_your_writes.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -53,37 +54,45 @@ def route(diskless_cluster, topic_name) -> Route:
     return Route(topic_name, writer, reader)
 
 
-def _producer(route: Route) -> Producer:
-    return Producer({"bootstrap.servers": route.writer.bootstrap, "acks": "all",
-                     "linger.ms": 0, "client.id": route.client_id(route.writer, "writer")})
-
-
 def _acknowledged(producer: Producer, topic: str, count: int) -> None:
     for i in range(count):
         producer.produce(topic, f"record-{i}".encode(), partition=0)
     assert producer.flush(30) == 0, "the records were not acknowledged"
 
 
+def _stale_rounds(route: Route, read: Callable[[int], tuple | None]) -> list[tuple]:
+    """ROUNDS times: produce RECORDS with acks=all through the writer, then ``read(end)``
+    (``end``: the acknowledged log end) says what it found stale, or None."""
+    producer = Producer({"bootstrap.servers": route.writer.bootstrap, "acks": "all",
+                         "linger.ms": 0, "client.id": route.client_id(route.writer, "writer")})
+    end = 1  # the fixture's first record
+    stale = []
+    for i in range(ROUNDS):
+        _acknowledged(producer, route.topic, RECORDS)
+        end += RECORDS
+        found = read(end)
+        if found is not None:
+            stale.append((i, *found))
+    return stale
+
+
 def test_latest_offset_through_another_broker(route):
-    producer = _producer(route)
     confluent = Consumer({"bootstrap.servers": route.reader.bootstrap, "group.id": "ryw",
                           "client.id": route.client_id(route.reader, "confluent")})
     kafka_python = KafkaConsumer(bootstrap_servers=route.reader.bootstrap,
                                  client_id=route.client_id(route.reader, "kafka-python"))
-    end = 1
-    stale = []
+    partition = KafkaTopicPartition(route.topic, 0)
+
+    def latest(end: int) -> tuple | None:
+        """Alternately through confluent-kafka and kafka-python."""
+        if end // RECORDS % 2:
+            found = kafka_python.end_offsets([partition])[partition]
+        else:
+            found = confluent.get_watermark_offsets(TopicPartition(route.topic, 0), timeout=30,
+                                                    cached=False)[1]
+        return None if found == end else (found, end)
     try:
-        for i in range(ROUNDS):
-            _acknowledged(producer, route.topic, RECORDS)
-            end += RECORDS
-            if i % 2:
-                latest = kafka_python.end_offsets([KafkaTopicPartition(route.topic, 0)])[
-                    KafkaTopicPartition(route.topic, 0)]
-            else:
-                latest = confluent.get_watermark_offsets(TopicPartition(route.topic, 0),
-                                                         timeout=30, cached=False)[1]
-            if latest != end:
-                stale.append((i, latest, end))
+        stale = _stale_rounds(route, latest)
     finally:
         confluent.close()
         kafka_python.close()
@@ -93,25 +102,21 @@ def test_latest_offset_through_another_broker(route):
 def test_delete_records_right_after_produce_and_earliest_elsewhere(route):
     """DeleteRecords through B right after a produce through A (it failed with
     OFFSET_OUT_OF_RANGE), then EARLIEST through A (it answered the old log start)."""
-    producer = _producer(route)
     admin = AdminClient({"bootstrap.servers": route.reader.bootstrap,
                          "client.id": route.client_id(route.reader, "admin")})
     earliest_at_writer = Consumer({"bootstrap.servers": route.writer.bootstrap,
                                    "group.id": "ryw", "client.id": route.client_id(
                                        route.writer, "confluent")})
-    end = 1
-    stale = []
+
+    def delete_then_earliest(end: int) -> tuple | None:
+        wanted = end - 2
+        deleted = admin.delete_records([TopicPartition(route.topic, 0, wanted)])
+        low_watermark = next(iter(deleted.values())).result(30).low_watermark
+        earliest = earliest_at_writer.get_watermark_offsets(
+            TopicPartition(route.topic, 0), timeout=30, cached=False)[0]
+        return None if low_watermark == earliest == wanted else (low_watermark, earliest, wanted)
     try:
-        for i in range(ROUNDS):
-            _acknowledged(producer, route.topic, RECORDS)
-            end += RECORDS
-            wanted = end - 2
-            deleted = admin.delete_records([TopicPartition(route.topic, 0, wanted)])
-            low_watermark = next(iter(deleted.values())).result(30).low_watermark
-            earliest = earliest_at_writer.get_watermark_offsets(
-                TopicPartition(route.topic, 0), timeout=30, cached=False)[0]
-            if (low_watermark, earliest) != (wanted, wanted):
-                stale.append((i, low_watermark, earliest, wanted))
+        stale = _stale_rounds(route, delete_then_earliest)
     finally:
         earliest_at_writer.close()
     assert stale == [], f"{len(stale)} of {ROUNDS} rounds: (round, low watermark, EARLIEST, wanted)"
@@ -122,22 +127,15 @@ def test_fetch_high_watermark_through_another_broker(route):
     that includes what was just acknowledged through A. (The Fetch is the bench's raw
     request: a client library answers a stale broker's empty fetch by fetching again, which
     hides the stale high watermark the test looks for.)"""
-    producer = _producer(route)
-    end = 1
-    stale = []
+    loop = asyncio.new_event_loop()
+    connection = NodeConnection("127.0.0.1", route.reader.port, "ryw-fetch", Uncounted())
 
-    async def fetch_high_watermarks() -> None:
-        nonlocal end
-        connection = NodeConnection("127.0.0.1", route.reader.port, "ryw-fetch", Uncounted())
-        try:
-            for i in range(ROUNDS):
-                await asyncio.to_thread(_acknowledged, producer, route.topic, RECORDS)
-                end += RECORDS
-                high_watermark = await fetch_high_watermark(connection, route.topic, end)
-                if high_watermark != end:
-                    stale.append((i, high_watermark, end))
-        finally:
-            await connection.close()
-
-    asyncio.run(fetch_high_watermarks())
+    def high_watermark(end: int) -> tuple | None:
+        found = loop.run_until_complete(fetch_high_watermark(connection, route.topic, end))
+        return None if found == end else (found, end)
+    try:
+        stale = _stale_rounds(route, high_watermark)
+    finally:
+        loop.run_until_complete(connection.close())
+        loop.close()
     assert stale == [], f"{len(stale)} of {ROUNDS} fetch high watermarks were stale"
