@@ -153,6 +153,12 @@ class BrokerConfig:
     diskless_read_cache_max_bytes: int = setting(
         256 * 1024 * 1024, "Diskless: size of the LRU cache of WAL object ranges read "
         "(the uploading broker fills it too).")
+    diskless_catch_up_timeout_ms: int = setting(
+        5_000, "Diskless: ListOffsets, Fetch and DeleteRecords first bring this broker's copy "
+        "of the batch coordinator's state up to what the coordinator has committed (so they "
+        "see every acknowledged produce, through any broker); if that takes longer than this "
+        "(coordinator unreachable), the partition answers OFFSET_NOT_AVAILABLE, which "
+        "clients retry.")
     diskless_housekeeping_interval_ms: int = setting(
         5_000, "Diskless: how often the batch coordinator applies retention, deletes and "
         "merges objects (coordinator/diskless/housekeeping.py).")

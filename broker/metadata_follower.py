@@ -15,11 +15,6 @@ from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v3.request import BrokerRegistrationRequest, Listener
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.list_offsets.v7.request import (
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsTopic,
-)
 
 from coordinator.state_machine import Applier
 from protocol.apis import ApiKey
@@ -126,9 +121,5 @@ class MetadataFollower:
 
     async def catch_up(self, timeout: float = 30.0) -> None:
         """Wait until this broker has applied everything the controller has committed."""
-        request = make(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(
-            make(ListOffsetsTopic, name=METADATA_TOPIC, partitions=(
-                make(ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
-                     timestamp=-1),)),))
-        response = await self.controller.call(ApiKey.LIST_OFFSETS, request, timeout)
-        await self.applier.wait_until_applied(response.topics[0].partitions[0].offset, timeout)
+        committed = await self.controller.latest_offset(METADATA_TOPIC, 0, timeout)
+        await self.applier.wait_until_applied(committed, timeout)

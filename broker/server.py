@@ -179,7 +179,12 @@ class Broker:
             lambda host, port, body, timeout_s: self.nodes.connection(
                 host, port, "diskless-coordinator").call(
                     InternalApiKey.DISKLESS_COORDINATOR_APPEND, body, timeout_s),
-            self.controller_channel.create_topic)
+            self.controller_channel.create_topic,
+            # Not behind the appends pipelined on the connection above.
+            lambda host, port, timeout_s: self.nodes.connection(
+                host, port, "diskless-committed-offset").latest_offset(
+                    DISKLESS_METADATA_TOPIC, 0, timeout_s),
+            config.diskless_catch_up_timeout_ms / 1000)
         cache = ReadCache(self.object_store, config.diskless_read_cache_max_bytes)
         self.wal_writer = WalWriter(
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
-from storage.log import AppendResult, PartitionLog
+from storage.log import AppendResult, NotCaughtUp, PartitionLog
 
 from .cluster_metadata import PartitionInfo
 from .partition import Partition, PartitionError
@@ -41,11 +41,22 @@ class LeaderlessPartition(Partition):
         if current_leader_epoch > self.leader_epoch:
             raise PartitionError(ErrorCode.unknown_leader_epoch)
 
+    async def catch_up(self, since: float) -> None:
+        # The offsets come from this broker's copy of the batch coordinator's state, which
+        # may not hold yet what another broker just had committed.
+        try:
+            await self.log.catch_up(since)
+        except NotCaughtUp as e:
+            # Retriable, and every client retries it on ListOffsets, Fetch and
+            # DeleteRecords: it is what Kafka answers while a new leader's high watermark
+            # is still catching up (KIP-207).
+            raise PartitionError(ErrorCode.offset_not_available, str(e)) from e
+
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
                                required_acks: int, timeout_s: float = 30.0) -> AppendResult:
         # acks=0, 1 and all all wait for the commit: before it the batches have no offsets.
         return await self.log.append(records, batches, -1)
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
         raise PartitionError(ErrorCode.not_leader_or_follower,
                              "diskless partitions have no followers")

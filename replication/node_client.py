@@ -13,9 +13,19 @@ import logging
 import struct
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+
 from protocol.apis import VERSION_RANGES, ApiKey
+from protocol.build import make
 from protocol.framing import decode_response, encode_request
 from protocol.internal import InternalApiKey, is_internal
+
+from .partition import PartitionError
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -105,6 +115,19 @@ class NodeConnection:
             return await asyncio.wait_for(future, timeout)
         finally:
             self._pending.pop(correlation_id, None)
+
+    async def latest_offset(self, topic: str, partition: int, timeout: float) -> int:
+        """ListOffsets(LATEST) of a partition this node leads: its high watermark, i.e.
+        everything committed there. Raises PartitionError with the node's error."""
+        request = make(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(
+            make(ListOffsetsTopic, name=topic, partitions=(
+                make(ListOffsetsPartition, partition_index=partition, current_leader_epoch=-1,
+                     timestamp=-1),)),))
+        answer = (await self.call(ApiKey.LIST_OFFSETS, request, timeout)).topics[0].partitions[0]
+        if answer.error_code != ErrorCode.none:
+            raise PartitionError(answer.error_code, f"ListOffsets of {topic}-{partition} at "
+                                                    f"{self.host}:{self.port}")
+        return answer.offset
 
     async def close(self) -> None:
         if self._reader_task is not None:

@@ -41,6 +41,8 @@ class FollowerState:
     log_end_offset: int = -1
     # When the follower last fetched at (or past) the leader's log end offset.
     caught_up_at: float = 0.0
+    # The high watermark the follower's latest fetch was answered with (as far as we know).
+    high_watermark_sent: int = -1
 
 
 class Watchable:
@@ -78,6 +80,10 @@ class Partition(Watchable, abc.ABC):
         self.partition_epoch = -1
         self.replicas: list[int] = []
         self.isr: list[int] = []
+        # Where this broker's log ended when it became the leader (-1: not the leader).
+        # Until the high watermark reaches it, records of earlier leaders that were
+        # acknowledged may still lie above it (Kafka's leaderEpochStartOffset, KIP-207).
+        self.leader_epoch_start_offset = -1
 
     @abc.abstractmethod
     def update_info(self, info: PartitionInfo) -> None:
@@ -113,9 +119,18 @@ class Partition(Watchable, abc.ABC):
         """Append a produce request's validated batches; return once ``required_acks``
         holds (-1: the ISR, or what the mode promises instead)."""
 
+    async def catch_up(self, since: float) -> None:
+        """Wait until this broker's view of the partition is at least as new as anything
+        acknowledged to any client before ``since`` (time.monotonic()), so that ListOffsets,
+        Fetch and DeleteRecords read their own writes through any broker. A leader's
+        partition is, as is the view a follower serves under KIP-392 (Kafka does not promise
+        it): nothing to wait for. Raises PartitionError(OFFSET_NOT_AVAILABLE) if it cannot
+        catch up in time."""
+
     @abc.abstractmethod
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
-        """A follower replica fetched from ``fetch_offset``."""
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """A follower replica fetched from ``fetch_offset``; True if the high watermark it
+        is about to be sent is news to it (then its fetch is answered at once)."""
 
 
 class ReplicatedPartition(Partition):
@@ -145,6 +160,9 @@ class ReplicatedPartition(Partition):
             now = time.monotonic()
             self._followers = {r: FollowerState(caught_up_at=now)
                                for r in self.replicas if r != self.node_id}
+            self.leader_epoch_start_offset = self.log.log_end_offset
+        elif new_leadership:
+            self.leader_epoch_start_offset = -1
         if new_leadership:
             self.log.on_leadership_change(
                 Leadership.LEADER if became_leader else Leadership.FOLLOWER, self.leader_epoch)
@@ -198,11 +216,18 @@ class ReplicatedPartition(Partition):
         if len(self.isr) < min_isr:
             raise PartitionError(ErrorCode.not_enough_replicas_after_append)
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: it holds everything below it."""
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """A follower fetched from ``fetch_offset``: it holds everything below it.
+
+        A follower learns the high watermark only from fetch responses, and the fetch that
+        moves it (the last ISR member's) would otherwise long-poll for new data with it:
+        the follower would apply committed records up to replica fetch wait later (the
+        batch coordinator's followers answered reads from state that old). So a fetch whose
+        answer carries a high watermark the follower was not sent yet is answered at once
+        (KIP-1166's idea, without its request field)."""
         state = self._followers.get(replica_id)
         if state is None:
-            return
+            return False
         state.log_end_offset = fetch_offset
         if fetch_offset >= self.log.log_end_offset:
             state.caught_up_at = time.monotonic()
@@ -210,6 +235,9 @@ class ReplicatedPartition(Partition):
                 and fetch_offset >= self.log.log_end_offset):
             self._propose(self.isr + [replica_id])
         self.maybe_advance_high_watermark()
+        news = self._high_watermark > state.high_watermark_sent
+        state.high_watermark_sent = self._high_watermark
+        return news
 
     def maybe_advance_high_watermark(self) -> None:
         if not self.is_leader:

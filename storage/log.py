@@ -36,6 +36,11 @@ class KafkaStorageError(StorageError):
     """KAFKA_STORAGE_ERROR: the engine could not persist or read (disk, object store)."""
 
 
+class NotCaughtUp(StorageError):
+    """This broker's copy of shared state could not be brought up to date in time (its
+    writer did not answer, or the copy lags): it must not answer from it."""
+
+
 @dataclass(slots=True)
 class AppendResult:
     base_offset: int
@@ -138,6 +143,15 @@ class PartitionLog(abc.ABC):
         rather than a protocol only some engines implement: the partition then tells every
         log the same way without asking what engine it is, and a new engine that needs it
         only overrides it."""
+
+    async def catch_up(self, since: float) -> None:
+        """Return once what this log answers (offsets, reads) includes every change
+        acknowledged anywhere before ``since`` (time.monotonic()); raises NotCaughtUp.
+        A log this broker writes itself is always current, hence the no-op default; an
+        engine whose state is written elsewhere and copied here (diskless: the batch
+        coordinator's) waits for its copy.
+
+        Called by partitions that any broker serves (replication.leaderless_partition)."""
 
     def durable_end_offset(self) -> int:
         """Offsets below this are durable without any follower holding them (e.g. uploaded

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -16,30 +17,38 @@ READ_COMMITTED = 1
 FOLLOWER_FETCH_MIN_VERSION = 11
 
 
+class PartitionRead(NamedTuple):
+    entry: object  # the partition's response entry
+    size: int  # the record bytes it carries
+    watch: Partition | None  # the partition to watch for new data (None: the entry is an error)
+    # A follower is sent a high watermark it does not know yet: answer without waiting.
+    answer_now: bool = False
+
+
 async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budget: int,
-                          first_data: bool) -> tuple[object, int, Partition | None]:
-    """One partition's response entry, the record bytes it carries, and the partition to
-    watch for new data (None when the entry is an error)."""
+                          first_data: bool, received_at: float) -> PartitionRead:
     index = fetch.partition
     replica_id = getattr(request, "replica_id", -1)
+    answer_now = False
     try:
         partition = ctx.services.replicas.get(topic, index)
         current_epoch = getattr(fetch, "current_leader_epoch", -1)
         if replica_id >= 0:
             # A follower: its fetch offset is its log end offset; it may read to ours.
             partition.check_leader(current_epoch)
-            partition.record_follower_fetch(replica_id, fetch.fetch_offset)
+            answer_now = partition.record_follower_fetch(replica_id, fetch.fetch_offset)
             upper = partition.log.log_end_offset
         else:
             partition.check_epoch(current_epoch)
             if not partition.is_leader and ctx.version < FOLLOWER_FETCH_MIN_VERSION:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
+            await partition.catch_up(received_at)
             preferred = _preferred_read_replica(ctx, partition, getattr(request, "rack_id", ""))
             if preferred is not None:
-                return _entry(ctx, request, index, ErrorCode.none, hw=partition.high_watermark,
-                              lso=partition.last_stable_offset,
-                              log_start=partition.log.log_start_offset,
-                              preferred=preferred), 0, None
+                return PartitionRead(_entry(
+                    ctx, request, index, ErrorCode.none, hw=partition.high_watermark,
+                    lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
+                    preferred=preferred), 0, None)
             upper = (partition.last_stable_offset if request.isolation_level == READ_COMMITTED
                      else partition.high_watermark)
         if fetch.fetch_offset > partition.log.log_end_offset:
@@ -62,17 +71,17 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             records = result.records
         error = ErrorCode.none
     except PartitionError as e:
-        return _entry(ctx, request, index, e.error_code), 0, None
+        return PartitionRead(_entry(ctx, request, index, e.error_code), 0, None)
     except OffsetOutOfRange:
-        return _entry(ctx, request, index, ErrorCode.offset_out_of_range,
-                      hw=partition.high_watermark,
-                      log_start=partition.log.log_start_offset), 0, None
+        return PartitionRead(_entry(ctx, request, index, ErrorCode.offset_out_of_range,
+                                    hw=partition.high_watermark,
+                                    log_start=partition.log.log_start_offset), 0, None)
     except KafkaStorageError:
-        return _entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None
+        return PartitionRead(_entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None)
     entry = _entry(ctx, request, index, error, hw=partition.high_watermark,
                    lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
                    records=records)
-    return entry, len(records), partition
+    return PartitionRead(entry, len(records), partition, answer_now)
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition, client_rack: str) -> int | None:
@@ -109,35 +118,40 @@ def response_bytes_bound(request, fetch_max_bytes: int) -> int:
     return min(requested, partitions, fetch_max_bytes)
 
 
-async def _read_all(ctx: RequestContext, request) -> tuple[list, int, bool, list[Partition]]:
+async def _read_all(ctx: RequestContext, request,
+                    received_at: float) -> tuple[list, int, bool, list[Partition]]:
+    """The response's topics, their record bytes, whether it should be sent now regardless
+    of them (an error, or news for a follower), and the partitions to watch."""
     budget = response_bytes_bound(request, ctx.services.config.fetch_max_bytes)
     total = 0
-    has_error = False
+    answer_now = False
     watched: list[Partition] = []
     topics = []
     for fetch_topic in request.topics:
         entries = []
         for fetch in fetch_topic.partitions:
-            entry, size, partition = await _read_partition(
-                ctx, request, fetch_topic.topic, fetch, max(budget - total, 0), total == 0)
-            entries.append(entry)
-            total += size
-            if partition is None:
-                has_error = True
+            read = await _read_partition(ctx, request, fetch_topic.topic, fetch,
+                                         max(budget - total, 0), total == 0, received_at)
+            entries.append(read.entry)
+            total += read.size
+            if read.watch is None:
+                answer_now = True
             else:
-                watched.append(partition)
+                watched.append(read.watch)
+                answer_now = answer_now or read.answer_now
         topics.append(ctx.response("FetchableTopicResponse", topic=fetch_topic.topic,
                                    partitions=tuple(entries)))
-    return topics, total, has_error, watched
+    return topics, total, answer_now, watched
 
 
 @handles(ApiKey.FETCH)
 async def fetch(ctx: RequestContext, request) -> object:
-    deadline = time.monotonic() + millis(request.max_wait) / 1000
+    received_at = time.monotonic()
+    deadline = received_at + millis(request.max_wait) / 1000
     while True:
-        topics, total, has_error, watched = await _read_all(ctx, request)
+        topics, total, answer_now, watched = await _read_all(ctx, request, received_at)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or has_error or remaining <= 0 or not watched:
+        if total >= request.min_bytes or answer_now or remaining <= 0 or not watched:
             break
         await wait_for_any_change(watched, remaining)  # long poll
     # Fetch sessions (KIP-227) are answered sessionless: id 0 means "send full requests".

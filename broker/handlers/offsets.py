@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
@@ -16,7 +18,8 @@ MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
 
 
-async def _list_offset(ctx: RequestContext, request, topic: str, asked) -> object:
+async def _list_offset(ctx: RequestContext, request, topic: str, asked,
+                       received_at: float) -> object:
     def answer(error=ErrorCode.none, timestamp=-1, offset=-1, epoch=-1) -> object:
         return ctx.response("ListOffsetsPartitionResponse", partition_index=asked.partition_index,
                             error_code=error, timestamp=timestamp, offset=offset,
@@ -24,10 +27,15 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked) -> objec
     try:
         partition = ctx.services.replicas.get(topic, asked.partition_index)
         partition.check_leader(getattr(asked, "current_leader_epoch", -1))
+        await partition.catch_up(received_at)
     except PartitionError as e:
         return answer(e.error_code)
     log = partition.log
     if asked.timestamp == LATEST:
+        if partition.high_watermark < partition.leader_epoch_start_offset:
+            # A new leader's high watermark may still be below records an earlier leader
+            # acknowledged: the client retries (Kafka's answer, KIP-207).
+            return answer(ErrorCode.offset_not_available)
         end = (partition.last_stable_offset if getattr(request, "isolation_level", 0) == READ_COMMITTED
                else partition.high_watermark)
         return answer(offset=end, epoch=partition.leader_epoch)
@@ -42,21 +50,24 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked) -> objec
 
 @handles(ApiKey.LIST_OFFSETS)
 async def list_offsets(ctx: RequestContext, request) -> object:
+    received_at = time.monotonic()
     topics = []
     for topic in request.topics:
-        entries = [await _list_offset(ctx, request, topic.name, p) for p in topic.partitions]
+        entries = [await _list_offset(ctx, request, topic.name, p, received_at)
+                   for p in topic.partitions]
         topics.append(ctx.response("ListOffsetsTopicResponse", name=topic.name,
                                    partitions=tuple(entries)))
     return ctx.response("ListOffsetsResponse", throttle_time=0, topics=tuple(topics))
 
 
-async def _delete_records(ctx: RequestContext, topic: str, asked) -> object:
+async def _delete_records(ctx: RequestContext, topic: str, asked, received_at: float) -> object:
     def answer(error=ErrorCode.none, low_watermark=-1) -> object:
         return ctx.response("DeleteRecordsPartitionResult", partition_index=asked.partition_index,
                             low_watermark=low_watermark, error_code=error)
     try:
         partition = ctx.services.replicas.get(topic, asked.partition_index)
         partition.check_leader()
+        await partition.catch_up(received_at)
     except PartitionError as e:
         return answer(e.error_code)
     # -1 means "up to the high watermark", as in Kafka's DeleteRecordsRequest.HIGH_WATERMARK.
@@ -71,9 +82,11 @@ async def _delete_records(ctx: RequestContext, topic: str, asked) -> object:
 
 @handles(ApiKey.DELETE_RECORDS)
 async def delete_records(ctx: RequestContext, request) -> object:
+    received_at = time.monotonic()
     topics = []
     for topic in request.topics:
-        entries = [await _delete_records(ctx, topic.name, p) for p in topic.partitions]
+        entries = [await _delete_records(ctx, topic.name, p, received_at)
+                   for p in topic.partitions]
         topics.append(ctx.response("DeleteRecordsTopicResult", name=topic.name,
                                    partitions=tuple(entries)))
     return ctx.response("DeleteRecordsResponse", throttle_time=0, topics=tuple(topics))

@@ -10,8 +10,13 @@ Other brokers reach the coordinator through the internal API
 DISKLESS_COORDINATOR_APPEND; when leadership moves they retry against the new leader with
 the same record, whose request id makes the retry harmless.
 
+Queries answer from this broker's copy, which trails the coordinator by a replication
+round: ``catch_up`` first brings it up to what the coordinator has committed, so that
+reads through any broker see every acknowledged change (see ``catch_up``).
+
 Of the replica layer it needs only ``MetadataLogReplica`` (the partition, as this broker
-holds it) and ``CallNode`` (a call to another broker), both given by the broker.
+holds it), ``CallNode`` (a call to another broker) and ``CommittedOffsetAt`` (the
+coordinator's committed offset, asked of another broker), all given by the broker.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -42,7 +48,7 @@ from storage.diskless.control_plane import (
     StateStats,
     decode_request,
 )
-from storage.log import AppendResult, PartitionLog
+from storage.log import AppendResult, NotCaughtUp, PartitionLog
 
 from ..state_machine import Applier
 from .batch_state import BatchCoordinatorState
@@ -64,6 +70,9 @@ class MetadataLogReplica(Protocol):
     @property
     def high_watermark(self) -> int: ...
 
+    @property
+    def leader_epoch_start_offset(self) -> int: ...
+
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
                                required_acks: int, timeout_s: float) -> AppendResult:
         """Raises PartitionError when this broker cannot append as the leader."""
@@ -73,6 +82,9 @@ class MetadataLogReplica(Protocol):
 
 # Send an internal request body to the broker at (host, port); its answer.
 CallNode = Callable[[str, int, JsonBody, float], Awaitable[JsonBody]]
+# The high watermark of __diskless-metadata-0 at the broker (host, port) leading it
+# (ListOffsets LATEST); raises PartitionError with that broker's error.
+CommittedOffsetAt = Callable[[str, int, float], Awaitable[int]]
 
 
 class NotCoordinator(Exception):
@@ -89,7 +101,8 @@ class BatchCoordinator(RecordControlPlane):
 
     def __init__(self, node_id: int, state_path: Path, image: MetadataImage,
                  metadata_log: Callable[[], MetadataLogReplica | None], call_node: CallNode,
-                 create_topic: Callable[..., Awaitable[ErrorCode]]) -> None:
+                 create_topic: Callable[..., Awaitable[ErrorCode]],
+                 committed_offset_at: CommittedOffsetAt, catch_up_timeout_s: float) -> None:
         self.node_id = node_id
         self.state = BatchCoordinatorState(state_path)
         self.image = image
@@ -103,6 +116,11 @@ class BatchCoordinator(RecordControlPlane):
         self.commit_latencies_ms: deque[float] = deque(maxlen=10_000)
         self.commit_requests = 0
         self.appends = 0
+        self._committed_offset_at = committed_offset_at
+        self.catch_up_timeout_s = catch_up_timeout_s
+        self._committed_offsets = _CommittedOffsetQuestions(self._ask_committed_offset)
+        self.catch_up_failures = 0
+        self._last_question_error: Exception | None = None  # for the NotCaughtUp message
 
     def start(self) -> None:
         self._apply_task = asyncio.create_task(self._apply_loop())
@@ -177,21 +195,29 @@ class BatchCoordinator(RecordControlPlane):
         if timeout_s <= 0:
             raise asyncio.TimeoutError()
         await self._ensure_topic()
-        topic = self.image.topics.get(DISKLESS_METADATA_TOPIC)
-        leader = topic.partitions[0].leader if topic and 0 in topic.partitions else -1
-        if leader == self.node_id:
+        coordinator = self._remote_coordinator()
+        if coordinator is None:
             return await self.append(request, timeout_s)
-        broker = self.image.brokers.get(leader)
-        if broker is None or broker.fenced:
-            raise NotCoordinator(f"{DISKLESS_METADATA_TOPIC}-0 has no live leader")
-        response = await self._call_node(broker.host, broker.port,
-                                         JsonBody({"record": request.to_wire()}), timeout_s)
+        response = await self._call_node(*coordinator, JsonBody({"record": request.to_wire()}),
+                                         timeout_s)
         error = response.value["error_code"]
         if error == ErrorCode.invalid_request:
             raise RecordRejected(response.value.get("error_message", "record rejected"))
         if error != ErrorCode.none:
             raise NotCoordinator(response.value.get("error_message", "not the coordinator"))
         return request.RESULT.from_wire(response.value["result"])
+
+    def _remote_coordinator(self) -> tuple[str, int] | None:
+        """The address of the writable coordinator, None if it is this broker; raises
+        NotCoordinator while it has no live leader."""
+        topic = self.image.topics.get(DISKLESS_METADATA_TOPIC)
+        leader = topic.partitions[0].leader if topic and 0 in topic.partitions else -1
+        if leader == self.node_id:
+            return None
+        broker = self.image.brokers.get(leader)
+        if broker is None or broker.fenced:
+            raise NotCoordinator(f"{DISKLESS_METADATA_TOPIC}-0 has no live leader")
+        return broker.host, broker.port
 
     async def _ensure_topic(self) -> None:
         if DISKLESS_METADATA_TOPIC in self.image.topics:
@@ -218,6 +244,54 @@ class BatchCoordinator(RecordControlPlane):
             raise NotCoordinator(f"append to {DISKLESS_METADATA_TOPIC} failed: {e}") from e
         self.appends += 1
         return _outcome(await self.applier.result_of(appended.base_offset, timeout_s))
+
+    # --- reading one's writes ---------------------------------------------------------------
+
+    async def catch_up(self, since: float) -> None:
+        """Return once this broker's state includes everything the coordinator had committed
+        at some moment after ``since`` (time.monotonic()). A change is acknowledged only
+        after it is committed, so the state then includes every change acknowledged before
+        ``since``, through whichever broker: ListOffsets, Fetch and DeleteRecords read their
+        own writes (Raft's ReadIndex). The writable coordinator asks nobody; another broker
+        asks it, and one question answers every caller that arrived before it was sent.
+        Raises NotCaughtUp after ``catch_up_timeout_s``."""
+        try:
+            async with asyncio.timeout(self.catch_up_timeout_s):
+                committed = await self._committed_offset(since)
+                await self.applier.wait_until_applied(committed, math.inf)
+        except TimeoutError as e:
+            self.catch_up_failures += 1
+            raise NotCaughtUp(
+                f"this broker's copy of the batch coordinator's state did not catch up "
+                f"within {self.catch_up_timeout_s:g} s (applied up to "
+                f"{self.applier.next_offset}; coordinator: {self._last_question_error!r})") from e
+
+    async def _committed_offset(self, since: float) -> int:
+        """The coordinator's committed offset as of some moment after ``since``; retried
+        (until the caller's deadline) while the coordinator cannot be asked."""
+        if DISKLESS_METADATA_TOPIC not in self.image.topics:
+            return 0  # no diskless change was ever committed
+        partition = self._metadata_log()
+        if partition is not None and partition.is_leader:
+            # Records of earlier leaders below our epoch's start may have been acknowledged
+            # while our high watermark still lags them (KIP-207).
+            return max(partition.high_watermark, partition.leader_epoch_start_offset)
+        attempt = 0
+        while True:
+            try:
+                return await self._committed_offsets.asked_after(since)
+            except (NotCoordinator, PartitionError, ConnectionError, OSError,
+                    asyncio.TimeoutError) as e:
+                self._last_question_error = e
+                log.debug("asking the batch coordinator for its committed offset failed: %r", e)
+            await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+            attempt += 1
+
+    async def _ask_committed_offset(self) -> int:
+        coordinator = self._remote_coordinator()
+        if coordinator is None:
+            raise NotCoordinator("the coordinator's log is moving to this broker")
+        return await self._committed_offset_at(*coordinator, self.catch_up_timeout_s)
 
     # --- applying the log -----------------------------------------------------------------
 
@@ -267,7 +341,48 @@ class BatchCoordinator(RecordControlPlane):
             "commit_requests": self.commit_requests,
             "commit_latency_p50_ms": _percentile(latencies, 0.5),
             "commit_latency_p99_ms": _percentile(latencies, 0.99),
+            "committed_offset_questions": self._committed_offsets.asked,
+            "catch_up_failures": self.catch_up_failures,
         }
+
+
+class _CommittedOffsetQuestions:
+    """Questions to the writable coordinator for its committed offset, one in flight at a
+    time. A caller may use an answer only if the question was sent after it arrived, so
+    callers that arrived before the question in flight share it, later ones share the next,
+    and an answered question serves every caller that arrived before it was sent."""
+
+    def __init__(self, ask: Callable[[], Awaitable[int]]) -> None:
+        self._ask = ask
+        self._answered_at = -math.inf  # when the latest answered question was sent
+        self._answer = 0
+        self._in_flight: tuple[float, asyncio.Future[int]] | None = None
+        self.asked = 0
+
+    async def asked_after(self, since: float) -> int:
+        """The committed offset, as a question sent at or after ``since`` was answered.
+        Raises what asking raised."""
+        while True:
+            if self._answered_at >= since:
+                return self._answer
+            if self._in_flight is None:
+                self._send()
+            sent_at, answer = self._in_flight
+            if sent_at >= since:
+                return await asyncio.shield(answer)
+            await asyncio.wait([answer])  # sent before we arrived: its answer may be too old
+
+    def _send(self) -> None:
+        sent_at = time.monotonic()
+        answer = asyncio.ensure_future(self._ask())
+        self._in_flight = (sent_at, answer)
+        self.asked += 1
+
+        def answered(done: asyncio.Future[int]) -> None:
+            self._in_flight = None
+            if not done.cancelled() and done.exception() is None and sent_at > self._answered_at:
+                self._answered_at, self._answer = sent_at, done.result()
+        answer.add_done_callback(answered)
 
 
 class _AppliedState:

@@ -376,6 +376,11 @@ class ControlPlane(Protocol):
 
     async def merge(self, request: Merge) -> MergeResult: ...
 
+    async def catch_up(self, since: float) -> None:
+        """Return once the queries below include every state change acknowledged before
+        ``since`` (time.monotonic()), wherever it was submitted; raises
+        storage.log.NotCaughtUp if that cannot be done in the implementation's time bound."""
+
     def log_info(self, topic_id: str, partition: int) -> LogInfo: ...
 
     def find_batches(self, topic_id: str, partition: int, offset: int,

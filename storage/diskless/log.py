@@ -69,6 +69,9 @@ class DisklessLog(PartitionLog):
         return AppendResult(first.base_offset, results[-1].base_offset + batches[-1].last_offset_delta,
                             first.log_append_time_ms, first.log_start_offset)
 
+    async def catch_up(self, since: float) -> None:
+        await self.control_plane.catch_up(since)
+
     async def append_as_follower(self, records: bytes) -> None:
         raise KafkaStorageError("diskless partitions have no followers")
 

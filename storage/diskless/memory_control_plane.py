@@ -74,6 +74,9 @@ class InMemoryControlPlane(RecordControlPlane):
     def apply(self, request: Request) -> Any:
         return self._HANDLERS[type(request)](self, request)
 
+    async def catch_up(self, since: float) -> None:
+        pass  # one copy, changed in place: always current
+
     # -- commit_file -----------------------------------------------------------------------
 
     def _commit_file(self, request: CommitFile) -> CommitFileResult:
