@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import logging
 import struct
+import time
 from typing import Any, Protocol
 
 from protocol.apis import VERSION_RANGES, ApiKey
@@ -21,6 +22,9 @@ from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody, is_i
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+# After a refused proof, calls fail at once for this long instead of connecting again: a
+# node with the wrong secret does not make its peers log a refusal per retry.
+REFUSED_BACKOFF_S = 5.0
 
 
 class ConnectionTraffic(Protocol):
@@ -54,6 +58,7 @@ class NodeConnection:
         self._correlation = itertools.count(1)
         self._reader_task: asyncio.Task | None = None
         self._connect_lock = asyncio.Lock()
+        self._refused: tuple[float, AuthenticationFailed] | None = None  # (until, why)
 
     @property
     def connected(self) -> bool:
@@ -63,25 +68,31 @@ class NodeConnection:
         async with self._connect_lock:
             if self.connected:
                 return
+            if self._refused is not None and time.monotonic() < self._refused[0]:
+                raise self._refused[1]
             reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), timeout)
             self._reader_task = asyncio.create_task(self._read_responses(reader))
             await self._authenticate(timeout)
 
     async def _authenticate(self, timeout: float) -> None:
+        proving = False
         try:
             challenge = await self._send(InternalApiKey.BROKER_CHALLENGE, JsonBody({}), timeout)
+            proving = True
             await self._send(InternalApiKey.BROKER_PROOF, JsonBody({
                 "node_id": self.credentials.node_id,
                 "proof": self.credentials.proof(challenge.value["challenge"])}), timeout)
         except BaseException as e:
             # Never leave an unauthenticated connection for the next call to use.
             await self.close()
-            if isinstance(e, ConnectionError):
-                raise AuthenticationFailed(
+            if proving and isinstance(e, ConnectionError):  # the peer refused the proof
+                refused = AuthenticationFailed(
                     f"{self.host}:{self.port} closed the connection on node "
                     f"{self.credentials.node_id}'s proof of membership: is cluster_secret "
-                    f"(KIPPER_CLUSTER_SECRET) the same on every node? ({e})") from None
+                    f"(KIPPER_CLUSTER_SECRET) the same on every node? ({e})")
+                self._refused = (time.monotonic() + REFUSED_BACKOFF_S, refused)
+                raise refused from None
             raise
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
