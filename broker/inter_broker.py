@@ -50,9 +50,11 @@ class BrokerAuthentication:
         challenge, self._challenge = self._challenge, None  # one proof per challenge
         try:
             node_id, proof = int(body.value["node_id"]), str(body.value["proof"])
-        except (KeyError, TypeError, ValueError):
+            accepted = challenge is not None and self._credentials.accepts(challenge, node_id,
+                                                                           proof)
+        except (KeyError, TypeError, ValueError):  # TypeError: also a non-ASCII proof
             return None
-        if challenge is None or not self._credentials.accepts(challenge, node_id, proof):
+        if not accepted:
             return None
         self.node_id = node_id
         return JsonBody({"error_code": 0})

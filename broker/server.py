@@ -58,7 +58,7 @@ class Broker:
         # Peers' racks come from the metadata; a controller-only node has only its own.
         self.traffic = NetworkTraffic(
             config.rack, self.image if config.broker_role else self.controller.image)
-        if config.cluster_secret is None:
+        if not config.cluster_secret:
             log.info("no cluster_secret (KIPPER_CLUSTER_SECRET) set: node %d accepts "
                      "broker-only requests from itself alone, so no other node can join it",
                      config.node_id)

@@ -28,7 +28,7 @@ class InternalApiKey(enum.IntEnum):
     # coordinator's log, answered with the result of applying it. Sent to the coordinator.
     DISKLESS_COORDINATOR_APPEND = 9000
     # A node proving it belongs to the cluster, once per connection, before anything else
-    # (docs/internal-apis.md "Broker authentication"): the challenge answers a fresh nonce,
+    # (docs/internal-apis.md "Who may call them"): the challenge answers a fresh nonce,
     # the proof is an HMAC of it keyed by the cluster secret, so the secret never travels.
     BROKER_CHALLENGE = 9001
     BROKER_PROOF = 9002

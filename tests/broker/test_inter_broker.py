@@ -26,6 +26,7 @@ from kio.schema.alter_partition.v3.request import AlterPartitionRequest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
+from broker.inter_broker import BrokerAuthentication
 from protocol.build import make
 from protocol.framing import encode_request
 from protocol.internal import ClusterCredentials, JsonBody
@@ -221,3 +222,38 @@ class _NoTraffic:
 
     def response(self, traffic_class, nbytes) -> None:
         pass
+
+
+@pytest.mark.parametrize("case", ["right", "no challenge first", "replayed", "other secret",
+                                  "not ASCII", "not a dict"])
+def test_a_proof_of_membership_is_good_for_its_challenge_only(case):
+    authentication = BrokerAuthentication(ClusterCredentials(0, CLUSTER_SECRET))
+
+    def challenge() -> str:
+        return authentication.answer(BROKER_CHALLENGE, JsonBody({})).value["challenge"]
+
+    def prove(body) -> JsonBody | None:
+        return authentication.answer(BROKER_PROOF, JsonBody(body))
+
+    member = ClusterCredentials(3, CLUSTER_SECRET)
+    if case == "right":
+        assert prove({"node_id": 3, "proof": member.proof(challenge())}) == JsonBody(
+            {"error_code": 0})
+        assert authentication.node_id == 3
+        return
+    if case == "no challenge first":
+        answer = prove({"node_id": 3, "proof": member.proof("")})
+    elif case == "replayed":
+        proof = member.proof(challenge())
+        challenge()  # a new connection would get a new challenge
+        answer = prove({"node_id": 3, "proof": proof})
+    elif case == "other secret":
+        answer = prove({"node_id": 3, "proof": ClusterCredentials(3, "x").proof(challenge())})
+    elif case == "not ASCII":
+        challenge()
+        answer = prove({"node_id": 3, "proof": "\u00e9" * 64})
+    else:
+        challenge()
+        answer = prove(["node_id", 3])
+    assert answer is None
+    assert authentication.node_id is None
