@@ -85,6 +85,13 @@ class BrokerConfig:
         "(set by the subcommand).")
     cluster_id: str = setting("kipper-cluster", "Cluster id returned in Metadata and "
                               "DescribeCluster responses.")
+    cluster_secret: str | None = setting(
+        None, "Shared by every node of the cluster: a connection must prove it holds it "
+        "before it may send broker-only requests (kipper's internal APIs, the controller's "
+        "APIs, follower fetches; docs/internal-apis.md). Give it in the TOML file or "
+        "`KIPPER_CLUSTER_SECRET` (no flag: a command line is visible to every local user); "
+        "`kipper cluster up` generates one per run. None = a random secret of this process "
+        "alone: it serves itself, and no other node can join it.")
     broker_session_timeout_ms: int = setting(
         9000, "The controller fences a broker that sent no heartbeat for this long and moves "
         "its leaderships.")

@@ -4,6 +4,9 @@ Requests are pipelined: each becomes a task as soon as it is read, and a sender 
 the responses strictly in arrival order. Tasks start in arrival order and handlers do
 their order-sensitive work (appending to a log or a WAL buffer) before their first
 suspension point, so a producer's pipelined batches keep their order.
+
+Broker-only requests are served only once the connection has proved it comes from a broker
+of this cluster (broker.inter_broker); otherwise the connection is closed unexecuted.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from protocol.apis import VERSION_RANGES, ApiKey
-from protocol.internal import InternalApiKey
+from protocol.internal import ClusterCredentials, InternalApiKey
 from protocol.framing import (
     MalformedRequest,
     RequestHeader,
@@ -27,6 +30,7 @@ from .handlers import HANDLERS, RequestContext
 from .handlers.api_versions import unsupported_version_response
 from .handlers.fetch import response_bytes_bound
 from .response_memory import ConnectionResponses
+from .inter_broker import AUTHENTICATION_APIS, BrokerAuthentication, is_broker_only
 
 if TYPE_CHECKING:
     from .services import BrokerServices
@@ -37,7 +41,8 @@ _SIZE = struct.Struct(">i")
 # Requests read ahead of their responses; past this the reader waits (back-pressure).
 MAX_IN_FLIGHT = 64
 SUPPORTED = {int(k): v for k, v in VERSION_RANGES.items() if k in HANDLERS}
-SUPPORTED.update({int(k): (0, 0) for k in InternalApiKey if k in HANDLERS})
+SUPPORTED.update({int(k): (0, 0) for k in InternalApiKey
+                  if k in HANDLERS or k in AUTHENTICATION_APIS})
 
 
 def _api_name(api_key: int) -> str:
@@ -49,7 +54,7 @@ def _api_name(api_key: int) -> str:
 
 class Connection:
     def __init__(self, services: "BrokerServices", traffic: "NetworkTraffic",
-                 responses: ConnectionResponses,
+                 responses: ConnectionResponses, credentials: ClusterCredentials,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.services = services
         # Bytes of this client's responses held in memory: bounds reading (response_memory).
@@ -60,6 +65,7 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         self.traffic = traffic.accepted_connection()
+        self.authentication = BrokerAuthentication(credentials)
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._in_flight: set[asyncio.Future] = set()
         # The client went away with responses unread (see ResponseMemory.collect_abandoned).
@@ -126,12 +132,42 @@ class Connection:
                 return
             traffic_class = self.traffic.request(header.api_key, body, _SIZE.size + size,
                                                  header.client_id)
+            if header.api_key in AUTHENTICATION_APIS:
+                if not await self._authenticate(header, body, traffic_class):
+                    return
+                continue
+            if self._refused(header, body):
+                return
             expected = self._response_bound(header, body)
             await self.held.reserve(expected)
             task = asyncio.ensure_future(self._handle(header, body, traffic_class, expected))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
             await self._responses.put(task)
+
+    async def _authenticate(self, header: RequestHeader, body: object,
+                            traffic_class: str) -> bool:
+        """Answer a step of the peer's proof of membership (broker.inter_broker); False if
+        the proof is wrong and the connection must close."""
+        answer = self.authentication.answer(header.api_key, body)
+        if answer is None:
+            log.warning("closing %s (client id %r): its proof of membership of this cluster "
+                        "is wrong (a different cluster_secret?)", self.peer, header.client_id)
+            return False
+        data = encode_response(header, answer)
+        self.traffic.response(traffic_class, len(data))
+        await self._queue_ready(data)
+        return True
+
+    def _refused(self, header: RequestHeader, body: object) -> bool:
+        """A broker-only request on a connection that has not proved it comes from a broker
+        of this cluster: never executed, and the connection closes (so this logs once)."""
+        if self.authentication.node_id is not None or not is_broker_only(header.api_key, body):
+            return False
+        log.warning("closing %s (client id %r): refused %s, which only brokers of this cluster "
+                    "may send, on a connection not authenticated as one; not executed",
+                    self.peer, header.client_id, _api_name(header.api_key))
+        return True
 
     async def _queue_ready(self, data: bytes) -> None:
         done = asyncio.get_running_loop().create_future()

@@ -13,6 +13,11 @@ and relays the processes' logs to its stderr, each line prefixed with ``[broker-
 Ctrl-C or SIGTERM it stops them all (brokers 1..N-1, broker 0, S3: each gets SIGTERM, then
 SIGKILL after a grace period); if one of them dies on its own it stops the others and
 exits with status 1. KIPPER_* environment variables reach every broker.
+
+The brokers share a cluster secret (``cluster_secret``: brokers prove they hold it before
+they may send each other broker-only requests): ``KIPPER_CLUSTER_SECRET`` if it is set, so
+a broker started by hand with the same variable can join; otherwise a random one per run,
+given to the brokers in their environment, never on a command line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Callable
@@ -57,10 +63,11 @@ class Child:
     _relays: list[asyncio.Task] = field(default_factory=list)
 
     @classmethod
-    async def spawn(cls, name: str, command: list[str]) -> "Child":
+    async def spawn(cls, name: str, command: list[str],
+                    env: dict[str, str] | None = None) -> "Child":
         process = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env,
             # Ctrl-C reaches only the launcher, which stops the nodes in order.
             start_new_session=True, preexec_fn=_stop_with(os.getpid()))
         child = cls(name, process)
@@ -111,6 +118,8 @@ class Cluster:
         self.args = args
         self.s3: Child | None = None
         self.brokers: dict[int, Child] = {}
+        self.broker_env = {**os.environ, "KIPPER_CLUSTER_SECRET": os.environ.get(
+            "KIPPER_CLUSTER_SECRET") or secrets.token_hex(32)}
 
     async def start(self) -> None:
         self.s3 = await Child.spawn("s3", _python(
@@ -145,7 +154,7 @@ class Cluster:
             arguments += ["--metrics-listener",
                           f"{HOST}:{_port(self.args.metrics_base_port, node)}"]
         child = self.brokers[node] = await Child.spawn(
-            f"broker-{node}", _python("broker.cli", *arguments))
+            f"broker-{node}", _python("broker.cli", *arguments), self.broker_env)
         address = await child.expect(_broker_address)
         summary = f"broker {node}: pid={child.process.pid} rack={rack} address={address}"
         if metrics:

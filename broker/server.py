@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import uuid
 
 from coordinator.controller import Controller, ControllerSettings
@@ -11,7 +12,7 @@ from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSet
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
 from coordinator.offsets_store import OffsetsStore
-from protocol.internal import InternalApiKey
+from protocol.internal import ClusterCredentials, InternalApiKey
 from replication.active_tiered import BrokerReplicaLink
 from replication.cluster_metadata import (
     DISKLESS_METADATA_TOPIC,
@@ -59,7 +60,14 @@ class Broker:
         # Peers' racks come from the metadata; a controller-only node has only its own.
         self.traffic = NetworkTraffic(
             config.rack, self.image if config.broker_role else self.controller.image)
-        self.nodes = NodeClient(node_client_id(config.node_id), self.traffic)
+        if not config.cluster_secret:
+            log.info("no cluster_secret (KIPPER_CLUSTER_SECRET) set: node %d accepts "
+                     "broker-only requests from itself alone, so no other node can join it",
+                     config.node_id)
+        # What this node proves its membership with, and checks its peers' proofs against.
+        self.credentials = ClusterCredentials(
+            config.node_id, config.cluster_secret or secrets.token_hex(32))
+        self.nodes = NodeClient(node_client_id(config.node_id), self.credentials, self.traffic)
         self.metrics: MetricsServer | None = None
         if config.metrics_listener is not None:
             self.metrics = MetricsServer(config.metrics_listener,
@@ -238,7 +246,8 @@ class Broker:
             await self._services_ready.wait()
             responses = self.response_memory.connection(
                 self.config.connection_max_queued_response_bytes)
-            await Connection(self.services, self.traffic, responses, reader, writer).run()
+            await Connection(self.services, self.traffic, responses, self.credentials, reader,
+                             writer).run()
         except asyncio.CancelledError:
             pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:

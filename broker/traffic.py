@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from protocol.apis import ApiKey
-from protocol.internal import is_internal
+from protocol.internal import InternalApiKey
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage
 from storage.active_tiered.metadata import WAL_METADATA_TOPIC
 
@@ -40,6 +40,7 @@ REPLICATION = "replication"
 METADATA = "metadata"
 # Diskless batch-coordinator calls and the replication of its log, __diskless-metadata.
 DISKLESS_COORDINATOR = "diskless-coordinator"
+# Everything else: client admin calls, a broker connection's proof of membership, ...
 OTHER = "other"
 # Sides and directions (directions are seen from this broker).
 SERVER = "server"
@@ -61,7 +62,7 @@ def classify(api_key: int, body: Any) -> str:
     """The traffic class of a request (its response shares it)."""
     if api_key == ApiKey.PRODUCE:
         return PRODUCE
-    if is_internal(api_key):
+    if api_key == InternalApiKey.DISKLESS_COORDINATOR_APPEND:
         return DISKLESS_COORDINATOR
     if api_key == ApiKey.FETCH:
         if any(topic.topic == METADATA_TOPIC for topic in body.topics):

@@ -10,10 +10,13 @@ coordinator commands), which no Kafka schema describes. docs/internal-apis.md li
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import io
 import json
+import secrets
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 _LENGTH = struct.Struct(">i")
@@ -24,6 +27,11 @@ class InternalApiKey(enum.IntEnum):
     # control_plane.py: commit a WAL file, delete records, retention, ...) to the batch
     # coordinator's log, answered with the result of applying it. Sent to the coordinator.
     DISKLESS_COORDINATOR_APPEND = 9000
+    # A node proving it belongs to the cluster, once per connection, before anything else
+    # (docs/internal-apis.md "Who may call them"): the challenge answers a fresh nonce,
+    # the proof is an HMAC of it keyed by the cluster secret, so the secret never travels.
+    BROKER_CHALLENGE = 9001
+    BROKER_PROOF = 9002
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +60,26 @@ def write_json_body(out: io.BytesIO, body: JsonBody) -> None:
 
 def is_internal(api_key: int) -> bool:
     return api_key in InternalApiKey._value2member_map_
+
+
+def new_challenge() -> str:
+    return secrets.token_hex(32)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCredentials:
+    """What a node proves its membership of the cluster with."""
+
+    node_id: int
+    cluster_secret: str = field(repr=False)
+
+    def proof(self, challenge: str) -> str:
+        """The answer to ``challenge``: only a holder of the secret can compute it, and it
+        is good for that challenge (one connection) only."""
+        message = f"{challenge}:{self.node_id}".encode()
+        return hmac.new(self.cluster_secret.encode(), message, hashlib.sha256).hexdigest()
+
+    def accepts(self, challenge: str, node_id: int, proof: str) -> bool:
+        """Whether ``proof`` is node ``node_id``'s answer to ``challenge`` under our secret."""
+        expected = ClusterCredentials(node_id, self.cluster_secret).proof(challenge)
+        return hmac.compare_digest(expected, proof)

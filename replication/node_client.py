@@ -2,7 +2,9 @@
 
 It speaks only to kipper nodes, so it sends every API at kipper's own highest version.
 One pipelined connection per remote address; a broken connection fails its pending
-calls with ConnectionError and is replaced on the next call.
+calls with ConnectionError and is replaced on the next call. Every connection proves this
+node's membership of the cluster first (BROKER_CHALLENGE / BROKER_PROOF, protocol.internal):
+the remote node serves its inter-broker requests only after that.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import itertools
 import logging
 import struct
+import time
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -23,12 +26,15 @@ from kio.schema.list_offsets.v7.request import (
 from protocol.apis import VERSION_RANGES, ApiKey
 from protocol.build import make
 from protocol.framing import decode_response, encode_request
-from protocol.internal import InternalApiKey, is_internal
+from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody, is_internal
 
 from .partition import PartitionError
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
+# After a refused proof, calls fail at once for this long instead of connecting again: a
+# node with the wrong secret does not make its peers log a refusal per retry.
+REFUSED_BACKOFF_S = 5.0
 
 
 class ConnectionTraffic(Protocol):
@@ -44,11 +50,17 @@ class TrafficCounter(Protocol):
     def opened_connection(self, host: str, port: int) -> ConnectionTraffic: ...
 
 
+class AuthenticationFailed(ConnectionError):
+    """The remote node closed the connection on this node's proof of membership."""
+
+
 class NodeConnection:
-    def __init__(self, host: str, port: int, client_id: str, traffic: ConnectionTraffic) -> None:
+    def __init__(self, host: str, port: int, client_id: str, credentials: ClusterCredentials,
+                 traffic: ConnectionTraffic) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.credentials = credentials
         self.traffic = traffic
         self._writer: asyncio.StreamWriter | None = None
         # correlation id -> (future, api key, version, traffic class)
@@ -56,6 +68,7 @@ class NodeConnection:
         self._correlation = itertools.count(1)
         self._reader_task: asyncio.Task | None = None
         self._connect_lock = asyncio.Lock()
+        self._refused: tuple[float, AuthenticationFailed] | None = None  # (until, why)
 
     @property
     def connected(self) -> bool:
@@ -65,9 +78,32 @@ class NodeConnection:
         async with self._connect_lock:
             if self.connected:
                 return
+            if self._refused is not None and time.monotonic() < self._refused[0]:
+                raise self._refused[1]
             reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), timeout)
             self._reader_task = asyncio.create_task(self._read_responses(reader))
+            await self._authenticate(timeout)
+
+    async def _authenticate(self, timeout: float) -> None:
+        proving = False
+        try:
+            challenge = await self._send(InternalApiKey.BROKER_CHALLENGE, JsonBody({}), timeout)
+            proving = True
+            await self._send(InternalApiKey.BROKER_PROOF, JsonBody({
+                "node_id": self.credentials.node_id,
+                "proof": self.credentials.proof(challenge.value["challenge"])}), timeout)
+        except BaseException as e:
+            # Never leave an unauthenticated connection for the next call to use.
+            await self.close()
+            if proving and isinstance(e, ConnectionError):  # the peer refused the proof
+                refused = AuthenticationFailed(
+                    f"{self.host}:{self.port} closed the connection on node "
+                    f"{self.credentials.node_id}'s proof of membership: is cluster_secret "
+                    f"(KIPPER_CLUSTER_SECRET) the same on every node? ({e})")
+                self._refused = (time.monotonic() + REFUSED_BACKOFF_S, refused)
+                raise refused from None
+            raise
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -103,6 +139,10 @@ class NodeConnection:
     async def call(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float = 30.0,
                    version: int | None = None) -> Any:
         await self._ensure_connected(timeout)
+        return await self._send(api_key, body, timeout, version)
+
+    async def _send(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float,
+                    version: int | None = None) -> Any:
         if version is None:
             version = 0 if is_internal(api_key) else VERSION_RANGES[api_key][1]
         correlation_id = next(self._correlation)
@@ -141,8 +181,10 @@ class NodeConnection:
 class NodeClient:
     """Connections to other kipper nodes, keyed by address."""
 
-    def __init__(self, client_id: str, traffic: TrafficCounter) -> None:
+    def __init__(self, client_id: str, credentials: ClusterCredentials,
+                 traffic: TrafficCounter) -> None:
         self.client_id = client_id
+        self.credentials = credentials
         self.traffic = traffic
         self._connections: dict[tuple[str, int, str], NodeConnection] = {}
 
@@ -153,7 +195,8 @@ class NodeClient:
         key = (host, port, purpose)
         if key not in self._connections:
             self._connections[key] = NodeConnection(
-                host, port, self.client_id, self.traffic.opened_connection(host, port))
+                host, port, self.client_id, self.credentials,
+                self.traffic.opened_connection(host, port))
         return self._connections[key]
 
     async def close(self) -> None:

@@ -87,6 +87,15 @@ def test_brokers_use_the_credentials_minio_is_started_with():
         assert environment["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"]
 
 
+def test_brokers_share_a_cluster_secret_the_user_must_set():
+    """Broker-only requests need the secret (broker/inter_broker.py): every broker gets the
+    same one, and the file has no default for it (a published default would let anyone in)."""
+    secrets = {SERVICES[name]["environment"]["KIPPER_CLUSTER_SECRET"]
+               for name in kipper_commands({})}
+    assert len(secrets) == 1
+    assert re.fullmatch(r"\$\{KIPPER_CLUSTER_SECRET:\?[^}]+\}", secrets.pop())
+
+
 def test_spark_worker_joins_the_master_service():
     worker_command = SERVICES["spark-worker"]["command"]
     master = urlsplit(next(arg for arg in worker_command if arg.startswith("spark://")))

@@ -19,6 +19,7 @@ from broker.services import BrokerServices, ControllerChannel
 from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.framing import RequestHeader
+from protocol.internal import ClusterCredentials
 from protocol.records import build_batch, iter_batches
 from replication.cluster_metadata import MetadataImage
 from replication.node_client import NodeClient
@@ -38,7 +39,8 @@ class NoTraffic:
 async def services(tmp_path: Path):
     image = MetadataImage()
     logs = LogManager(tmp_path / "data")
-    replicas = ReplicaManager(NODE, image, logs, {}, NodeClient("test", NoTraffic()), None)
+    nodes = NodeClient("test", ClusterCredentials(NODE, "unused"), NoTraffic())
+    replicas = ReplicaManager(NODE, image, logs, {}, nodes, None)
     records = [
         {"type": "broker", "node_id": NODE, "host": "127.0.0.1", "port": 9092, "rack": "az1",
          "epoch": 0},

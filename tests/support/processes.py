@@ -23,6 +23,10 @@ from .s3 import S3Endpoint
 from .topics import partition_metadata
 from .wait import wait_until
 
+# Every node a test starts belongs to one cluster: they share its secret (a test of a node
+# outside the cluster gives its own in ``env``).
+CLUSTER_SECRET = "kipper-test-cluster-secret"
+
 
 @dataclass
 class BrokerProcess:
@@ -55,7 +59,8 @@ class BrokerProcess:
         log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file,
                                      stdin=subprocess.DEVNULL, text=True,
-                                     env={**os.environ, **(self.env or {})})
+                                     env={**os.environ, "KIPPER_CLUSTER_SECRET": CLUSTER_SECRET,
+                                          **(self.env or {})})
         log_file.close()
 
     def wait_ready(self, timeout: float = 30.0) -> "BrokerProcess":
