@@ -114,7 +114,8 @@ class BrokerConfig:
     connections_max_idle_ms: int = setting(
         600_000, "A client connection idle this long is closed (`connections.max.idle.ms`).")
     log_retention_check_interval_ms: int = setting(
-        300_000, "How often `retention.ms` / `retention.bytes` are applied to local logs.")
+        300_000, "How often `retention.ms` / `retention.bytes` are applied, to the logs of "
+        "every storage mode (`log.retention.check.interval.ms`).")
     log_flush_interval_ms: int = setting(
         1_000, "How often local logs are checked for an fsync due by `flush.ms`.")
     s3_endpoint: str | None = setting(
@@ -141,8 +142,9 @@ class BrokerConfig:
         256 * 1024 * 1024, "Diskless: size of the LRU cache of WAL object ranges read "
         "(the uploading broker fills it too).")
     diskless_housekeeping_interval_ms: int = setting(
-        5_000, "Diskless: how often the batch coordinator applies retention, deletes and "
-        "merges objects (coordinator/diskless/housekeeping.py).")
+        5_000, "Diskless: how often the batch coordinator drops deleted topics, deletes and "
+        "merges objects (coordinator/diskless/housekeeping.py); retention runs every "
+        "`log_retention_check_interval_ms`.")
     diskless_object_delete_delay_ms: int = setting(
         60_000, "Diskless: an object with no live batch is deleted this long after it emptied, "
         "so reads that looked it up finish first.")
