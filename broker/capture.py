@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from protocol.records import BatchHeader
 
-from .traffic import az_from_client_id
+from .client_az import az_from_client_id
 
 # The trace format, schema v1 (bench.trace reads it; bench/README.md documents the columns).
 VERSION = 1

@@ -134,7 +134,8 @@ class BrokerConfig:
         30_000, "A request whose bytes, once begun, take longer than this to arrive closes "
         "its connection (a slow or stalled client, e.g. slowloris, cannot hold it open).")
     log_retention_check_interval_ms: int = setting(
-        300_000, "How often `retention.ms` / `retention.bytes` are applied to local logs.")
+        300_000, "How often `retention.ms` / `retention.bytes` are applied, to the logs of "
+        "every storage mode (`log.retention.check.interval.ms`).")
     log_flush_interval_ms: int = setting(
         1_000, "How often local logs are checked for an fsync due by `flush.ms`.")
     s3_endpoint: str | None = setting(
@@ -167,8 +168,9 @@ class BrokerConfig:
         "(coordinator unreachable), the partition answers OFFSET_NOT_AVAILABLE, which "
         "clients retry.")
     diskless_housekeeping_interval_ms: int = setting(
-        5_000, "Diskless: how often the batch coordinator applies retention, deletes and "
-        "merges objects (coordinator/diskless/housekeeping.py).")
+        5_000, "Diskless: how often the batch coordinator drops deleted topics, deletes and "
+        "merges objects (coordinator/diskless/housekeeping.py); retention runs every "
+        "`log_retention_check_interval_ms`.")
     diskless_object_delete_delay_ms: int = setting(
         60_000, "Diskless: an object with no live batch is deleted this long after it emptied, "
         "so reads that looked it up finish first.")

@@ -198,9 +198,6 @@ class Broker:
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,
             config.diskless_append_commit_interval_ms, config.diskless_append_buffer_max_bytes,
             cache=cache)
-        self.logs.register_engine("diskless", diskless_log_factory(
-            self.batch_coordinator, self.wal_writer, cache,
-            lambda topic: str(self.image.topics[topic].topic_id)))
         self.batch_coordinator.on_change.append(self._wake_diskless_readers)
         self.batch_coordinator.start()
         self.housekeeping = Housekeeping(
@@ -212,6 +209,11 @@ class Broker:
                 orphan_grace_ms=config.diskless_orphan_grace_ms,
                 merge_max_object_bytes=config.diskless_merge_max_object_bytes,
                 merge_min_objects=config.diskless_merge_min_objects))
+        # Retention of every diskless log runs with the other logs' (LogManager.run_retention).
+        self.logs.register_engine("diskless", diskless_log_factory(
+            self.batch_coordinator, self.wal_writer, cache,
+            lambda topic: str(self.image.topics[topic].topic_id)),
+            retention=self.housekeeping.apply_retention)
         self.housekeeping.start()
         if self.metrics is not None:
             self.metrics.add_source("diskless", DisklessMetrics(

@@ -12,14 +12,14 @@ AZ, class, direction). Two sides are kept apart:
   one broker's own view of, say, its replication be read without its peers' counters.
 
 Peer AZ: another kipper node names itself in its client id (``kipper-node-<id>``) and its
-rack comes from the cluster metadata; a client carries an ``az=<zone>`` token in its client
-id, or a KIP-392 ``rack_id`` in its Fetch requests. Until one of those shows up, ``unknown``.
+rack comes from the cluster metadata; a client's is found by broker.client_az (client.rack in
+its Fetch requests, else an ``az=<zone>`` token in its client id). Until one of those shows
+up, ``unknown``.
 """
 
 from __future__ import annotations
 
 import abc
-import re
 from collections import defaultdict
 from typing import Any, Iterator
 
@@ -31,6 +31,8 @@ from protocol.apis import ApiKey
 from protocol.internal import InternalApiKey
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, METADATA_TOPIC, MetadataImage
 from storage.active_tiered.metadata import WAL_METADATA_TOPIC
+
+from .client_az import client_az
 
 UNKNOWN = "unknown"
 # Traffic classes.
@@ -50,7 +52,6 @@ OUT = "out"
 
 LABELS = ("local_az", "peer_az", "class", "direction")
 NODE_CLIENT_ID_PREFIX = "kipper-node-"
-_AZ_TOKEN = re.compile(r"(?:^|[,; ])az=([^,; ]+)")
 _CONTROLLER_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION}
 
 
@@ -81,12 +82,6 @@ def classify(api_key: int, body: Any) -> str:
     if api_key == ApiKey.LIST_OFFSETS and any(t.name == METADATA_TOPIC for t in body.topics):
         return METADATA  # a broker catching up with the metadata log
     return OTHER
-
-
-def az_from_client_id(client_id: str | None) -> str | None:
-    """The zone of an ``az=<zone>`` token, e.g. in ``myapp,az=az2`` or ``myapp;az=az2``."""
-    match = _AZ_TOKEN.search(client_id or "")
-    return match.group(1) if match else None
 
 
 def node_id_from_client_id(client_id: str | None) -> int | None:
@@ -175,9 +170,9 @@ class AcceptedTraffic(_ConnectionTraffic):
             if api_key == ApiKey.BROKER_REGISTRATION:
                 return body.rack or UNKNOWN  # the rack it is about to be registered with
             return None
-        # A consumer's client.rack, sent in Fetch v11+ (KIP-392).
+        # A consumer's client.rack comes in Fetch v11+ (KIP-392).
         rack_id = getattr(body, "rack_id", "") if api_key == ApiKey.FETCH else ""
-        return az_from_client_id(client_id) or rack_id or None
+        return client_az(client_id, rack_id)
 
 
 class OpenedTraffic(_ConnectionTraffic):

@@ -12,8 +12,19 @@ from kio.schema.errors import ErrorCode
 from protocol.records import BatchHeader
 from storage.log import AppendResult, NotCaughtUp, PartitionLog
 
-from .cluster_metadata import PartitionInfo
+from .cluster_metadata import DISKLESS_METADATA_TOPIC, BrokerInfo, MetadataImage, PartitionInfo
 from .partition import Partition, PartitionError
+
+
+def diskless_servers(image: MetadataImage) -> list[BrokerInfo]:
+    """Live brokers that materialise the batch coordinator's state (replicas of its log),
+    so they can answer reads; all live brokers before the log exists."""
+    live = image.live_brokers()
+    topic = image.topics.get(DISKLESS_METADATA_TOPIC)
+    if topic is None or 0 not in topic.partitions:
+        return live
+    replicas = set(topic.partitions[0].replicas)
+    return [b for b in live if b.node_id in replicas] or live
 
 
 class LeaderlessPartition(Partition):
@@ -56,6 +67,9 @@ class LeaderlessPartition(Partition):
                                required_acks: int, timeout_s: float = 30.0) -> AppendResult:
         # acks=0, 1 and all all wait for the commit: before it the batches have no offsets.
         return await self.log.append(records, batches, -1)
+
+    def read_replicas(self, image: MetadataImage) -> list[int]:
+        return [broker.node_id for broker in diskless_servers(image)]
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
         raise PartitionError(ErrorCode.not_leader_or_follower,

@@ -23,7 +23,7 @@ from typing import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
-from replication.cluster_metadata import NO_LEADER, PartitionInfo
+from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from storage.log import AppendResult, Leadership, PartitionLog
 
 # (partition, proposed ISR) -> the controller's answer, applied by the caller.
@@ -132,6 +132,11 @@ class Partition(Watchable, abc.ABC):
         """A follower replica fetched from ``fetch_offset``; True if the high watermark it
         is about to be sent is news to it (then its fetch is answered at once)."""
 
+    @abc.abstractmethod
+    def read_replicas(self, image: MetadataImage) -> list[int]:
+        """The brokers that can serve consumers' reads of this partition: where a consumer
+        in another AZ may be sent (KIP-392's preferred read replica)."""
+
 
 class ReplicatedPartition(Partition):
     """A partition with a leader and follower replicas (classic, active-tiered)."""
@@ -215,6 +220,9 @@ class ReplicatedPartition(Partition):
             await self.wait_for_change(remaining)
         if len(self.isr) < min_isr:
             raise PartitionError(ErrorCode.not_enough_replicas_after_append)
+
+    def read_replicas(self, image: MetadataImage) -> list[int]:
+        return list(self.isr)
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
         """A follower fetched from ``fetch_offset``: it holds everything below it.

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .classic import ClassicLog
@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 # (topic, partition, config, partition directory) -> log. Engines that need more (an object
 # store client, the batch coordinator) are registered by the broker as closures over it.
 EngineFactory = Callable[[str, int, LogConfig, Path], PartitionLog]
+# now_ms -> bytes freed: retention an engine applies to all its partitions at once (the
+# diskless batch coordinator's, one record for every topic), run on the logs' schedule.
+EngineRetention = Callable[[int], Awaitable[int]]
 
 
 def _now_ms() -> int:
@@ -32,9 +35,14 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._last_flush_ms: dict[tuple[str, int], int] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
+        self._engine_retention: dict[str, EngineRetention] = {}
 
-    def register_engine(self, mode: str, factory: EngineFactory) -> None:
+    def register_engine(self, mode: str, factory: EngineFactory,
+                        retention: EngineRetention | None = None) -> None:
+        """``retention``: for an engine whose logs leave ``enforce_retention`` to it."""
         self.engines[mode] = factory
+        if retention is not None:
+            self._engine_retention[mode] = retention
 
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
@@ -86,20 +94,26 @@ class LogManager:
                 logger.exception("closing %s-%s failed", *key)
 
     async def run_retention(self, interval_s: float) -> None:
-        """Apply retention to every log every ``interval_s`` (run as a task; cancel to stop)."""
+        """Apply retention to every log, whatever its engine, every ``interval_s`` (the
+        broker's log.retention.check.interval.ms; run as a task; cancel to stop)."""
         while True:
             await asyncio.sleep(interval_s)
             now = _now_ms()
             for key, log in list(self._logs.items()):
                 if self._logs.get(key) is not log:
                     continue  # deleted or closed while an earlier log was being processed
-                try:
-                    freed = await log.enforce_retention(now)
-                except Exception:
-                    logger.exception("retention of %s-%s failed", *key)
-                    continue
-                if freed:
-                    logger.info("retention freed %d bytes of %s-%s", freed, *key)
+                await self._retain(f"{key[0]}-{key[1]}", log.enforce_retention, now)
+            for mode, retention in list(self._engine_retention.items()):
+                await self._retain(f"the {mode} logs", retention, now)
+
+    async def _retain(self, what: str, retention: EngineRetention, now_ms: int) -> None:
+        try:
+            freed = await retention(now_ms)
+        except Exception:
+            logger.exception("retention of %s failed", what)
+            return
+        if freed:
+            logger.info("retention freed %d bytes of %s", freed, what)
 
     async def run_flush(self, interval_s: float) -> None:
         """Flush every log whose flush.ms has elapsed, checking every ``interval_s``."""

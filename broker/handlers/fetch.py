@@ -10,6 +10,8 @@ from protocol.build import millis
 from replication.partition import Partition, PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, OffsetOutOfRange
 
+from ..client_az import client_az
+from ..diskless_routing import stable_choice
 from .registry import RequestContext, handles
 
 READ_COMMITTED = 1
@@ -43,7 +45,8 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             if not partition.is_leader and ctx.version < FOLLOWER_FETCH_MIN_VERSION:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
             await partition.catch_up(received_at)
-            preferred = _preferred_read_replica(ctx, partition, getattr(request, "rack_id", ""))
+            preferred = _preferred_read_replica(
+                ctx, partition, client_az(ctx.header.client_id, getattr(request, "rack_id", "")))
             if preferred is not None:
                 return PartitionRead(_entry(
                     ctx, request, index, ErrorCode.none, hw=partition.high_watermark,
@@ -84,20 +87,21 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     return PartitionRead(entry, len(records), partition, answer_now)
 
 
-def _preferred_read_replica(ctx: RequestContext, partition: Partition, client_rack: str) -> int | None:
-    """KIP-392: the leader sends a consumer that names its rack to an in-sync replica in
-    that rack, unless the leader is in it."""
-    if not client_rack or not partition.is_leader:
+def _preferred_read_replica(ctx: RequestContext, partition: Partition,
+                            zone: str | None) -> int | None:
+    """KIP-392: a consumer in AZ ``zone`` (broker.client_az: client.rack first) that this
+    broker, in another AZ, serves is sent to a broker in its AZ that can serve the partition
+    too (an in-sync replica; for a diskless partition any broker), the same one every time."""
+    if zone is None or not partition.is_leader:
         return None
-    brokers = ctx.services.image.brokers
-    own = brokers.get(partition.node_id)
-    if own is not None and own.rack == client_rack:
+    image = ctx.services.image
+    own = image.brokers.get(partition.node_id)
+    if own is not None and own.rack == zone:
         return None
-    for replica in partition.isr:
-        broker = brokers.get(replica)
-        if broker is not None and not broker.fenced and broker.rack == client_rack:
-            return replica
-    return None
+    in_zone = [broker for broker in map(image.brokers.get, partition.read_replicas(image))
+               if broker is not None and not broker.fenced and broker.rack == zone]
+    chosen = stable_choice(partition.topic, partition.index, in_zone)
+    return chosen.node_id if chosen is not None else None
 
 
 def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,

@@ -7,9 +7,10 @@ from kio.schema.errors import ErrorCode
 from coordinator.controller import ControllerError, validate_topic_name
 from protocol.apis import ApiKey
 from replication.cluster_metadata import PartitionInfo, TopicInfo
+from replication.leaderless_partition import diskless_servers
 
-from ..diskless_routing import diskless_leader, diskless_servers
-from ..traffic import az_from_client_id
+from ..client_az import client_az
+from ..diskless_routing import diskless_leader
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,13 @@ def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
 def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
     leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
     if ctx.services.replicas.log_config(p.topic).storage_mode == "diskless":
-        # Leaderless: name the broker this client should use (KIP-1181).
-        leader = diskless_leader(p.topic, p.partition, diskless_servers(ctx.services.image),
-                                 az_from_client_id(ctx.header.client_id))
-        replicas = isr = (leader,)
+        # Leaderless: name the broker this client should use (KIP-1181); a Metadata
+        # request has no rack, so only the client id can say where the client is.
+        servers = diskless_servers(ctx.services.image)
+        leader = diskless_leader(p.topic, p.partition, servers, client_az(ctx.header.client_id))
+        # Every broker serving the partition is a replica a Fetch may send a consumer to
+        # (KIP-392); clients such as kafka-python follow only a replica listed here.
+        replicas = isr = (leader, *(b.node_id for b in servers if b.node_id != leader))
     return ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
                         partition_index=p.partition, leader_id=leader,
                         leader_epoch=p.leader_epoch, replica_nodes=replicas, isr_nodes=isr,

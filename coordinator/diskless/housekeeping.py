@@ -1,5 +1,9 @@
-"""What the writable batch coordinator does on a timer: retention, topic deletion, and
-WAL object garbage collection (KIP-1150/1164), plus object merging (KIP-1165).
+"""What the writable batch coordinator does on a timer: topic deletion and WAL object
+garbage collection (KIP-1150/1164), object merging (KIP-1165), and retention.
+
+Retention runs on the schedule every engine's retention runs on, the broker's
+``log.retention.check.interval.ms`` (``LogManager.run_retention`` calls ``apply_retention``);
+the rest every ``interval_ms``.
 
 Every change is a record appended to the coordinator's log first; objects are removed
 from S3 only after a record saying so is applied. That order is what keeps GC safe:
@@ -90,21 +94,33 @@ class Housekeeping:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.settings.interval_ms / 1000)
-            if not self.is_writable():
-                continue
-            try:
-                await self.run_once()
-            except (CoordinatorUnavailable, ObjectStoreError) as e:
-                log.warning("diskless housekeeping postponed: %s", e)
-            except Exception:
-                log.exception("diskless housekeeping failed")
+            await self._on_writable_coordinator("housekeeping", self.run_once)
 
     async def run_once(self) -> None:
         await self._drop_deleted_topics()
-        await self._apply_retention()
         await self.merge_small_objects()
         await self._delete_dead_objects()
         await self._delete_orphans()
+
+    async def apply_retention(self, now_ms: int) -> int:
+        """retention.ms / retention.bytes of every diskless topic at ``now_ms``, in one
+        record (on the writable coordinator's broker only); return the bytes removed."""
+        removed = await self._on_writable_coordinator(
+            "retention", lambda: self._apply_retention(now_ms))
+        return removed or 0
+
+    async def _on_writable_coordinator(self, what: str, work):
+        """``work()``'s result when this broker runs the writable coordinator, else None;
+        a failure is logged and waits for the next run."""
+        if not self.is_writable():
+            return None
+        try:
+            return await work()
+        except (CoordinatorUnavailable, ObjectStoreError) as e:
+            log.warning("diskless %s postponed: %s", what, e)
+        except Exception:
+            log.exception("diskless %s failed", what)
+        return None
 
     def _diskless_topics(self) -> dict[str, LogConfig]:
         configs = {}
@@ -127,17 +143,18 @@ class Housekeeping:
                 self._unknown_since.pop(topic_id, None)
                 log.info("dropped the batches of deleted topic %s", topic_id)
 
-    async def _apply_retention(self) -> None:
+    async def _apply_retention(self, now_ms: int) -> int:
         topics = tuple(RetentionLimits(topic_id, config.retention_ms, config.retention_bytes)
                        for topic_id, config in self._diskless_topics().items()
                        if config.retention_ms >= 0 or config.retention_bytes >= 0)
-        if topics:
-            result = await self.control_plane.enforce_retention(
-                EnforceRetention(_now_ms(), topics))
-            self.stats.retention_runs += 1
-            if result.removed_batches:
-                log.info("retention removed %d diskless batches (%d bytes)",
-                         result.removed_batches, result.removed_bytes)
+        if not topics:
+            return 0
+        result = await self.control_plane.enforce_retention(EnforceRetention(now_ms, topics))
+        self.stats.retention_runs += 1
+        if result.removed_batches:
+            log.info("retention removed %d diskless batches (%d bytes)",
+                     result.removed_batches, result.removed_bytes)
+        return result.removed_bytes
 
     async def _delete_dead_objects(self) -> None:
         keys = self.control_plane.files_to_delete(_now_ms(), self.settings.object_delete_delay_ms)

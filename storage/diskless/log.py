@@ -137,7 +137,9 @@ class DisklessLog(PartitionLog):
         return result.low_watermark
 
     async def enforce_retention(self, now_ms: int) -> int:
-        return 0  # the batch coordinator applies retention to every diskless log at once
+        # The batch coordinator applies retention to every diskless log at once, on the
+        # same schedule (the engine's retention, registered with the LogManager).
+        return 0
 
     def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
         # No leader epochs: the log never diverges, so every epoch ends at the log end.

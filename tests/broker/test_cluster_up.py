@@ -9,10 +9,12 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 
 from bench.local_cluster import LocalCluster, pid_alive
+from storage.objectstore import WAL_BUCKET, fast_bucket
 from support.clients import consume_all
 from support.storage_modes import MODES
 from support.topics import create_topic
@@ -75,7 +77,7 @@ def _kafka_python_values(bootstrap: str, topic: str, expected: int) -> list[byte
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              consumer_timeout_ms=15_000)
     try:
-        partition = TopicPartition(topic, 0)
+        partition = KafkaTopicPartition(topic, 0)
         consumer.assign([partition])
         consumer.seek_to_beginning(partition)
         values = []
@@ -150,3 +152,37 @@ def test_kill_9_of_the_launcher_stops_every_node(local_cluster):
     while [pid for pid in cluster.pids() if pid_alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [pid for pid in cluster.pids() if pid_alive(pid)] == []
+
+
+@pytest.mark.parametrize("storage_mode", ["active-tiered", "diskless"])
+def test_racks_that_are_not_bucket_names_work(local_cluster, topic_name, storage_mode):
+    """Uppercase racks (any string Kafka takes as broker.rack) start, and the object-store
+    modes work across them: active-tiered uploads to each leader's derived fast bucket."""
+    racks = ["RACK0", "RACK1", "RACK2"]
+    cluster = local_cluster(brokers=3, metrics=True, extra_args=["--racks", ",".join(racks)])
+    assert [cluster.broker(node)["rack"] for node in range(3)] == racks
+
+    replicated = storage_mode == "active-tiered"  # a diskless partition names one broker
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3 if replicated else 1,
+                 config={"kipper.storage.mode": storage_mode}, in_sync=replicated)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    values = [f"value-{i}".encode() for i in range(100)]
+    for value in values:
+        producer.produce(topic_name, value, partition=0)
+    assert producer.flush(30) == 0
+
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000)
+    consumer.assign([KafkaTopicPartition(topic_name, 0)])
+    try:
+        assert [message.value for message in consumer][:len(values)] == values
+    finally:
+        consumer.close()
+
+    buckets_written = {row["bucket"] for node in range(3)
+                       for row in cluster.metrics_json(node)["objectstore"]["requests"]
+                       if row["operation"] == "PutObject"}
+    if storage_mode == "active-tiered":
+        assert buckets_written & {fast_bucket(rack) for rack in racks}, buckets_written
+    else:
+        assert buckets_written == {WAL_BUCKET}, buckets_written

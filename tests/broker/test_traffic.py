@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import aiohttp
 import pytest
 
+from broker.client_az import az_from_client_id, client_az
 from broker.metrics import MetricsServer
 from broker.traffic import (
     FETCH_CONSUMER,
@@ -15,7 +16,6 @@ from broker.traffic import (
     PRODUCE,
     REPLICATION,
     NetworkTraffic,
-    az_from_client_id,
     classify,
     node_client_id,
 )
@@ -36,6 +36,12 @@ from protocol.apis import ApiKey
 ])
 def test_az_token_in_client_id(client_id, az):
     assert az_from_client_id(client_id) == az
+
+
+def test_client_rack_comes_before_the_az_token():
+    assert client_az("myapp,az=az1", "az2") == "az2"
+    assert client_az("myapp,az=az1", "") == "az1"
+    assert client_az("myapp", "") is None
 
 
 def fetch(replica_id: int, topic: str = "t", rack_id: str = "") -> SimpleNamespace:

@@ -80,3 +80,21 @@ async def test_retention_and_flush_loops(tmp_path, produce):
     await logs.flush_all()
     assert (tmp_path / "unflushed-0" / "recovery-point").read_text().strip() == "1"
     await logs.close_all()
+
+
+async def test_an_engines_own_retention_runs_on_the_logs_schedule(tmp_path):
+    """An engine that applies retention to all its partitions at once (diskless) is called
+    by the same loop, at the same interval, as every log's enforce_retention."""
+    logs = LogManager(tmp_path)
+    calls: list[int] = []
+
+    async def retention(now_ms: int) -> int:
+        calls.append(now_ms)
+        return 0
+
+    logs.register_engine("shared", ClassicLog, retention=retention)
+    task = asyncio.create_task(logs.run_retention(0.05))
+    await asyncio.sleep(0.18)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert 2 <= len(calls) <= 4

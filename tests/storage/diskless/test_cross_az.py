@@ -1,17 +1,24 @@
-"""KIP-1181 routing and the AZ bytes of diskless traffic.
+"""KIP-1181 / KIP-392 routing and the AZ bytes of diskless traffic.
 
 A producer in az1 and a consumer in az2 (``az=<zone>`` in client.id, client.rack) each get
 Metadata naming a broker in their own AZ for the diskless partition, so no produced or
 consumed byte crosses an AZ: the data travels through object storage instead (the az2
 broker reads it from S3). What still crosses AZs is the batch-coordinator traffic (commit
 calls and the replication of __diskless-metadata), reported here, not asserted.
+
+A consumer that sets only client.rack (no token in its client id) is sent to a broker of
+its AZ by its first Fetch (a preferred read replica), with confluent-kafka and kafka-python
+alike; client.rack wins over an ``az=`` token naming another AZ.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from confluent_kafka import Producer
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 
 from support.clients import consume_all
 from support.metrics import az_locality
@@ -62,3 +69,53 @@ def test_producer_and_consumer_stay_in_their_az(diskless_cluster, topic_name):
     # The bytes went through object storage: uploaded once, read once by the az2 broker.
     assert PAYLOAD <= objects["PutObject"] <= 1.05 * PAYLOAD
     assert PAYLOAD <= objects["GetObject"] <= 1.05 * PAYLOAD
+
+
+def fetched_by_az(cluster) -> Counter:
+    """Consumer fetch bytes served, by the serving broker's AZ."""
+    served: Counter = Counter()
+    for broker in cluster.brokers:
+        for row in broker.metrics_json()["network"]["server"]:
+            if row["class"] == "fetch-consumer":
+                served[row["local_az"]] += row["bytes"]
+    return served
+
+
+def consume_with_kafka_python(bootstrap: str, topic: str, expected: int, client_id: str,
+                              rack: str) -> list[bytes]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, client_rack=rack,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=10_000)
+    consumer.assign([KafkaTopicPartition(topic, 0)])
+    try:
+        return [message.value for message, _ in zip(consumer, range(expected))]
+    finally:
+        consumer.close()
+
+
+def consume_with_confluent(bootstrap: str, topic: str, expected: int, client_id: str,
+                           rack: str) -> list[bytes]:
+    return consume_all(bootstrap, topic, expected,
+                       config={"client.id": client_id, "client.rack": rack})
+
+
+@pytest.mark.parametrize("consume", [consume_with_confluent, consume_with_kafka_python],
+                         ids=["confluent-kafka", "kafka-python"])
+@pytest.mark.parametrize("client_id", ["reader", "reader az=az1"],
+                         ids=["rack-only", "rack-over-az-token"])
+def test_a_consumer_is_served_in_its_client_rack(diskless_cluster, topic_name, consume,
+                                                 client_id):
+    records, size = 500, 2048
+    create_topic(diskless_cluster.bootstrap, topic_name)
+    producer = Producer({"bootstrap.servers": diskless_cluster.bootstrap, "linger.ms": 5})
+    for i in range(records):
+        producer.produce(topic_name, i.to_bytes(4, "big") * (size // 4), partition=0)
+    assert producer.flush(60) == 0
+
+    before = fetched_by_az(diskless_cluster)
+    assert len(consume(diskless_cluster.bootstrap, topic_name, records, client_id, "az2")) == records
+    served = fetched_by_az(diskless_cluster) - before
+    print(f"consumer fetch bytes by serving AZ ({client_id!r}, client.rack=az2): {dict(served)}")
+    assert served["az2"] >= records * size
+    # At most the first Fetch, which named the preferred replica, elsewhere.
+    assert sum(served.values()) - served["az2"] < 0.01 * records * size

@@ -1,7 +1,10 @@
 """The batch coordinator's housekeeping with real clients: object merging (KIP-1165) while
-consumers read, DeleteRecords, time retention, and deletion of emptied WAL objects."""
+consumers read, DeleteRecords, time retention on the broker's retention schedule, and
+deletion of emptied WAL objects."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -14,12 +17,16 @@ from support.wait import wait_until
 
 ROUNDS = 12
 PER_ROUND = 50
+# log.retention.check.interval.ms of this module's cluster: housekeeping runs every 0.5 s,
+# retention only this often.
+RETENTION_CHECK_S = 10
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3_endpoint):
     cluster = DisklessCluster(tmp_path_factory.mktemp("housekeeping"), s3_endpoint, broker_env={
-        **FAST_HOUSEKEEPING, "KIPPER_DISKLESS_MERGE_MIN_OBJECTS": "4"}).start()
+        **FAST_HOUSEKEEPING, "KIPPER_DISKLESS_MERGE_MIN_OBJECTS": "4",
+        "KIPPER_LOG_RETENTION_CHECK_INTERVAL_MS": str(RETENTION_CHECK_S * 1000)}).start()
     yield cluster
     cluster.stop()
 
@@ -81,6 +88,34 @@ def test_time_retention_empties_the_log_and_its_objects_are_deleted(cluster, top
         "SELECT DISTINCT object_key FROM batches WHERE topic_id = ?", (topic_id,))}
     wait_until(lambda: offsets(cluster.bootstrap, topic_name) == (len(values), len(values)), 60, 0.5)
     wait_until(lambda: not keys & cluster.wal_keys(), 60, 0.5)
+
+
+def retention_runs(cluster) -> int:
+    return sum(broker.metrics_json()["diskless"]["housekeeping"]["retention_runs"]
+               for broker in cluster.brokers)
+
+
+def test_retention_runs_on_the_retention_check_interval(cluster, topic_name):
+    """Records whose CreateTime is past retention.ms stay until the next retention check
+    (log.retention.check.interval.ms), as in a classic topic, while housekeeping runs every
+    0.5 s; then they go."""
+    create_topic(cluster.bootstrap, topic_name, config={"retention.ms": "60000"})
+    # Right after a retention check, so the next one is RETENTION_CHECK_S away.
+    runs = retention_runs(cluster)
+    wait_until(lambda: retention_runs(cluster) > runs, 2 * RETENTION_CHECK_S, 0.1)
+    checked_at = time.monotonic()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 1})
+    an_hour_ago_ms = int(time.time() * 1000) - 3_600_000
+    for i in range(10):
+        producer.produce(topic_name, f"old-{i}".encode(), partition=0, timestamp=an_hour_ago_ms)
+    assert producer.flush(30) == 0
+
+    # Ten housekeeping runs later (the old schedule removed them within one), still there.
+    time.sleep(max(0.0, checked_at + RETENTION_CHECK_S / 2 - time.monotonic()))
+    assert offsets(cluster.bootstrap, topic_name) == (0, 10)
+    assert time.monotonic() - checked_at < RETENTION_CHECK_S * 0.9, "the check was too slow"
+    wait_until(lambda: offsets(cluster.bootstrap, topic_name) == (10, 10),
+               2 * RETENTION_CHECK_S, 0.2)
 
 
 @pytest.mark.parametrize("mode, message", [
