@@ -103,4 +103,4 @@ def tiered_engine():
     ``engine.uploader.upload_once()`` after starting it."""
     return ActiveTiered(MemoryObjectStore(), node_id=1, az="az1", key_prefix="test/",
                         upload_interval_ms=3_600_000, upload_max_bytes=1 << 30,
-                        download_timeout_ms=1000)
+                        upload_timeout_ms=1000, download_timeout_ms=1000)
