@@ -106,3 +106,18 @@ def assert_acked_exactly_once(bootstrap: str, topic: str, writer: AckedProducer)
     assert not duplicates, f"stored twice: {duplicates[:5]}"
     missing = {value for _, _, value in writer.acked} - set(stored)
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+
+
+def produce_once(bootstrap: str, topic: str, request_timeout_ms: int) -> tuple[float, object]:
+    """Produce one record (acks=all) without retries: the seconds until it was answered, and
+    its confluent_kafka.KafkaError (None once acknowledged)."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "probe az=az2",
+                         "retries": 0, "acks": "all", "request.timeout.ms": request_timeout_ms})
+    outcome: list = []
+    started = time.monotonic()
+    producer.produce(topic, b"probe", partition=0,
+                     on_delivery=lambda error, _: outcome.append((time.monotonic(), error)))
+    producer.flush(60)
+    (answered_at, error), = outcome
+    return answered_at - started, error

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
-from support.clients import AckedProducer, assert_acked_exactly_once
+from support.clients import AckedProducer, assert_acked_exactly_once, produce_once
 from support.diskless import DisklessCluster
 from support.tiered import TieredCluster, create_tiered_topic
 from support.topics import create_topic
@@ -47,19 +47,6 @@ def create(mode: str, cluster, topic: str) -> None:
         create_topic(cluster.bootstrap, topic)
 
 
-def probe(bootstrap: str, topic: str) -> tuple[float, KafkaError | None]:
-    """Produce one record without retries: how long until it is answered, and the error."""
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "probe az=az2",
-                         "retries": 0, "acks": "all", "request.timeout.ms": PROBE_TIMEOUT_MS})
-    outcome: list = []
-    started = time.monotonic()
-    producer.produce(topic, b"probe", partition=0,
-                     on_delivery=lambda error, _: outcome.append((time.monotonic(), error)))
-    producer.flush(60)
-    (answered_at, error), = outcome
-    return answered_at - started, error
-
-
 @pytest.mark.parametrize("mode", ["active-tiered", "diskless"])
 def test_hung_object_store(mode, tmp_path, pausable_s3, topic_name):
     endpoint, s3 = pausable_s3
@@ -74,7 +61,7 @@ def test_hung_object_store(mode, tmp_path, pausable_s3, topic_name):
         hung_at = time.monotonic()
         s3.pause()
         try:
-            probe_s, probe_error = probe(cluster.bootstrap, topic_name)
+            probe_s, probe_error = produce_once(cluster.bootstrap, topic_name, PROBE_TIMEOUT_MS)
             time.sleep(max(0.0, hung_at + HANG_S - time.monotonic()))
         finally:
             s3.resume()
