@@ -96,9 +96,6 @@ class ObjectStore:
         self.endpoint_url: str | None = None
 
     async def start(self) -> None:
-        # Applied now so that an outage's "after_s" counts from the start.
-        for spec in self.config.faults:
-            self.faults.apply_fault(spec)
         credentials = (self.config.access_key, self.config.secret_key)
         self.endpoint_url = self.config.endpoint_url
         if self.endpoint_url is None:
@@ -129,6 +126,10 @@ class ObjectStore:
                 config=botocore_config,
             )
         )
+        # Applied last so that an outage's "after_s" counts from when the store is ready (a
+        # loaded machine can take a second to build the client).
+        for spec in self.config.faults:
+            self.faults.apply_fault(spec)
 
     async def close(self) -> None:
         await self._exit_stack.aclose()
