@@ -150,6 +150,11 @@ class BrokerConfig:
     s3_latency_profile: str = setting(
         "none", "Latency profile added to every object-store request, so a laptop run shows "
         "cloud latencies (the profiles are in docs/object-storage.md; `none` adds nothing).", flag=Flag("--s3-latency-profile", choices=tuple(sorted(LATENCY_PROFILES))))
+    s3_request_timeout_ms: int = setting(
+        5_000, "Bounds every object-store operation, its retries included: a store that "
+        "accepts connections and never answers fails the request after this long (diskless "
+        "produce answers `KAFKA_STORAGE_ERROR`, active-tiered followers fetch from the "
+        "leader) instead of holding it for retries x botocore's 30 s read timeout.")
     s3_key_prefix: str = setting(
         "", "Prepended to every object key this cluster writes, so clusters can share buckets.")
     diskless_append_commit_interval_ms: int = setting(
@@ -189,6 +194,10 @@ class BrokerConfig:
     active_tiered_upload_max_bytes: int = setting(
         4 << 20, "Active-tiered: the uploader closes its object once it holds this many "
         "bytes.")
+    active_tiered_upload_timeout_ms: int = setting(
+        2000, "Active-tiered: the leader abandons a WAL upload that has not finished in this "
+        "time and retries it on the next tick; meanwhile followers fetch the records from it, "
+        "so a hung object store slows acks=all to classic replication instead of stopping it.")
     active_tiered_download_timeout_ms: int = setting(
         2000, "Active-tiered: a follower that cannot get a WAL range (its bytes, or with the "
         "`topic` scheme its metadata) in this time asks the leader for the records instead.")

@@ -49,8 +49,10 @@ class MetricsServer:
         self._sources[name] = source
 
     def add_object_store(self, store: "ObjectStore") -> None:
-        """Its request accounting and the fault-admin routes (call before start)."""
+        """Its request accounting, the objects reads found missing and the fault-admin
+        routes (call before start)."""
         self.add_source("objectstore", store.accounting)
+        self.add_source("objectstore_missing", store.missing)
         self._app.add_routes(fault_admin_routes(store.faults))
 
     async def start(self) -> str:

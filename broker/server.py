@@ -81,7 +81,8 @@ class Broker:
             self.object_store = ObjectStore(ObjectStoreConfig(
                 endpoint_url=config.s3_endpoint, access_key=config.s3_access_key,
                 secret_key=config.s3_secret_key, az=config.rack or "az1",
-                latency_profile=config.s3_latency_profile))
+                latency_profile=config.s3_latency_profile,
+                request_timeout_s=config.s3_request_timeout_ms / 1000))
             if self.metrics is not None:
                 self.metrics.add_object_store(self.object_store)
             self.active_tiered = ActiveTiered(
@@ -89,6 +90,7 @@ class Broker:
                 key_prefix=config.s3_key_prefix,
                 upload_interval_ms=config.active_tiered_upload_interval_ms,
                 upload_max_bytes=config.active_tiered_upload_max_bytes,
+                upload_timeout_ms=config.active_tiered_upload_timeout_ms,
                 download_timeout_ms=config.active_tiered_download_timeout_ms)
             self.logs.register_engine("active-tiered", self.active_tiered.open_log)
             if self.metrics is not None:

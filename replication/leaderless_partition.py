@@ -7,6 +7,8 @@ the coordinator's log end offset: a batch is readable as soon as it is committed
 
 from __future__ import annotations
 
+import asyncio
+
 from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
@@ -66,7 +68,15 @@ class LeaderlessPartition(Partition):
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
                                required_acks: int, timeout_s: float = 30.0) -> AppendResult:
         # acks=0, 1 and all all wait for the commit: before it the batches have no offsets.
-        return await self.log.append(records, batches, -1)
+        # Within the request's timeout, as Kafka's acks=all: the upload and commit go on
+        # and may still succeed (REQUEST_TIMED_OUT says "maybe"; an idempotent producer's
+        # retry is then recognised by its sequence numbers).
+        try:
+            async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
+                return await self.log.append(records, batches, -1)
+        except TimeoutError:
+            raise PartitionError(ErrorCode.request_timed_out,
+                                 f"not committed within the request's {timeout_s:g} s") from None
 
     def read_replicas(self, image: MetadataImage) -> list[int]:
         return [broker.node_id for broker in diskless_servers(image)]

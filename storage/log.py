@@ -41,6 +41,14 @@ class NotCaughtUp(StorageError):
     writer did not answer, or the copy lags): it must not answer from it."""
 
 
+class RecordsLost(KafkaStorageError):
+    """Committed records whose bytes are gone (their object was deleted behind the log's
+    back): no retry brings them back. A fetch answers UNKNOWN_SERVER_ERROR, as Kafka does for
+    a missing remote segment, which clients surface; KAFKA_STORAGE_ERROR would have them
+    retry silently forever. Other requests answer KAFKA_STORAGE_ERROR, as for any storage
+    error."""
+
+
 @dataclass(slots=True)
 class AppendResult:
     base_offset: int

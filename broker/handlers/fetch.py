@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 from protocol.apis import ApiKey
 from protocol.build import millis
 from replication.partition import Partition, PartitionError, wait_for_any_change
-from storage.log import KafkaStorageError, OffsetOutOfRange
+from storage.log import KafkaStorageError, OffsetOutOfRange, RecordsLost
 
 from ..client_az import client_az
 from ..diskless_routing import stable_choice
@@ -79,6 +79,9 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
         return PartitionRead(_entry(ctx, request, index, ErrorCode.offset_out_of_range,
                                     hw=partition.high_watermark,
                                     log_start=partition.log.log_start_offset), 0, None)
+    except RecordsLost:
+        # Not KAFKA_STORAGE_ERROR, which clients retry forever without a word (see RecordsLost).
+        return PartitionRead(_entry(ctx, request, index, ErrorCode.unknown_server_error), 0, None)
     except KafkaStorageError:
         return PartitionRead(_entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None)
     entry = _entry(ctx, request, index, error, hw=partition.high_watermark,

@@ -40,13 +40,14 @@ class ReplicaLink(MetadataTopicClient, LeaderView, Protocol):
 
 class ActiveTiered:
     def __init__(self, store: ObjectStore, *, node_id: int, az: str, key_prefix: str,
-                 upload_interval_ms: int, upload_max_bytes: int,
+                 upload_interval_ms: int, upload_max_bytes: int, upload_timeout_ms: int,
                  download_timeout_ms: int) -> None:
         self.metrics = ActiveTieredMetrics()
         self.downloader = WalDownloader(store, self.metrics, download_timeout_ms)
         self.uploader = WalUploader(store, fast_bucket(az),
                                     f"{key_prefix}wal/{az}/broker-{node_id}/",
-                                    upload_interval_ms, upload_max_bytes, self.metrics)
+                                    upload_interval_ms, upload_max_bytes, self.metrics,
+                                    upload_timeout_ms)
         self.schemes = make_schemes(self.metrics, download_timeout_ms / 1000)
         self._states: dict[tuple[str, int], TieredPartitionState] = {}
         self._link: ReplicaLink | None = None

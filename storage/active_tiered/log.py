@@ -30,7 +30,7 @@ from ..classic import ClassicLog
 from ..classic.log import UnexpectedAppendOffset
 from ..config import LogConfig
 from ..log import AppendResult, Leadership, ReadResult
-from ..objectstore import ObjectStoreError
+from ..objectstore import ObjectNotFound, ObjectStoreError
 from .metadata import MetadataScheme, decode_pointers, encode_pointers
 from .state import TieredPartitionState
 
@@ -112,6 +112,9 @@ class ActiveTieredLog(ClassicLog):
             chunks = await self._shared.downloader.download(refs)
         except (ObjectStoreError, asyncio.TimeoutError) as e:
             # Not appended: the next fetch asks for the same offset, and gets records.
+            if isinstance(e, ObjectNotFound):
+                self._shared.downloader.store.missing.found(
+                    e.bucket, e.key, f"{self.topic}-{self.partition}")
             self._shared.metrics.download_failed()
             log.warning("%r: download of %d WAL range(s) failed, falling back to the leader: %s",
                         self, len(refs), e or type(e).__name__)

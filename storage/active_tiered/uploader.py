@@ -8,14 +8,17 @@ Data flow: the leader appends locally as classic does and tells the uploader (``
 every ``active.tiered.upload.interval.ms``, or as soon as ``active.tiered.upload.max.bytes``
 are waiting, the uploader reads each partition's bytes from its upload cursor to its log end
 offset, concatenates them into one object, PUTs it, and only then hands the refs (bucket,
-key, offsets, byte range) to the partition's index and its metadata scheme. A failed PUT is
-retried on the next tick with the same bytes; meanwhile followers get raw records.
+key, offsets, byte range) to the partition's index and its metadata scheme. A failed PUT, or
+one that has not answered within ``active.tiered.upload.timeout.ms`` (a hung store), is
+abandoned and retried on the next tick with the same bytes; meanwhile followers get raw
+records, so acks=all goes on at the speed of classic replication.
 
 A partition's *first tiered offset* is its log end offset when this broker became its
 leader (in the current leader epoch): followers below it get raw records.
 
 Objects are deleted once every in-sync follower has fetched past them (so holds their data)
-or after ``active.tiered.wal.retention.ms``.
+or after ``active.tiered.wal.retention.ms``, by a loop of their own: a slow DeleteObjects
+never holds back an upload.
 """
 
 from __future__ import annotations
@@ -84,11 +87,13 @@ class LeaderView(Protocol):
 
 class WalUploader:
     def __init__(self, store: ObjectStore, bucket: str, key_prefix: str, interval_ms: int,
-                 max_bytes: int, metrics: ActiveTieredMetrics) -> None:
+                 max_bytes: int, metrics: ActiveTieredMetrics, timeout_ms: int) -> None:
         self.store = store
         self.bucket = bucket
         self.key_prefix = key_prefix
         self.interval_s = interval_ms / 1000
+        # Followers wait for an upload at most this long before they get records.
+        self.timeout_s = timeout_ms / 1000
         self.max_bytes = max_bytes
         self.metrics = metrics
         # False after a failed PUT, until one succeeds: followers then get raw records.
@@ -100,18 +105,17 @@ class WalUploader:
         self._full = asyncio.Event()
         self._publish: Publisher | None = None
         self._leaders: LeaderView | None = None
-        self._task: asyncio.Task | None = None
-        self._last_delete_check = 0.0
+        self._tasks: list[asyncio.Task] = []
 
     def start(self, publish: Publisher, leaders: LeaderView) -> None:
         self._publish = publish
         self._leaders = leaders
-        self._task = asyncio.create_task(self._run())
+        self._tasks = [asyncio.create_task(self._run()), asyncio.create_task(self._run_deletes())]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # -- what the engine tells it ---------------------------------------------------------
 
@@ -149,13 +153,20 @@ class WalUploader:
             try:
                 while await self.upload_once():
                     pass  # more than max_bytes were waiting: the next object at once
-                if time.monotonic() - self._last_delete_check >= DELETE_CHECK_INTERVAL_S:
-                    self._last_delete_check = time.monotonic()
-                    await self.delete_objects()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("WAL upload round failed")
+
+    async def _run_deletes(self) -> None:
+        while True:
+            await asyncio.sleep(DELETE_CHECK_INTERVAL_S)
+            try:
+                await self.delete_objects()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("WAL object deletion failed")
 
     async def upload_once(self) -> bool:
         """Upload one object of what is waiting; True if more was left behind."""
@@ -192,11 +203,12 @@ class WalUploader:
                 self.metrics.timed("upload_wait", put_started - part.upload.waiting_since)
                 part.upload.waiting_since = None
         try:
-            await self.store.put(self.bucket, key, body)
-        except ObjectStoreError as e:
+            async with asyncio.timeout(self.timeout_s):
+                await self.store.put(self.bucket, key, body)
+        except (ObjectStoreError, TimeoutError) as e:
             if self.healthy:
                 log.warning("WAL upload to %s failed, followers fetch records meanwhile: %s",
-                            self.bucket, e)
+                            self.bucket, e or f"no answer within {self.timeout_s:g} s")
             self.healthy = False
             return False
         self.healthy = True
@@ -204,7 +216,6 @@ class WalUploader:
         self.metrics.uploaded(self.bucket, len(body), len(parts))
         uploaded_at = _now_ms()
         obj = _Object(self.bucket, key, uploaded_at)
-        self._objects.append(obj)
         published: list[tuple[_Part, WalRef]] = []
         position = 0
         for part in parts:
@@ -229,6 +240,9 @@ class WalUploader:
             state.refs.add(ref)
             state.followers.handed_out(ref.last_offset, self._in_sync(state))
             self._leaders.uploaded(ref.topic, ref.partition)
+        # Only now, with its parts known: the deletion loop would take a partless object
+        # for one every follower holds.
+        self._objects.append(obj)
         return left_behind
 
     def _in_sync(self, state: TieredPartitionState) -> list[int]:

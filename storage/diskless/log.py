@@ -19,6 +19,7 @@ from storage.producer_state import ProducerStateError
 
 from ..append_rules import AppendDecision
 from ..config import LogConfig
+from ..objectstore import ObjectNotFound
 from ..log import (
     AppendResult,
     EpochEndOffset,
@@ -26,6 +27,7 @@ from ..log import (
     OffsetOutOfRange,
     PartitionLog,
     ReadResult,
+    RecordsLost,
     TimestampOffset,
 )
 from .control_plane import LOG_APPEND_TIME, BatchCoordinate, ControlPlane, DeleteRecords
@@ -91,8 +93,13 @@ class DisklessLog(PartitionLog):
     async def _batches(self, coordinates: list[BatchCoordinate]) -> bytearray:
         """The batches as stored by their producers, given their assigned offsets (and the
         append time, for LogAppendTime topics)."""
-        raw = await self.cache.read([(c.object_key, c.byte_offset, c.byte_size)
-                                     for c in coordinates])
+        try:
+            raw = await self.cache.read([(c.object_key, c.byte_offset, c.byte_size)
+                                         for c in coordinates])
+        except ObjectNotFound as error:
+            self.cache.store.missing.found(error.bucket, error.key,
+                                           f"{self.topic}-{self.partition}")
+            raise RecordsLost(str(error)) from error
         out = bytearray()
         for coordinate, data in zip(coordinates, raw):
             position = len(out)

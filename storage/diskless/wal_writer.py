@@ -128,7 +128,8 @@ class WalWriter:
         position = 0
         for entry in pending:
             count = len(entry.batches)
-            entry.done.set_result(results[position:position + count])
+            if not entry.done.done():  # else its produce request timed out (cancelled it)
+                entry.done.set_result(results[position:position + count])
             position += count
 
     async def _upload(self, key: str, data: bytes) -> None:

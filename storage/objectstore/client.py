@@ -3,7 +3,10 @@
 One aiobotocore client (one connection pool) per ObjectStore, and one ObjectStore per
 broker process. Every request goes through ``_request``, which applies injected faults
 and the latency profile, retries what is worth retrying and accounts for each attempt.
-Retries are ours rather than botocore's so that every attempt is counted.
+Retries are ours rather than botocore's so that every attempt is counted, and the whole
+operation is bounded by ``request_timeout_s``: botocore's read timeout applies per socket
+read and per attempt, so a store that accepts connections and never answers would hold a
+caller for attempts x read timeout.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .accounting import Accounting
 from .config import ObjectStoreConfig
 from .faults import FaultInjector, InjectedFault
 from .latency import LatencyModel
+from .missing import MissingObjects
 from .names import OPERATION_KINDS, WAL_BUCKET, fast_bucket
 from .ranges import coalesce
 
@@ -55,11 +59,18 @@ class ObjectStoreError(KafkaStorageError):
 
 
 class ObjectNotFound(ObjectStoreError):
-    """The key (or bucket) does not exist."""
+    """The key (or bucket) does not exist; ``key`` is set by the reads (GetObject)."""
+
+    def __init__(self, message: str, code: str | None = None, bucket: str | None = None,
+                 key: str | None = None) -> None:
+        super().__init__(message, code)
+        self.bucket = bucket
+        self.key = key
 
 
 class ObjectStoreUnavailable(ObjectStoreError):
-    """Every attempt failed with a retryable error (throttling, 5xx, timeouts, outage)."""
+    """Every attempt failed with a retryable error (throttling, 5xx, timeouts, outage), or
+    the operation did not finish within ``request_timeout_s``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,8 @@ class ObjectStore:
     def __init__(self, config: ObjectStoreConfig | None = None) -> None:
         self.config = config or ObjectStoreConfig()
         self.accounting = Accounting(self.config.az)
+        # What the engines' reads found missing (they know which partition needed it).
+        self.missing = MissingObjects()
         # One stream for latency, fault and backoff draws: seeded, a run repeats exactly.
         self._rng = random.Random(self.config.seed)
         self.faults = FaultInjector(self._rng)
@@ -83,9 +96,6 @@ class ObjectStore:
         self.endpoint_url: str | None = None
 
     async def start(self) -> None:
-        # Applied now so that an outage's "after_s" counts from the start.
-        for spec in self.config.faults:
-            self.faults.apply_fault(spec)
         credentials = (self.config.access_key, self.config.secret_key)
         self.endpoint_url = self.config.endpoint_url
         if self.endpoint_url is None:
@@ -116,6 +126,10 @@ class ObjectStore:
                 config=botocore_config,
             )
         )
+        # Applied last so that an outage's "after_s" counts from when the store is ready (a
+        # loaded machine can take a second to build the client).
+        for spec in self.config.faults:
+            self.faults.apply_fault(spec)
 
     async def close(self) -> None:
         await self._exit_stack.aclose()
@@ -234,7 +248,11 @@ class ObjectStore:
                 data = await body.read()
             return data, len(data)
 
-        data = await self._request("GetObject", bucket, send)
+        try:
+            data = await self._request("GetObject", bucket, send)
+        except ObjectNotFound as error:
+            raise ObjectNotFound(f"{bucket}/{key} does not exist", code=error.code,
+                                 bucket=bucket, key=key) from error
         if byte_range is not None and len(data) != byte_range[1] - byte_range[0]:
             raise ObjectStoreError(
                 f"{bucket}/{key} ends before byte {byte_range[1]} (read {len(data)} bytes "
@@ -311,7 +329,20 @@ class ObjectStore:
     async def _request(
         self, operation: str, bucket: str, send: Callable[[], Awaitable[tuple[T, int]]]
     ) -> T:
-        """Send one S3 request with retries; `send` returns (result, payload bytes)."""
+        """Send one S3 request with retries, all within config.request_timeout_s; `send`
+        returns (result, payload bytes)."""
+        timeout_s = self.config.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._attempts(operation, bucket, send)
+        except TimeoutError as error:
+            raise ObjectStoreUnavailable(
+                f"{operation} on {bucket} did not finish within {timeout_s:g} s",
+                code="RequestTimeout") from error
+
+    async def _attempts(
+        self, operation: str, bucket: str, send: Callable[[], Awaitable[tuple[T, int]]]
+    ) -> T:
         kind = OPERATION_KINDS[operation]
         attempt = 1
         while True:
@@ -320,6 +351,11 @@ class ObjectStore:
                 await self.faults.before_request(kind, self.config.read_timeout_s)
                 await self._latency.delay(kind, bucket)
                 result, nbytes = await send()
+            except asyncio.CancelledError:
+                # Abandoned (the operation's timeout, or the caller's): sent all the same.
+                self.accounting.record(
+                    operation, bucket, nbytes=0, seconds=time.perf_counter() - started, error=True)
+                raise
             except (ClientError, BotoCoreError, InjectedFault, asyncio.TimeoutError, OSError) as error:
                 self.accounting.record(
                     operation, bucket, nbytes=0, seconds=time.perf_counter() - started, error=True)

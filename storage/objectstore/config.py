@@ -25,7 +25,12 @@ class ObjectStoreConfig:
     az: str = "az1"
 
     connect_timeout_s: float = 5.0
+    # botocore's, per socket read of one attempt: it does not bound a whole request.
     read_timeout_s: float = 30.0
+    # Bounds one whole operation (every attempt, backoff and wait for a pooled connection):
+    # a store that accepts connections and never answers must fail the caller, which then
+    # falls back or answers its client, rather than hold it for attempts x read timeout.
+    request_timeout_s: float = 5.0
     max_pool_connections: int = 64
 
     # Attempts per request, the first included. Throttling, 5xx and connection errors
@@ -61,5 +66,7 @@ class ObjectStoreConfig:
             raise ValueError("S3 requires multipart parts of at least 5 MiB")
         if self.multipart_threshold < self.multipart_part_size:
             raise ValueError("multipart_threshold must be at least multipart_part_size")
+        if self.request_timeout_s <= 0:
+            raise ValueError("request_timeout_s must be positive")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")

@@ -14,6 +14,8 @@ from protocol.records import validate_produce_records
 from storage.active_tiered import ActiveTiered
 from storage.classic import ClassicLog
 from storage.config import LogConfig
+from storage.objectstore import ObjectNotFound
+from storage.objectstore.missing import MissingObjects
 from support.batches import build_batch as _build_batch
 
 
@@ -82,13 +84,16 @@ class MemoryObjectStore:
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], bytes] = {}
+        self.missing = MissingObjects()
 
     async def put(self, bucket: str, key: str, data: bytes) -> None:
         self.objects[bucket, key] = bytes(data)
 
     async def get_ranges(self, bucket: str, key: str,
                          ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        data = self.objects[bucket, key]
+        data = self.objects.get((bucket, key))
+        if data is None:
+            raise ObjectNotFound(f"{bucket}/{key} does not exist", "NoSuchKey", bucket, key)
         return [data[start:start + length] for start, length in ranges]
 
     async def delete(self, bucket: str, keys) -> None:
@@ -103,4 +108,4 @@ def tiered_engine():
     ``engine.uploader.upload_once()`` after starting it."""
     return ActiveTiered(MemoryObjectStore(), node_id=1, az="az1", key_prefix="test/",
                         upload_interval_ms=3_600_000, upload_max_bytes=1 << 30,
-                        download_timeout_ms=1000)
+                        upload_timeout_ms=1000, download_timeout_ms=1000)

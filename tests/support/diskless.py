@@ -76,6 +76,16 @@ class DisklessCluster(Cluster):
         """The keys of the WAL objects the batch coordinator holds as committed."""
         return {key for (key,) in self.coordinator_rows("SELECT key FROM objects")}
 
+    def object_keys(self, topic: str) -> set[str]:
+        """The WAL objects holding the topic's committed batches."""
+        return {key for (key,) in self.coordinator_rows(
+            "SELECT DISTINCT object_key FROM batches WHERE topic_id = ?", (self.topic_id(topic),))}
+
+    def delete_objects(self, keys: set[str]) -> None:
+        """Delete WAL objects behind the cluster's back (data loss, as a lifecycle rule would)."""
+        for key in keys:
+            self._s3_client().delete_object(Bucket=WAL_BUCKET, Key=key)
+
     def _s3_client(self):
         return boto3.client("s3", endpoint_url=self.s3.url, aws_access_key_id=self.s3.access_key,
                             aws_secret_access_key=self.s3.secret_key, region_name="us-east-1")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Iterator
@@ -84,3 +85,29 @@ def s3_prefix(request: pytest.FixtureRequest) -> str:
     """A key prefix no other test uses: the shared server keeps every test's objects."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60]
     return f"test/{name}-{uuid.uuid4().hex[:8]}/"
+
+
+class PausableS3(embedded.EmbeddedS3Process):
+    """An embedded S3 server of a test's own that can hang: ``pause`` stops its process
+    (SIGSTOP: the kernel still accepts connections, nothing answers), ``resume`` continues."""
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def pausable_s3() -> Iterator[tuple[S3Endpoint, PausableS3]]:
+    """A dedicated S3 server (the session's must not hang under other tests), with the
+    buckets created; resumed and stopped at teardown."""
+    if s3_endpoint_from_env() is not None:
+        pytest.skip("hangs the embedded S3 server's process; KIPPER_TEST_S3_ENDPOINT is set")
+    with PausableS3() as server:
+        endpoint = S3Endpoint(server.endpoint_url, embedded.ACCESS_KEY, embedded.SECRET_KEY)
+        asyncio.run(_create_buckets(endpoint))
+        try:
+            yield endpoint, server
+        finally:
+            server.resume()  # a stopped process ignores SIGTERM

@@ -28,6 +28,10 @@ pytestmark = pytest.mark.system
 BATCH = 200
 # Holds every S3 request of a client until the read timeout: nothing gets through.
 BUCKET_OUTAGE = {"fault": "outage", "for_s": 600, "mode": "hang"}
+# ... and the leader keeps waiting for them rather than abandon them after its upload
+# timeout and let the followers fetch the records (what a hung store gets by default).
+PATIENT_UPLOADS = {"KIPPER_ACTIVE_TIERED_UPLOAD_TIMEOUT_MS": "600000",
+                   "KIPPER_S3_REQUEST_TIMEOUT_MS": "600000"}
 
 
 def values(n: int) -> list[bytes]:
@@ -35,7 +39,7 @@ def values(n: int) -> list[bytes]:
 
 
 def test_scenario_1_leader_killed_before_upload_loses_no_acked_record(make_cluster, topic_name):
-    cluster = make_cluster()
+    cluster = make_cluster(**PATIENT_UPLOADS)
     create_tiered_topic(cluster, topic_name)
     leader = cluster.leader_of(topic_name)
     writer = ConfluentWriter(cluster.bootstrap, linger_ms=5)

@@ -11,7 +11,7 @@ import pytest
 from protocol.records import build_batch, rebase, validate_produce_records
 from replication.cluster_metadata import PartitionInfo
 from replication.partition import ReplicatedPartition
-from storage.active_tiered.metadata import WalRef, decode_pointers
+from storage.active_tiered.metadata import WalRef, decode_pointers, encode_pointers
 from storage.config import LogConfig
 from storage.log import Leadership
 
@@ -168,3 +168,18 @@ async def test_truncation_drops_refs_above_it(engine, open_partition):
     partition.update_info(info(FOLLOWER, 1))
     await partition.log.truncate_to(2)
     assert partition.log.state.refs.refs() == []
+
+
+async def test_a_missing_object_is_reported_once_and_the_follower_falls_back(
+        engine, open_partition, caplog):
+    partition = open_partition(leader=FOLLOWER)
+    pointers = encode_pointers(partition.log.scheme.pointers([ref(0, 2)]))
+    for _ in range(2):  # the fetcher retries the same offset
+        await partition.log.append_as_follower(pointers)
+    # Nothing appended: the next fetch asks the leader for records (the fallback).
+    assert partition.log.log_end_offset == 0
+    assert engine.metrics.snapshot()["failed_downloads"] == 2
+    assert engine.downloader.store.missing.snapshot() == {"reads": {"kipper-fast-az2": 2},
+                                                          "objects": 1}
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "kipper-fast-az2/other-leader" in errors[0] and "t-0" in errors[0]

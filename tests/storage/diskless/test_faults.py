@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
-from collections import Counter
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from support.clients import consume_all
+from support.clients import AckedProducer, assert_acked_exactly_once, produce_once
 from support.diskless import FAST_HOUSEKEEPING, DisklessCluster
 from support.topics import create_topic
 from support.wait import wait_until
@@ -25,49 +23,6 @@ def cluster(tmp_path, s3_endpoint):
         if broker.proc is not None and broker.proc.poll() is None:
             os.kill(broker.proc.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
     cluster.stop()
-
-
-class AckedProducer(threading.Thread):
-    """An idempotent acks=all producer sending "v<i>" until stopped; keeps every ack."""
-
-    def __init__(self, bootstrap: str, topic: str, az: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": f"writer az={az}",
-                                  "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                                  "metadata.max.age.ms": 1000, "topic.metadata.refresh.interval.ms": 1000})
-        self.topic = topic
-        self.acked: list[tuple[float, int, bytes]] = []
-        self.errors: list[KafkaError] = []
-        self.stopping = threading.Event()
-
-    def _on_delivery(self, error, message) -> None:
-        if error is not None:
-            self.errors.append(error)
-        else:
-            self.acked.append((time.monotonic(), message.offset(), message.value()))
-
-    def run(self) -> None:
-        i = 0
-        while not self.stopping.is_set():
-            self.producer.produce(self.topic, f"v{i}".encode(), partition=0,
-                                  on_delivery=self._on_delivery)
-            self.producer.poll(0.002)
-            i += 1
-
-    def finish(self) -> None:
-        self.stopping.set()
-        self.join(10)
-        assert self.producer.flush(120) == 0
-
-
-def assert_acked_exactly_once(cluster: DisklessCluster, topic: str, writer: AckedProducer) -> None:
-    offsets = [offset for _, offset, _ in writer.acked]
-    assert len(offsets) == len(set(offsets)), "an offset was assigned twice"
-    stored = consume_all(cluster.bootstrap, topic, len(writer.acked))
-    duplicates = [v for v, n in Counter(stored).items() if n > 1]
-    assert not duplicates, f"stored twice: {duplicates[:5]}"
-    missing = {value for _, _, value in writer.acked} - set(stored)
-    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
 
 
 def coordinator_and_other(cluster: DisklessCluster):
@@ -97,7 +52,7 @@ def test_broker_killed_between_upload_and_commit(cluster, topic_name):
     uploader.start()
     time.sleep(3)
     writer.finish()
-    assert_acked_exactly_once(cluster, topic_name, writer)
+    assert_acked_exactly_once(cluster.bootstrap, topic_name, writer)
 
     print(f"{len(orphans)} WAL objects were uploaded but never committed")
     assert orphans
@@ -124,7 +79,7 @@ def test_coordinator_killed_another_takes_over(cluster, topic_name):
     coordinator.start()
     time.sleep(1)
     writer.finish()
-    assert_acked_exactly_once(cluster, topic_name, writer)
+    assert_acked_exactly_once(cluster.bootstrap, topic_name, writer)
 
 
 def test_object_store_outage(cluster, topic_name):
@@ -136,22 +91,15 @@ def test_object_store_outage(cluster, topic_name):
         broker.s3_fault({"fault": "outage", "for_s": 4, "mode": "fail"})
 
     # A producer that does not retry sees the failure as a retriable error, in time.
-    no_retries = Producer({"bootstrap.servers": cluster.bootstrap, "client.id": "probe az=az2",
-                           "retries": 0, "acks": "all", "request.timeout.ms": 30000})
-    outcome: list = []
-    started = time.monotonic()
-    no_retries.produce(topic_name, b"during-outage", partition=0,
-                       on_delivery=lambda err, msg: outcome.append((time.monotonic(), err)))
-    no_retries.flush(60)
-    (answered_at, error), = outcome
-    print(f"produce during an S3 outage failed after {answered_at - started:.2f} s with {error}")
+    answered_s, error = produce_once(cluster.bootstrap, topic_name, 30_000)
+    print(f"produce during an S3 outage failed after {answered_s:.2f} s with {error}")
     # KAFKA_STORAGE_ERROR is retriable in the Kafka protocol: the writer above retries
     # through the outage without reporting an error.
     assert error is not None and error.code() == KafkaError.KAFKA_STORAGE_ERROR
-    assert answered_at - started < 30
+    assert answered_s < 30
 
     acked_before = len(writer.acked)
     wait_until(lambda: len(writer.acked) > acked_before + 200, 60, 0.2)  # resumes afterwards
     writer.finish()
     assert not writer.errors, writer.errors[:5]
-    assert_acked_exactly_once(cluster, topic_name, writer)
+    assert_acked_exactly_once(cluster.bootstrap, topic_name, writer)
