@@ -106,6 +106,9 @@ class LocalStack(ChildProcess):
             log_tail = self.log_tail()
             self.stop()
             raise RuntimeError(f"LocalStack did not start ({error}); its log:\n{log_tail}") from error
+        except BaseException:  # SIGTERM (main's sys.exit) or Ctrl-C while it starts
+            self.stop()
+            raise
         return self.endpoint
 
     def _serves_s3(self) -> bool:
