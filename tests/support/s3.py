@@ -26,6 +26,11 @@ from storage.objectstore.config import ObjectStoreConfig
 
 TEST_AZS = ("az1", "az2", "az3")
 
+# The environment that points the tests at another S3 server (support.localstack sets it).
+ENDPOINT_VAR = "KIPPER_TEST_S3_ENDPOINT"
+ACCESS_KEY_VAR = "KIPPER_TEST_S3_ACCESS_KEY"
+SECRET_KEY_VAR = "KIPPER_TEST_S3_SECRET_KEY"
+
 
 @dataclass(frozen=True)
 class S3Endpoint:
@@ -40,15 +45,20 @@ class S3Endpoint:
             **overrides,
         )
 
+    def environment(self) -> dict[str, str]:
+        """The variables that make a test run use this server (``s3_endpoint_from_env``)."""
+        return {ENDPOINT_VAR: self.url, ACCESS_KEY_VAR: self.access_key,
+                SECRET_KEY_VAR: self.secret_key}
+
 
 def s3_endpoint_from_env() -> S3Endpoint | None:
-    url = os.environ.get("KIPPER_TEST_S3_ENDPOINT")
+    url = os.environ.get(ENDPOINT_VAR)
     if not url:
         return None
     return S3Endpoint(
         url,
-        os.environ.get("KIPPER_TEST_S3_ACCESS_KEY", "minioadmin"),
-        os.environ.get("KIPPER_TEST_S3_SECRET_KEY", "minioadmin"),
+        os.environ.get(ACCESS_KEY_VAR, "minioadmin"),
+        os.environ.get(SECRET_KEY_VAR, "minioadmin"),
     )
 
 
