@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import secrets
 import sys
 import tempfile
 import time
@@ -35,10 +37,13 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from bench.local_cluster import LocalCluster
 from protocol.apis import ApiKey
 from protocol.build import make
+from protocol.internal import ClusterCredentials
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC
 from replication.node_client import NodeConnection
 
 RECORDS_PER_ROUND = 10
+SECRET_VARIABLE = "KIPPER_CLUSTER_SECRET"
+BENCH_NODE_ID = 900  # the raw Fetch's connection, which is no broker
 
 
 @dataclass
@@ -112,7 +117,10 @@ def run(cluster: LocalCluster, rounds: int) -> Result:
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0,
                          "client.id": f"ryw-bench az={brokers[writer]['rack']}"})
     host, port = brokers[reader]["address"].rsplit(":", 1)
-    connection = NodeConnection(host, int(port), "ryw-bench", Uncounted())
+    # NodeConnection proves cluster membership first, though a consumer Fetch needs none.
+    connection = NodeConnection(host, int(port), "ryw-bench",
+                                ClusterCredentials(BENCH_NODE_ID, os.environ[SECRET_VARIABLE]),
+                                Uncounted())
     acknowledged = 1
     stale_list = stale_hw = 0
     list_ms: list[float] = []
@@ -145,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kipper-ryw-") as root:
+        # cluster up uses (and its brokers share) the secret in its environment.
+        os.environ.setdefault(SECRET_VARIABLE, secrets.token_hex(16))
         cluster = LocalCluster(Path(root)).start()
         try:
             result = run(cluster, args.rounds)

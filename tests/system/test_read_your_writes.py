@@ -23,11 +23,13 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from bench.read_your_writes import Uncounted, fetch_high_watermark
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC
+from protocol.internal import ClusterCredentials
 from replication.node_client import NodeConnection
-from support.processes import BrokerProcess
+from support.processes import CLUSTER_SECRET, BrokerProcess
 from support.topics import create_topic, partition_metadata
 
 ROUNDS = 50
+TEST_NODE_ID = 900  # the raw Fetch's connection, which is no broker
 RECORDS = 10
 
 
@@ -128,7 +130,9 @@ def test_fetch_high_watermark_through_another_broker(route):
     request: a client library answers a stale broker's empty fetch by fetching again, which
     hides the stale high watermark the test looks for.)"""
     loop = asyncio.new_event_loop()
-    connection = NodeConnection("127.0.0.1", route.reader.port, "ryw-fetch", Uncounted())
+    # NodeConnection proves cluster membership first, though a consumer Fetch needs none.
+    connection = NodeConnection("127.0.0.1", route.reader.port, "ryw-fetch",
+                                ClusterCredentials(TEST_NODE_ID, CLUSTER_SECRET), Uncounted())
 
     def high_watermark(end: int) -> tuple | None:
         found = loop.run_until_complete(fetch_high_watermark(connection, route.topic, end))
