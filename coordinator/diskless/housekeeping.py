@@ -94,13 +94,16 @@ class Housekeeping:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.settings.interval_ms / 1000)
-            await self._on_writable_coordinator("housekeeping", self.run_once)
+            await self.run_once()
 
     async def run_once(self) -> None:
-        await self._drop_deleted_topics()
-        await self.merge_small_objects()
-        await self._delete_dead_objects()
-        await self._delete_orphans()
+        # Each step on its own: a merge that keeps failing (an object store timing out)
+        # must not keep dead objects from being deleted.
+        for what, step in (("topic deletion", self._drop_deleted_topics),
+                           ("merge", self.merge_small_objects),
+                           ("object deletion", self._delete_dead_objects),
+                           ("orphan deletion", self._delete_orphans)):
+            await self._on_writable_coordinator(what, step)
 
     async def apply_retention(self, now_ms: int) -> int:
         """retention.ms / retention.bytes of every diskless topic at ``now_ms``, in one
