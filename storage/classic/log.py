@@ -63,12 +63,12 @@ class ClassicLog(PartitionLog):
         with storage_io(f"load {self.directory}"):
             self._local = LocalLog(self.directory, config, start_offset=checkpointed_start,
                                    on_recovered_batch=self._on_recovered_batch)
-        self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
-        if self._local.next_offset < self._log_start:
-            # Data up to the checkpointed log start is gone (lost or never written here).
-            self._local.truncate_fully_and_start_at(self._log_start)
-        self._epochs.truncate_from_end(self._local.next_offset)
-        self._epochs.truncate_from_start(self._log_start)
+            self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
+            if self._local.next_offset < self._log_start:
+                # Data up to the checkpointed log start is gone (lost or never written here).
+                self._local.truncate_fully_and_start_at(self._log_start)
+            self._epochs.truncate_from_end(self._local.next_offset)
+            self._epochs.truncate_from_start(self._log_start)
         self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
         self._producers = self._load_producer_state()
         self._unflushed_messages = 0
