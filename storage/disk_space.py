@@ -9,7 +9,12 @@ full disk is not a broken one (its partitions can still be read and emptied), so
 keeps space for them: an append of data (a topic not named ``__*``, as leader or follower)
 is refused with KAFKA_STORAGE_ERROR while it would leave less than the reserve free, as
 Redpanda's ``storage_min_free_bytes`` and Elasticsearch's flood-stage watermark do. Reads,
-DeleteRecords, retention and topic deletion go on, and once space is freed appends resume.
+DeleteRecords, retention and topic deletion go on.
+
+Appends resume once twice the reserve is free, as Elasticsearch releases its flood-stage
+block only below the high watermark: without that margin a full disk would refuse a large
+batch and take a small one, and producers would see it fill and empty by turns. A node that
+starts with less than that free starts refusing, as it would have been before it stopped.
 
 Checked with one ``statvfs`` per append (about a microsecond), so space freed or taken by
 anything else on the file system counts at once.
@@ -100,6 +105,14 @@ class DiskSpace:
                                  AUTO_RESERVE_MAX_BYTES)
         self.reserved_bytes = reserved_bytes
         self._refusing = False
+        free = self.free_bytes()
+        if reserved_bytes and free < self.resume_bytes:
+            self._set_refusing(True, free)
+
+    @property
+    def resume_bytes(self) -> int:
+        """Free space at which refused appends of data are accepted again."""
+        return 2 * self.reserved_bytes
 
     def free_bytes(self) -> int:
         stats = os.statvfs(self.directory)
@@ -107,22 +120,27 @@ class DiskSpace:
 
     def check_data_append(self, size: int, what: str) -> None:
         """Raise DiskFull if appending ``size`` bytes of data would leave less than the
-        reserve free. The change from accepting to refusing, and back, is logged once."""
+        reserve free (or, once refusing, less than ``resume_bytes``). The change from
+        accepting to refusing, and back, is logged once."""
         if self.reserved_bytes == 0:
             return
         free = self.free_bytes()
-        refuse = free - size < self.reserved_bytes
+        threshold = self.resume_bytes if self._refusing else self.reserved_bytes
+        refuse = free - size < threshold
         if refuse != self._refusing:
-            self._refusing = refuse
-            if refuse:
-                log.error("%s: %d bytes free, %d kept for metadata and checkpoints "
-                          "(log_dir_reserved_bytes): appends of data are refused with "
-                          "KAFKA_STORAGE_ERROR until space is freed (DeleteRecords, retention, "
-                          "topic deletion); reads go on", self.directory, free,
-                          self.reserved_bytes)
-            else:
-                log.warning("%s: %d bytes free again: appends of data accepted",
-                            self.directory, free)
+            self._set_refusing(refuse, free)
         if refuse:
             raise DiskFull(f"cannot append {size} bytes to {what}: {free} bytes free in "
                            f"{self.directory}, {self.reserved_bytes} kept for metadata")
+
+    def _set_refusing(self, refuse: bool, free: int) -> None:
+        self._refusing = refuse
+        if refuse:
+            log.error("%s: %d bytes free, %d kept for metadata and checkpoints "
+                      "(log_dir_reserved_bytes): appends of data are refused with "
+                      "KAFKA_STORAGE_ERROR until space is freed (DeleteRecords, retention, "
+                      "topic deletion) to %d bytes; reads go on", self.directory, free,
+                      self.reserved_bytes, self.resume_bytes)
+        else:
+            log.warning("%s: %d bytes free again: appends of data accepted",
+                        self.directory, free)

@@ -34,7 +34,6 @@ DISK_MB = 64
 VALUE_BYTES = 8 << 10
 SEGMENT_BYTES = 2 << 20
 CHUNK = 64  # records produced between two flushes of the filling producer
-KAFKA_STORAGE_ERROR = 56
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def produce_once(bootstrap: str, topic: str) -> str:
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0,
-                             max_block_ms=10_000)
+                             enable_idempotence=False, max_block_ms=10_000)
     try:
         producer.send(topic, b"probe", partition=0).get(timeout=15)
         return "ok"
