@@ -138,6 +138,12 @@ class BrokerConfig:
         "every storage mode (`log.retention.check.interval.ms`).")
     log_flush_interval_ms: int = setting(
         1_000, "How often local logs are checked for an fsync due by `flush.ms`.")
+    log_dir_reserved_bytes: int = setting(
+        -1, "Free space of the data directory's file system that appends of data (topics "
+        "not named `__*`) leave to the metadata log, consumer offsets and checkpoints: past "
+        "it produce answers `KAFKA_STORAGE_ERROR` (until twice as much is free) while reads, "
+        "DeleteRecords, retention and topic deletion go on, and a restart comes up. -1 = 5 % "
+        "of the file system, at most 1 GiB; 0 = none (docs/cluster.md, \"A full disk\").")
     s3_endpoint: str | None = setting(
         None, "S3 endpoint URL of the object store (MinIO, LocalStack, AWS, or `kipper cluster "
         "up`'s embedded server); without one, active-tiered and diskless topics are refused.",

@@ -57,15 +57,24 @@ class MetadataFollower:
                        log_dirs=(), previous_broker_epoch=self.epoch, features=(),
                        listeners=(make(Listener, name="PLAINTEXT", host=host, port=port,
                                        security_protocol=0),))
+        # Retried every half second: a failure is logged when it differs from the last
+        # one, not at every attempt (a controller on a full disk refused 117 in a row).
+        last_failure, attempts = None, 0
         while True:
+            attempts += 1
             try:
                 response = await self.controller.call(ApiKey.BROKER_REGISTRATION, request, 10)
                 if response.error_code == ErrorCode.none:
                     self.epoch = response.broker_epoch
+                    if last_failure is not None:
+                        log.info("registered after %d attempts", attempts)
                     return
-                log.warning("registration refused: %s", response.error_code.name)
+                failure = f"registration refused: {response.error_code.name}"
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
-                log.warning("controller unreachable for registration: %s", e)
+                failure = f"controller unreachable for registration: {e}"
+            if failure != last_failure:
+                log.warning("%s (retrying every 0.5 s)", failure)
+                last_failure = failure
             await asyncio.sleep(0.5)
 
     async def _heartbeat_loop(self, want_shut_down: bool = False) -> None:

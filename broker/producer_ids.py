@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from storage.classic.checkpoint import write_atomically
+from storage.disk_space import storage_io
 
 BLOCK_SIZE = 1000
 # Each broker allocates from its own range, so two brokers never hand out the same id
@@ -33,15 +35,7 @@ class ProducerIdAllocator:
         return producer_id
 
     def _reserve(self, block_end: int) -> None:
-        temporary = self.path.with_suffix(".tmp")
-        with open(temporary, "w") as f:
-            f.write(str(block_end))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        """Raises KafkaStorageError (a full disk): no id is handed out unreserved."""
+        with storage_io(f"reserve producer ids in {self.path}"):
+            write_atomically(self.path, str(block_end))
         self._block_end = block_end

@@ -73,7 +73,7 @@ class Broker:
             self.metrics = MetricsServer(config.metrics_listener,
                                          {"node_id": config.node_id, "rack": config.rack})
             self.metrics.add_source("network", self.traffic)
-        self.logs = LogManager(config.data_dir)
+        self.logs = LogManager(config.data_dir, config.log_dir_reserved_bytes)
         # Shared by the engines that keep data in object storage (active-tiered, diskless).
         self.object_store: ObjectStore | None = None
         self.active_tiered: ActiveTiered | None = None

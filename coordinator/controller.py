@@ -8,6 +8,7 @@ acknowledged. Brokers learn every change by fetching that log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -26,6 +27,7 @@ from replication.cluster_metadata import (
     partition_record,
 )
 from storage.config import InvalidConfig, validate_topic_configs
+from storage.log import KafkaStorageError
 
 from .metadata_log import MetadataLog
 from .placement import assign_replicas
@@ -107,7 +109,11 @@ class Controller:
         """Append (committed once fsynced: a quorum of one), then apply."""
         if not records:
             return self.image.next_offset
-        offset = await self.log.append(records)
+        try:
+            offset = await self.log.append(records)
+        except KafkaStorageError as e:
+            # Nothing was applied: the request that asked for the change fails, not the node.
+            raise ControllerError(ErrorCode.kafka_storage_error, str(e)) from e
         self.applier.apply(enumerate(records, offset))
         for listener in self.on_commit:
             listener()
@@ -159,7 +165,8 @@ class Controller:
                     async with self._lock:
                         log.warning("fencing broker %d: no heartbeat for %.1f s",
                                     broker.node_id, now - self._last_heartbeat.get(broker.node_id, 0))
-                        await self._commit(self._fence_records(broker.node_id))
+                        with contextlib.suppress(ControllerError):  # tried again next tick
+                            await self._commit(self._fence_records(broker.node_id))
 
     def _fence_records(self, node_id: int) -> list[dict]:
         """Fence ``node_id``: drop it from ISRs and move its leaderships to ISR members."""

@@ -9,6 +9,7 @@ from protocol.records import decode_json_records, encode_json_records, iter_batc
 from replication.cluster_metadata import METADATA_TOPIC
 from storage.classic import ClassicLog
 from storage.config import LogConfig
+from storage.log import KafkaStorageError
 
 
 class MetadataLog:
@@ -33,5 +34,11 @@ class MetadataLog:
         data = encode_json_records(records)
         batches = list(iter_batches(data))
         result = await self.log.append(data, batches, leader_epoch)
-        await self.log.flush()
+        try:
+            await self.log.flush()
+        except KafkaStorageError:
+            # Not durable, so not committed: the records must not be replayed on restart
+            # (nor be followed by the next change) when the caller applies nothing.
+            await self.log.truncate_to(result.base_offset)
+            raise
         return result.base_offset

@@ -21,6 +21,8 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 
 from protocol.apis import ApiKey
 from protocol.build import make
+from storage.disk_space import log_storage_error
+from storage.log import KafkaStorageError
 
 from .node_client import NodeConnection
 from .partition import ReplicatedPartition
@@ -70,7 +72,8 @@ class LeaderFetcher:
                 if self._needs_truncation:
                     await self._truncate()
                 await self._fetch_once()
-            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+            except (ConnectionError, OSError, asyncio.TimeoutError, KafkaStorageError) as e:
+                # (A storage error here came from truncating this replica's log.)
                 log.info("fetch from leader %d failed: %s", self.leader_id, e)
                 await asyncio.sleep(0.5)
 
@@ -134,7 +137,13 @@ class LeaderFetcher:
     async def _apply(self, partition: ReplicatedPartition, data) -> bool:
         if data.error_code == ErrorCode.none:
             if data.records:
-                await partition.log.append_as_follower(data.records)
+                try:
+                    await partition.log.append_as_follower(data.records)
+                except KafkaStorageError as e:
+                    # A full disk: this replica falls behind, out of the ISR, and catches up
+                    # once space is freed; the other partitions go on replicating.
+                    log_storage_error(log, f"replicating {partition.topic}-{partition.index}", e)
+                    return False
             partition.update_follower_high_watermark(data.high_watermark)
             return True
         if data.error_code == ErrorCode.offset_out_of_range:

@@ -18,7 +18,7 @@ from protocol.build import make
 from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from replication.fetcher import LeaderFetcher
 from storage.config import InvalidConfig, LogConfig
-from storage.log import Leadership
+from storage.log import KafkaStorageError, Leadership
 from storage.manager import LogManager
 
 from .leaderless_partition import LeaderlessPartition
@@ -77,8 +77,10 @@ class ReplicaManager:
     def _apply_partition(self, info: PartitionInfo) -> None:
         try:
             self._host_partition(info)
-        except InvalidConfig as e:
-            # e.g. a diskless topic on a broker without an object store: serve the others.
+        except (InvalidConfig, KafkaStorageError) as e:
+            # e.g. a diskless topic on a broker without an object store, or a log that
+            # cannot be loaded (as Kafka's partitions of a failed log dir, it stays
+            # offline here): serve the others.
             log.error("cannot host %s-%d: %s", info.topic, info.partition, e)
 
     def _host_partition(self, info: PartitionInfo) -> None:

@@ -13,11 +13,15 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protocol.records import BatchHeader
 
 from .append_rules import AppendDecision, check_append
 from .config import LogConfig
+
+if TYPE_CHECKING:
+    from .disk_space import DiskSpace
 
 
 class StorageError(Exception):
@@ -95,6 +99,9 @@ class PartitionLog(abc.ABC):
         self.topic = topic
         self.partition = partition
         self.config = config
+        # Set by storage.manager for the logs of data (not of internal topics): appends are
+        # refused while they would eat into the space kept for metadata (storage.disk_space).
+        self.disk_space: DiskSpace | None = None
 
     @property
     @abc.abstractmethod
@@ -112,7 +119,13 @@ class PartitionLog(abc.ABC):
         decision = check_append(self.config, len(records), batches)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+        self.check_space(len(records))
         return await self._append(records, batches, leader_epoch, decision)
+
+    def check_space(self, size: int) -> None:
+        """Raise DiskFull if ``size`` more bytes of this log would take the reserved space."""
+        if self.disk_space is not None:
+            self.disk_space.check_data_append(size, f"{self.topic}-{self.partition}")
 
     @abc.abstractmethod
     async def _append(self, records: bytearray, batches: list[BatchHeader], leader_epoch: int,

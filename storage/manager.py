@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .classic import ClassicLog
 from .config import InvalidConfig, LogConfig
+from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
 
 logger = logging.getLogger(__name__)
@@ -28,10 +29,19 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def is_internal_topic(topic: str) -> bool:
+    """Kafka's convention: internal topics (``__consumer_offsets``, the metadata logs) are
+    named ``__*``."""
+    return topic.startswith("__")
+
+
 class LogManager:
-    def __init__(self, data_dir: Path | str) -> None:
+    def __init__(self, data_dir: Path | str, reserved_bytes: int = 0) -> None:
+        """``reserved_bytes``: the free space appends of data leave to internal topics and
+        checkpoints (storage.disk_space; -1: the default share of the file system)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.disk_space = DiskSpace(self.data_dir, reserved_bytes)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._last_flush_ms: dict[tuple[str, int], int] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
@@ -59,6 +69,8 @@ class LogManager:
                 f"kipper.storage.mode={config.storage_mode!r} of {topic} has no storage engine "
                 f"in this broker (available: {', '.join(sorted(self.engines))})")
         log = factory(topic, partition, config, self.partition_dir(topic, partition))
+        if not is_internal_topic(topic):
+            log.disk_space = self.disk_space
         self._logs[key] = log
         self._last_flush_ms[key] = _now_ms()
         return log
@@ -127,6 +139,8 @@ class LogManager:
                     continue
                 try:
                     await log.flush()
+                except DiskFull:
+                    continue  # reported by storage.disk_space, not once per partition and tick
                 except Exception:
                     logger.exception("flush of %s-%s failed", *key)
                     continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.controller import ControllerError
 from protocol.apis import ApiKey
 
 from .registry import RequestContext, handles
@@ -17,8 +18,12 @@ async def broker_registration(ctx: RequestContext, request) -> object:
         return ctx.response("BrokerRegistrationResponse", throttle_time=0, error_code=error,
                             broker_epoch=-1)
     listener = request.listeners[0]
-    epoch = await controller.register_broker(request.broker_id, listener.host, listener.port,
-                                             request.rack)
+    try:
+        epoch = await controller.register_broker(request.broker_id, listener.host,
+                                                 listener.port, request.rack)
+    except ControllerError as e:
+        return ctx.response("BrokerRegistrationResponse", throttle_time=0,
+                            error_code=e.error_code, broker_epoch=-1)
     return ctx.response("BrokerRegistrationResponse", throttle_time=0,
                         error_code=ErrorCode.none, broker_epoch=epoch)
 
@@ -30,8 +35,11 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
         return ctx.response("BrokerHeartbeatResponse", throttle_time=0,
                             error_code=ErrorCode.not_controller, is_caught_up=False,
                             is_fenced=True, should_shut_down=False)
-    error, fenced = await controller.heartbeat(request.broker_id, request.broker_epoch,
-                                               request.want_shut_down)
+    try:
+        error, fenced = await controller.heartbeat(request.broker_id, request.broker_epoch,
+                                                   request.want_shut_down)
+    except ControllerError as e:
+        error, fenced = e.error_code, True
     return ctx.response("BrokerHeartbeatResponse", throttle_time=0, error_code=error,
                         is_caught_up=True, is_fenced=fenced,
                         should_shut_down=request.want_shut_down)
@@ -47,9 +55,13 @@ async def alter_partition(ctx: RequestContext, request) -> object:
     for topic in request.topics:
         results = []
         for asked in topic.partitions:
-            error, info = await controller.alter_partition(
-                request.broker_id, topic.topic_id, asked.partition_index, asked.leader_epoch,
-                [b.broker_id for b in asked.new_isr_with_epochs], asked.partition_epoch)
+            try:
+                error, info = await controller.alter_partition(
+                    request.broker_id, topic.topic_id, asked.partition_index,
+                    asked.leader_epoch, [b.broker_id for b in asked.new_isr_with_epochs],
+                    asked.partition_epoch)
+            except ControllerError as e:
+                error, info = e.error_code, None
             results.append(ctx.response(
                 "PartitionData", partition_index=asked.partition_index, error_code=error,
                 leader_id=info.leader if info else -1,

@@ -8,6 +8,7 @@ from coordinator.controller import ControllerError, validate_topic_name
 from protocol.apis import ApiKey
 from replication.cluster_metadata import PartitionInfo, TopicInfo
 from replication.leaderless_partition import diskless_servers
+from storage.manager import is_internal_topic
 
 from ..client_az import client_az
 from ..diskless_routing import diskless_leader
@@ -28,7 +29,7 @@ def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
         _partition_entry(ctx, p)
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition))
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
-                        topic_id=topic.topic_id, is_internal=topic.name.startswith("__"),
+                        topic_id=topic.topic_id, is_internal=is_internal_topic(topic.name),
                         partitions=partitions,
                         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from replication.partition import PartitionError
-from storage.log import OffsetOutOfRange
+from storage.disk_space import log_storage_error
+from storage.log import KafkaStorageError, OffsetOutOfRange
 
 from .registry import RequestContext, handles
+
+log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
@@ -78,6 +82,9 @@ async def _delete_records(ctx: RequestContext, topic: str, asked, received_at: f
         return answer(low_watermark=await partition.log.delete_records_before(offset))
     except OffsetOutOfRange:
         return answer(ErrorCode.offset_out_of_range)
+    except KafkaStorageError as e:
+        log_storage_error(log, f"DeleteRecords of {topic}-{asked.partition_index}", e)
+        return answer(ErrorCode.kafka_storage_error)
 
 
 @handles(ApiKey.DELETE_RECORDS)

@@ -14,6 +14,7 @@ from protocol.records import (
     validate_produce_records,
 )
 from replication.partition import PartitionError
+from storage.disk_space import log_storage_error
 from storage.log import AppendResult, KafkaStorageError, RecordTooLarge
 from storage.producer_state import ProducerStateError
 
@@ -51,7 +52,7 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
     except ProducerStateError as e:
         return e.error_code, str(e)
     except KafkaStorageError as e:
-        log.error("storage error appending to %s-%d: %s", topic, partition_index, e)
+        log_storage_error(log, f"appending to {topic}-{partition_index}", e)
         return ErrorCode.kafka_storage_error, str(e)
 
 

@@ -7,11 +7,17 @@ until its timeout); FindCoordinator for a transaction gives the same code with a
 
 from __future__ import annotations
 
+import logging
+
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
+from storage.disk_space import log_storage_error
+from storage.log import KafkaStorageError
 
 from .registry import RequestContext, handles
+
+log = logging.getLogger(__name__)
 
 
 @handles(ApiKey.INIT_PRODUCER_ID)
@@ -22,5 +28,12 @@ async def init_producer_id(ctx: RequestContext, request) -> object:
                             producer_epoch=-1)
     # Without a transactional id Kafka always issues a fresh id at epoch 0, also when an
     # idempotent producer asks to bump the epoch of its current one (KIP-360).
+    try:
+        producer_id = ctx.services.producer_ids.next_id()
+    except KafkaStorageError as e:
+        log_storage_error(log, "InitProducerId", e)
+        return ctx.response("InitProducerIdResponse", throttle_time=0,
+                            error_code=ErrorCode.kafka_storage_error, producer_id=-1,
+                            producer_epoch=-1)
     return ctx.response("InitProducerIdResponse", throttle_time=0, error_code=ErrorCode.none,
-                        producer_id=ctx.services.producer_ids.next_id(), producer_epoch=0)
+                        producer_id=producer_id, producer_epoch=0)

@@ -115,6 +115,9 @@ class LocalLog:
         if self.active.size == 0:
             return self.active
         self.active.seal()
+        return self._start_segment()
+
+    def _start_segment(self) -> LogSegment:
         segment = self._new_segment(self.next_offset)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -123,8 +126,11 @@ class LocalLog:
     def delete_oldest_segments(self, count: int) -> int:
         """Delete the ``count`` oldest segments; return the bytes freed."""
         if count >= len(self._segments):
-            # Keep the log end offset: it lives on in a new, empty active segment.
-            self.roll()
+            # Keep the log end offset: it lives on in a new, empty active segment. The old
+            # one is not sealed (its index files written) first: it is about to go, and on
+            # a full disk that write is what would fail.
+            if self.active.size:
+                self._start_segment()
             count = min(count, len(self._segments) - 1)
         victims = self._segments[:count]
         del self._segments[:count], self._bases[:count]

@@ -26,6 +26,7 @@ from protocol.records import BatchHeader, assign_offsets, iter_batches
 
 from ..append_rules import AppendDecision
 from ..config import LogConfig
+from ..disk_space import storage_io
 from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
                    PartitionLog, ReadResult, StorageError, TimestampOffset)
 from ..producer_state import CorruptSnapshot, ProducerState
@@ -59,17 +60,15 @@ class ClassicLog(PartitionLog):
         self._log_start_file = self.directory / LOG_START_OFFSET_FILE
         self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
         checkpointed_start = read_offset(self._log_start_file) or 0
-        try:
+        with storage_io(f"load {self.directory}"):
             self._local = LocalLog(self.directory, config, start_offset=checkpointed_start,
                                    on_recovered_batch=self._on_recovered_batch)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot load {self.directory}: {e}") from e
-        self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
-        if self._local.next_offset < self._log_start:
-            # Data up to the checkpointed log start is gone (lost or never written here).
-            self._local.truncate_fully_and_start_at(self._log_start)
-        self._epochs.truncate_from_end(self._local.next_offset)
-        self._epochs.truncate_from_start(self._log_start)
+            self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
+            if self._local.next_offset < self._log_start:
+                # Data up to the checkpointed log start is gone (lost or never written here).
+                self._local.truncate_fully_and_start_at(self._log_start)
+            self._epochs.truncate_from_end(self._local.next_offset)
+            self._epochs.truncate_from_start(self._log_start)
         self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
         self._producers = self._load_producer_state()
         self._unflushed_messages = 0
@@ -164,6 +163,7 @@ class ClassicLog(PartitionLog):
                     f"does not follow offset {expected - 1}")
             expected = batch.next_offset
         end = batches[-1].position + batches[-1].size
+        self.check_space(end)
         now = _now_ms()
         self._write(memoryview(records)[:end], batches, now)
         for batch in batches:
@@ -174,10 +174,8 @@ class ClassicLog(PartitionLog):
 
     def _write(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
                now: int) -> None:
-        try:
+        with storage_io(f"append to {self.directory}"):
             self._local.append(records, batches, now)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot append to {self.directory}: {e}") from e
 
     def _maybe_flush(self, batches: list[BatchHeader], now: int) -> None:
         self._unflushed_messages += sum(b.record_count for b in batches)
@@ -197,10 +195,8 @@ class ClassicLog(PartitionLog):
         if offset == log_end or (max_offset is not None and offset >= max_offset):
             records = b""
         else:
-            try:
+            with storage_io(f"read {self.directory}"):
                 records = self._local.read(offset, max_bytes, max_offset, min_one_batch)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot read {self.directory}: {e}") from e
         return ReadResult(records, self._log_start, log_end)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
@@ -228,14 +224,30 @@ class ClassicLog(PartitionLog):
         """Also how a follower whose log ends below the leader's log start catches up: an
         ``offset`` above the log end empties the log and restarts it there."""
         if offset > self._local.next_offset:
-            self._local.truncate_fully_and_start_at(offset)
-            self._epochs.clear()
+            with storage_io(f"empty {self.directory}"):
+                self._local.truncate_fully_and_start_at(offset)
+                self._epochs.clear()
             self._set_log_start(offset)
         elif offset > self._log_start:
-            self._set_log_start(offset)
-            self._delete_segments(lambda segment, following: following is not None
-                                  and following.base_offset <= self._log_start)
+            previous = self._log_start
+            # Segments go before the checkpoint is written: on a full disk the deletion
+            # frees the space the checkpoint needs.
+            self._log_start = offset
+            try:
+                self._delete_segments(self._below_log_start)
+                self._set_log_start(offset)
+            except KafkaStorageError:
+                # Not durable, so not done: a retry writes it (what was deleted stays so).
+                self._log_start = max(previous, self._local.segments[0].base_offset)
+                raise
         return self._log_start
+
+    def _below_log_start(self, segment: LogSegment, following: LogSegment | None) -> bool:
+        """Whether every record of ``segment`` is below the log start. The active segment
+        too (unlike Kafka, which keeps it): DeleteRecords up to the high watermark must free
+        a full disk whatever segment.bytes is."""
+        end = following.base_offset if following is not None else segment.next_offset
+        return end <= self._log_start
 
     async def enforce_retention(self, now_ms: int) -> int:
         """Delete whole segments, oldest first, that retention.ms or retention.bytes allow,
@@ -259,8 +271,7 @@ class ClassicLog(PartitionLog):
                 return True
 
             freed += self._delete_segments(over_size)
-        freed += self._delete_segments(lambda segment, following: following is not None
-                                       and following.base_offset <= self._log_start)
+        freed += self._delete_segments(self._below_log_start)
         return freed
 
     def _delete_segments(self, deletable: Callable[[LogSegment, LogSegment | None], bool]) -> int:
@@ -277,7 +288,8 @@ class ClassicLog(PartitionLog):
             count += 1
         if count == 0:
             return 0
-        freed = self._local.delete_oldest_segments(count)
+        with storage_io(f"delete segments of {self.directory}"):
+            freed = self._local.delete_oldest_segments(count)
         first_offset = self._local.segments[0].base_offset
         if first_offset > self._log_start:
             self._set_log_start(first_offset)
@@ -285,12 +297,17 @@ class ClassicLog(PartitionLog):
 
     def _set_log_start(self, offset: int) -> None:
         self._log_start = offset
-        write_offset(self._log_start_file, offset)
-        self._epochs.truncate_from_start(offset)
+        with storage_io(f"checkpoint the log start of {self.directory}"):
+            write_offset(self._log_start_file, offset)
+            self._epochs.truncate_from_start(offset)
 
     async def truncate_to(self, offset: int) -> None:
         if offset >= self._local.next_offset:
             return
+        with storage_io(f"truncate {self.directory}"):
+            self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> None:
         if offset < self._log_start:
             self._local.truncate_fully_and_start_at(offset)
             self._epochs.clear()
@@ -312,17 +329,16 @@ class ClassicLog(PartitionLog):
         self._flush(_now_ms())
 
     def _flush(self, now: int) -> None:
-        try:
+        with storage_io(f"flush {self.directory}"):
             self._local.flush()
             self._save_producer_state(self._local.next_offset)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot flush {self.directory}: {e}") from e
         self._unflushed_messages = 0
         self._last_flush_ms = now
 
     async def close(self) -> None:
-        self._save_producer_state(self._local.next_offset)
-        self._local.close()
+        with storage_io(f"close {self.directory}"):
+            self._save_producer_state(self._local.next_offset)
+            self._local.close()
 
     async def delete(self) -> None:
         self._local.delete()

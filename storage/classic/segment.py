@@ -20,6 +20,7 @@ cache until ``flush`` fsyncs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
@@ -159,9 +160,15 @@ class LogSegment:
         """Write whole batches; ``batches`` are their headers, positioned within ``records``."""
         position = self.size
         view = memoryview(records)
-        written = os.pwrite(self._fd, view, position)
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], position + written)
+        try:
+            written = os.pwrite(self._fd, view, position)
+            while written < len(view):
+                written += os.pwrite(self._fd, view[written:], position + written)
+        except OSError:
+            # A partial write (a full disk) must neither keep the space nor lie past the end.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, position)
+            raise
         for batch in batches:
             self._add_batch(batch, position + batch.position)
         self.size += len(view)

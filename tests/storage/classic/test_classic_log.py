@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import time
 
 import pytest
@@ -10,6 +11,8 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from protocol.records import validate_produce_records
 from storage.classic import UnexpectedAppendOffset
+from storage.classic import log as classic_log
+from storage.disk_space import DiskFull
 from storage.log import EpochEndOffset, OffsetOutOfRange, RecordTooLarge, TimestampOffset
 
 T = 1_800_000_000_000
@@ -384,3 +387,52 @@ async def test_delete_removes_the_directory(make_log, produce):
     await closed.close()
     await closed.delete()
     assert not closed.directory.exists()
+
+
+async def test_delete_records_up_to_the_log_end_deletes_the_active_segment(make_log, produce):
+    # Kafka keeps the active segment; kipper deletes it too, so that DeleteRecords frees a
+    # full disk whatever segment.bytes is.
+    log = make_log()
+    for i in range(5):
+        await produce(log, vals(3, f"b{i}-", size=1000))
+    assert await log.delete_records_before(15) == 15
+    assert log.size_bytes == 0
+    assert segment_files(log) == [f"{15:020d}.log"]
+    assert (await produce(log, vals(1))).base_offset == 15
+
+
+def _no_space(*args) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+async def test_delete_records_deletes_segments_before_its_checkpoint(make_log, produce,
+                                                                      monkeypatch):
+    # On a full disk the log-start checkpoint can only be written once segments are gone.
+    log = make_log(segment_bytes=600)
+    for i in range(10):
+        await produce(log, vals(3, f"b{i}-", size=40))
+    full = len(segment_files(log))
+    write_offset = classic_log.write_offset
+    monkeypatch.setattr(classic_log, "write_offset", lambda path, offset: (
+        _no_space() if len(segment_files(log)) == full else write_offset(path, offset)))
+    assert await log.delete_records_before(16) == 16
+    await log.close()
+    assert make_log(segment_bytes=600).log_start_offset == 16
+
+
+async def test_delete_records_that_cannot_be_made_durable_is_refused(make_log, produce,
+                                                                     monkeypatch):
+    log = make_log(segment_bytes=600)
+    for i in range(10):
+        await produce(log, vals(3, f"b{i}-", size=40))
+    monkeypatch.setattr(classic_log, "write_offset", _no_space)
+    with pytest.raises(DiskFull):
+        await log.delete_records_before(16)
+    # What was deleted stays deleted; the rest is still readable and a retry writes it.
+    first_segment = int(segment_files(log)[0][:-4])
+    assert log.log_start_offset == first_segment < 16
+    assert (await log.read(first_segment, 1 << 20)).records
+    monkeypatch.undo()
+    assert await log.delete_records_before(16) == 16
+    await log.close()
+    assert make_log(segment_bytes=600).log_start_offset == 16
