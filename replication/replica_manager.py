@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from kio.schema.alter_partition.v3.request import (
     AlterPartitionRequest,
@@ -28,6 +29,13 @@ from .partition import Partition, PartitionError, ReplicatedPartition
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class IsrChanges:
+    """ISR changes of partitions this broker leads, as the controller accepted them."""
+    shrinks: int = 0
+    expands: int = 0
+
+
 class ReplicaManager:
     def __init__(self, node_id: int, image: MetadataImage, logs: LogManager,
                  topic_defaults: dict[str, str], nodes: NodeClient,
@@ -45,6 +53,7 @@ class ReplicaManager:
         self._cleanups: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self.broker_epoch = -1
+        self.isr_changes = IsrChanges()
 
     def start(self) -> None:
         self._isr_task = asyncio.create_task(self._shrink_isr_loop())
@@ -148,6 +157,10 @@ class ReplicaManager:
         result = response.topics[0].partitions[0] if response.topics else None
         if result is not None and result.error_code == ErrorCode.none:
             log.info("ISR of %s-%d is now %s", partition.topic, partition.index, list(result.isr))
+            if len(result.isr) < len(partition.isr):
+                self.isr_changes.shrinks += 1
+            elif len(result.isr) > len(partition.isr):
+                self.isr_changes.expands += 1
             # Apply now rather than when the metadata log brings it: acks=all may be waiting.
             partition.update_info(PartitionInfo(
                 partition.topic, partition.index, partition.replicas, list(result.isr),

@@ -161,6 +161,10 @@ async def fetch(ctx: RequestContext, request) -> object:
         if total >= request.min_bytes or answer_now or remaining <= 0 or not watched:
             break
         await wait_for_any_change(watched, remaining)  # long poll
+    by_replica = getattr(request, "replica_id", -1) >= 0
+    for topic in topics:
+        ctx.services.topic_metrics.fetched(
+            topic.topic, sum(len(p.records or b"") for p in topic.partitions), by_replica)
     # Fetch sessions (KIP-227) are answered sessionless: id 0 means "send full requests".
     return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
                         session_id=0, responses=tuple(topics))
