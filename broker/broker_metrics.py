@@ -24,7 +24,7 @@ from coordinator.controller import Controller
 from coordinator.group.service import GroupCoordinator
 from protocol.apis import ApiKey
 from protocol.internal import InternalApiKey
-from replication.cluster_metadata import NO_LEADER, MetadataImage
+from replication.cluster_metadata import METADATA_TOPIC, NO_LEADER, MetadataImage
 from replication.node_client import NodeClient
 from replication.partition import PartitionError, ReplicatedPartition
 from replication.replica_manager import ReplicaManager
@@ -117,12 +117,13 @@ class PartitionHealth:
 
 
 def partition_health(replicas: ReplicaManager) -> PartitionHealth:
-    """Counted over the partitions this broker leads, as Kafka's leaders count them."""
-    led = [p for p in replicas.partitions.values()
-           if isinstance(p, ReplicatedPartition) and p.is_leader]
+    """Counted over the partitions this broker leads, as Kafka's leaders count them. The
+    controller's metadata log, served as a partition, is not one (Kafka's is not either)."""
+    hosted = [p for (topic, _), p in replicas.partitions.items() if topic != METADATA_TOPIC]
+    led = [p for p in hosted if isinstance(p, ReplicatedPartition) and p.is_leader]
     isr_sizes = [(len(p.isr), len(p.replicas), p.log.config.min_insync_replicas) for p in led]
     return PartitionHealth(
-        partitions=len(replicas.partitions),
+        partitions=len(hosted),
         leader_partitions=len(led),
         under_replicated=sum(isr < replicas_ for isr, replicas_, _ in isr_sizes),
         under_min_isr=sum(isr < min_isr for isr, _, min_isr in isr_sizes),
@@ -218,36 +219,34 @@ class EventLoopLag:
             self.histogram.observe(max(loop.time() - due, 0.0))
 
 
+@dataclass
 class BrokerMetrics(Collector):
     """This node's operator metrics as one /metrics source."""
 
-    def __init__(self, requests: RequestMetrics, topics: TopicMetrics, lag: ConsumerLag,
-                 loop_lag: EventLoopLag, response_memory: ResponseMemory,
-                 connections: Callable[[], int], replicas: Callable[[], ReplicaManager | None],
-                 controller: Controller | None) -> None:
-        self.requests = requests
-        self.topics = topics
-        self.lag = lag
-        self.loop_lag = loop_lag
-        self.response_memory = response_memory
-        self._connections = connections
-        self._replicas = replicas
-        self.controller = controller
+    requests: RequestMetrics
+    topics: TopicMetrics
+    lag: ConsumerLag
+    loop_lag: EventLoopLag
+    response_memory: ResponseMemory
+    connections: Callable[[], int]
+    replicas: Callable[[], ReplicaManager | None]
+    # This node's controller role, if it runs the controller.
+    controller: Controller | None
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
 
-    def _gauges(self) -> dict[catalog.MetricSpec, float]:
+    def _unlabelled(self) -> dict[catalog.MetricSpec, float]:
         values = {
-            catalog.CONNECTIONS: self._connections(),
+            catalog.CONNECTIONS: self.connections(),
             catalog.RESPONSE_MEMORY_USED: self.response_memory.used,
             catalog.RESPONSE_MEMORY_LIMIT: self.response_memory.limit,
             catalog.ACTIVE_CONTROLLER: int(self.controller is not None),
             catalog.OFFLINE_PARTITIONS:
                 0 if self.controller is None else offline_partitions(self.controller.image),
         }
-        replicas = self._replicas()
-        if replicas is not None:  # a broker (a controller-only node hosts no partitions)
+        replicas = self.replicas()
+        if replicas is not None:  # None until the node has started
             health = partition_health(replicas)
             values.update({
                 catalog.PARTITIONS: health.partitions,
@@ -261,7 +260,7 @@ class BrokerMetrics(Collector):
         return values
 
     def collect(self) -> Iterator[Metric]:
-        for spec, value in self._gauges().items():
+        for spec, value in self._unlabelled().items():
             family = spec.family()
             family.add_metric([], value)
             yield family
@@ -274,7 +273,8 @@ class BrokerMetrics(Collector):
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            **{spec.name.removeprefix("kipper_"): value for spec, value in self._gauges().items()},
+            **{spec.name.removeprefix("kipper_"): value
+               for spec, value in self._unlabelled().items()},
             "requests": self.requests.snapshot(),
             "topics": self.topics.snapshot(),
             "consumer_group_lag": [

@@ -406,7 +406,7 @@ class BatchCoordinatorState(RecordControlPlane):
                                for table in ("logs", "batches"))
         objects, live, dead, empty = self._db.execute(
             "SELECT COUNT(*), TOTAL(live_bytes), TOTAL(size - live_bytes), "
-            "COUNT(*) FILTER (WHERE live_bytes = 0) FROM objects").fetchone()
+            "COUNT(CASE WHEN live_bytes = 0 THEN 1 END) FROM objects").fetchone()
         return StateStats(logs, batches, objects, int(live), int(dead), empty)
 
     def database_bytes(self) -> int:
