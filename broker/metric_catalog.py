@@ -116,10 +116,11 @@ AT_MIN_ISR = MetricSpec(
     "stops acks=all produce")
 ISR_SHRINKS = MetricSpec(
     "kipper_isr_shrinks", "counter",
-    "ISR shrinks of partitions this broker leads, accepted by the controller")
+    "ISR shrinks of partitions this broker leads (its own AlterPartition, or the controller "
+    "dropping a fenced broker's replica)")
 ISR_EXPANDS = MetricSpec(
     "kipper_isr_expands", "counter",
-    "ISR expands of partitions this broker leads, accepted by the controller")
+    "ISR expands of partitions this broker leads (a follower caught up)")
 OFFLINE_PARTITIONS = MetricSpec(
     "kipper_offline_partitions", "gauge",
     "Partitions without a live leader, counted by the controller (0 elsewhere; alert: > 0)",

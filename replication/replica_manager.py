@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from kio.schema.alter_partition.v3.request import (
     AlterPartitionRequest,
@@ -24,16 +23,9 @@ from storage.manager import LogManager
 
 from .leaderless_partition import LeaderlessPartition
 from .node_client import NodeClient, NodeConnection
-from .partition import Partition, PartitionError, ReplicatedPartition
+from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class IsrChanges:
-    """ISR changes of partitions this broker leads, as the controller accepted them."""
-    shrinks: int = 0
-    expands: int = 0
 
 
 class ReplicaManager:
@@ -106,7 +98,8 @@ class ReplicaManager:
         partition = self.partitions.get(key)
         if partition is None:
             log_ = self.logs.open(info.topic, info.partition, config)
-            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr)
+            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
+                                            self.isr_changes)
             self.partitions[key] = partition
         else:
             partition.update_info(info)
@@ -157,10 +150,6 @@ class ReplicaManager:
         result = response.topics[0].partitions[0] if response.topics else None
         if result is not None and result.error_code == ErrorCode.none:
             log.info("ISR of %s-%d is now %s", partition.topic, partition.index, list(result.isr))
-            if len(result.isr) < len(partition.isr):
-                self.isr_changes.shrinks += 1
-            elif len(result.isr) > len(partition.isr):
-                self.isr_changes.expands += 1
             # Apply now rather than when the metadata log brings it: acks=all may be waiting.
             partition.update_info(PartitionInfo(
                 partition.topic, partition.index, partition.replicas, list(result.isr),

@@ -86,7 +86,7 @@ def test_metrics_follow_a_produce_and_a_consumer_group(storage_mode, topic_name)
 
     now = scrapes()
     assert_catalogued(now, storage_mode.name)
-    assert total(now, "kipper_topic_records_in_total", topic=topic_name) == RECORDS + MORE_RECORDS
+    assert total(now, "kipper_topic_records_in_total", topic=topic_name) >= RECORDS + MORE_RECORDS
     assert total(now, "kipper_topic_bytes_in_total", topic=topic_name) > 100 * RECORDS
     assert total(now, "kipper_topic_bytes_out_total", topic=topic_name) > 100 * RECORDS
     for api in ("PRODUCE", "FETCH", "OFFSET_COMMIT", "JOIN_GROUP"):
