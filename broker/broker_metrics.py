@@ -219,7 +219,7 @@ class EventLoopLag:
             self.histogram.observe(max(loop.time() - due, 0.0))
 
 
-@dataclass
+@dataclass(eq=False)  # the registry keeps its collectors in a dict
 class BrokerMetrics(Collector):
     """This node's operator metrics as one /metrics source."""
 
