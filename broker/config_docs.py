@@ -10,7 +10,8 @@ Markdown files hold generated blocks between two comments::
 ``broker-settings`` renders the BrokerConfig settings (broker/config.py), ``topic-configs``
 the topic configs (storage/config.py); the optional prefixes keep only the entries whose
 names start with one of them. ``kafka-apis`` lists the API version ranges kipper answers
-(protocol/apis.py). Regenerate after changing a definition:
+(protocol/apis.py), ``metrics`` the metric families of /metrics (broker/metric_catalog.py).
+Regenerate after changing a definition:
 
     python -m broker.config_docs --write
 
@@ -29,6 +30,7 @@ from protocol.apis import ADVERTISED_MIN_VERSION, VERSION_RANGES
 from storage.config import TOPIC_CONFIGS
 
 from .config import Flag, settings
+from .metric_catalog import metrics_table
 
 REPO = Path(__file__).resolve().parents[1]
 DOC_FILES = ("README.md", "docs/*.md", "bench/README.md")
@@ -78,7 +80,7 @@ def kafka_apis_list(prefixes: tuple[str, ...] = ()) -> str:
 
 
 TABLES = {"broker-settings": broker_settings_table, "topic-configs": topic_configs_table,
-          "kafka-apis": kafka_apis_list}
+          "kafka-apis": kafka_apis_list, "metrics": metrics_table}
 
 
 def _selected(name: str, prefixes: tuple[str, ...]) -> bool:

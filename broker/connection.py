@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING
 
 from protocol.apis import VERSION_RANGES, ApiKey
@@ -26,6 +27,7 @@ from protocol.framing import (
     parse_request,
 )
 
+from .broker_metrics import RequestMetrics, api_name
 from .handlers import HANDLERS, RequestContext
 from .handlers.api_versions import unsupported_version_response
 from .handlers.fetch import response_bytes_bound
@@ -45,18 +47,13 @@ SUPPORTED.update({int(k): (0, 0) for k in InternalApiKey
                   if k in HANDLERS or k in AUTHENTICATION_APIS})
 
 
-def _api_name(api_key: int) -> str:
-    for enum_type in (ApiKey, InternalApiKey):
-        if api_key in enum_type._value2member_map_:
-            return enum_type(api_key).name
-    return str(api_key)
-
-
 class Connection:
     def __init__(self, services: "BrokerServices", traffic: "NetworkTraffic",
                  responses: ConnectionResponses, credentials: ClusterCredentials,
+                 requests: RequestMetrics,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.services = services
+        self.requests = requests
         # Bytes of this client's responses held in memory: bounds reading (response_memory).
         self.held = responses
         self.config = services.config
@@ -119,6 +116,7 @@ class Connection:
                 return
             except ConnectionError:
                 return
+            received_at = time.perf_counter()
             try:
                 header, body = parse_request(frame, SUPPORTED)
             except UnsupportedVersion as e:
@@ -140,7 +138,8 @@ class Connection:
                 return
             expected = self._response_bound(header, body)
             await self.held.reserve(expected)
-            task = asyncio.ensure_future(self._handle(header, body, traffic_class, expected))
+            task = asyncio.ensure_future(
+                self._handle(header, body, traffic_class, expected, received_at))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
             await self._responses.put(task)
@@ -166,7 +165,7 @@ class Connection:
             return False
         log.warning("closing %s (client id %r): refused %s, which only brokers of this cluster "
                     "may send, on a connection not authenticated as one; not executed",
-                    self.peer, header.client_id, _api_name(header.api_key))
+                    self.peer, header.client_id, api_name(header.api_key))
         return True
 
     async def _queue_ready(self, data: bytes) -> None:
@@ -181,14 +180,14 @@ class Connection:
             return response_bytes_bound(body, self.config.fetch_max_bytes)
         return 0
 
-    async def _handle(self, header: RequestHeader, body: object,
-                      traffic_class: str, expected: int) -> bytes | None:
+    async def _handle(self, header: RequestHeader, body: object, traffic_class: str,
+                      expected: int, received_at: float) -> bytes | None:
         context = RequestContext(header, self.services, self.peer)
         try:
             response = await HANDLERS[header.api_key](context, body)
         except Exception:
             log.exception("closing %s: %s v%d handler failed", self.peer,
-                          _api_name(header.api_key), header.api_version)
+                          api_name(header.api_key), header.api_version)
             self.writer.close()
             response = None
         # (Cancelled at shutdown: what it holds is freed when the connection closes.)
@@ -196,6 +195,7 @@ class Connection:
         if data is not None:
             self.traffic.response(traffic_class, len(data))
         self.held.resize(expected, len(data) if data is not None else 0)
+        self.requests.observe(header.api_key, time.perf_counter() - received_at)
         return data
 
     async def _send_responses(self) -> None:

@@ -4,16 +4,25 @@
     GET /metrics.json   every counter as JSON: {"node_id", "rack", <source name>: snapshot}
 
 Sources are pluggable: anything with ``register(CollectorRegistry)`` and ``snapshot()``
-(the network traffic counters, the object store's accounting). A broker with an object
-store also serves the fault-admin routes of ``storage.objectstore.admin`` here.
+(the network traffic counters, the object store's accounting, broker.broker_metrics); what
+must be fetched before it can be read (consumer lag) is refreshed before every scrape. The
+process's CPU, memory and file descriptors come from prometheus-client's process collector
+(docs/metrics.md lists every family). A broker with an object store also serves the
+fault-admin routes of ``storage.objectstore.admin`` here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    ProcessCollector,
+    generate_latest,
+)
 
 from storage.objectstore.admin import fault_admin_routes
 
@@ -21,9 +30,6 @@ from .config import split_host_port
 
 if TYPE_CHECKING:
     from storage.objectstore.client import ObjectStore
-
-# The cluster launcher and tests read this line (printed after the broker's ready line).
-
 
 class MetricsSource(Protocol):
     def register(self, registry: CollectorRegistry) -> None: ...
@@ -37,7 +43,9 @@ class MetricsServer:
         # Printed at the top of /metrics.json so a harness knows whose counters it reads.
         self._identity = identity
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
         self._sources: dict[str, MetricsSource] = {}
+        self._refreshes: list[Callable[[], Awaitable[None]]] = []
         self._app = web.Application()
         self._app.add_routes([web.get("/metrics", self._prometheus),
                               web.get("/metrics.json", self._json)])
@@ -47,6 +55,9 @@ class MetricsServer:
     def add_source(self, name: str, source: MetricsSource) -> None:
         source.register(self.registry)
         self._sources[name] = source
+
+    def refresh_before_scrape(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        self._refreshes.append(refresh)
 
     def add_object_store(self, store: "ObjectStore") -> None:
         """Its request accounting, the objects reads found missing and the fault-admin
@@ -68,10 +79,16 @@ class MetricsServer:
             await self._runner.cleanup()
         self.url = None
 
+    async def _refresh(self) -> None:
+        for refresh in self._refreshes:
+            await refresh()
+
     async def _prometheus(self, request: web.Request) -> web.Response:
+        await self._refresh()
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _json(self, request: web.Request) -> web.Response:
+        await self._refresh()
         return web.json_response({**self._identity, **{
             name: source.snapshot() for name, source in self._sources.items()}})

@@ -29,6 +29,13 @@ from storage.diskless.log import log_factory as diskless_log_factory
 from storage.manager import LogManager
 from storage.objectstore import ObjectStore, ObjectStoreConfig
 
+from .broker_metrics import (
+    BrokerMetrics,
+    ConsumerLag,
+    EventLoopLag,
+    RequestMetrics,
+    TopicMetrics,
+)
 from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
@@ -113,6 +120,17 @@ class Broker:
         self.response_memory = ResponseMemory(config.max_queued_response_bytes)
         self._background: list[asyncio.Task] = []
         self.bound_port = 0
+        self.request_metrics = RequestMetrics()
+        self.topic_metrics = TopicMetrics()
+        self.loop_lag = EventLoopLag()
+        if self.metrics is not None:
+            lag = ConsumerLag(lambda: self.group_coordinator, lambda: self.replicas, self.image,
+                              self.nodes)
+            self.metrics.refresh_before_scrape(lag.refresh)
+            self.metrics.add_source("broker", BrokerMetrics(
+                self.request_metrics, self.topic_metrics, lag, self.loop_lag,
+                self.response_memory, lambda: len(self._connections), lambda: self.replicas,
+                self.controller))
 
     async def start(self) -> None:
         if self.object_store is not None:
@@ -163,6 +181,7 @@ class Broker:
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
+            asyncio.create_task(self.loop_lag.probe()),
         ]
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
@@ -176,7 +195,7 @@ class Broker:
             controller_channel=self.controller_channel,
             group_coordinator=self.group_coordinator, batch_coordinator=self.batch_coordinator,
             producer_ids=self.producer_ids, capture=self.capture,
-            storage_modes=self.logs.engines.keys())
+            storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics)
         self._services_ready.set()
 
     def _start_diskless(self) -> None:
@@ -250,8 +269,8 @@ class Broker:
             await self._services_ready.wait()
             responses = self.response_memory.connection(
                 self.config.connection_max_queued_response_bytes)
-            await Connection(self.services, self.traffic, responses, self.credentials, reader,
-                             writer).run()
+            await Connection(self.services, self.traffic, responses, self.credentials,
+                             self.request_metrics, reader, writer).run()
         except asyncio.CancelledError:
             pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:

@@ -8,7 +8,7 @@ in-process against services built from fakes (tests/broker).
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.create_topics.v7.request import (
@@ -27,6 +27,7 @@ from replication.cluster_metadata import MetadataImage
 from replication.node_client import NodeClient
 from replication.replica_manager import ReplicaManager
 
+from .broker_metrics import TopicMetrics
 from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .metadata_follower import MetadataFollower
@@ -96,6 +97,8 @@ class BrokerServices:
     capture: TraceCapture | None
     # The kipper.storage.mode values this broker can open.
     storage_modes: Collection[str]
+    # Bytes and records per topic, counted by Produce and Fetch.
+    topic_metrics: TopicMetrics = field(default_factory=TopicMetrics)
 
     @property
     def controller_id(self) -> int:

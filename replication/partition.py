@@ -30,6 +30,20 @@ from storage.log import AppendResult, Leadership, PartitionLog
 IsrProposer = Callable[["ReplicatedPartition", list[int]], Awaitable[None]]
 
 
+@dataclass(slots=True)
+class IsrChanges:
+    """ISR changes of the partitions a broker leads, whoever made them: the leader's own
+    AlterPartition, or the controller dropping a replica whose broker it fenced."""
+    shrinks: int = 0
+    expands: int = 0
+
+    def count(self, before: int, after: int) -> None:
+        if after < before:
+            self.shrinks += 1
+        elif after > before:
+            self.expands += 1
+
+
 class PartitionError(Exception):
     def __init__(self, error_code: ErrorCode, message: str = "") -> None:
         super().__init__(message or error_code.name)
@@ -142,9 +156,11 @@ class ReplicatedPartition(Partition):
     """A partition with a leader and follower replicas (classic, active-tiered)."""
 
     def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
-                 propose_isr: IsrProposer | None = None) -> None:
+                 propose_isr: IsrProposer | None = None,
+                 isr_changes: IsrChanges | None = None) -> None:
         super().__init__(node_id, log, info)
         self.propose_isr = propose_isr
+        self.isr_changes = isr_changes
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
         self._high_watermark = log.log_start_offset
@@ -156,6 +172,8 @@ class ReplicatedPartition(Partition):
         follows, before anything is appended in the new role."""
         new_leadership = info.leader != self.leader or info.leader_epoch != self.leader_epoch
         became_leader = new_leadership and info.leader == self.node_id
+        if self.isr_changes is not None and self.is_leader and not new_leadership:
+            self.isr_changes.count(len(self.isr), len(info.isr))
         self.leader = info.leader
         self.leader_epoch = info.leader_epoch
         self.partition_epoch = info.partition_epoch

@@ -23,7 +23,7 @@ from storage.manager import LogManager
 
 from .leaderless_partition import LeaderlessPartition
 from .node_client import NodeClient, NodeConnection
-from .partition import Partition, PartitionError, ReplicatedPartition
+from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class ReplicaManager:
         self._cleanups: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self.broker_epoch = -1
+        self.isr_changes = IsrChanges()
 
     def start(self) -> None:
         self._isr_task = asyncio.create_task(self._shrink_isr_loop())
@@ -99,7 +100,8 @@ class ReplicaManager:
         partition = self.partitions.get(key)
         if partition is None:
             log_ = self.logs.open(info.topic, info.partition, config)
-            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr)
+            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
+                                            self.isr_changes)
             self.partitions[key] = partition
         else:
             partition.update_info(info)

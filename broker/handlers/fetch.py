@@ -7,6 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from protocol.build import millis
+from replication.cluster_metadata import METADATA_TOPIC
 from replication.partition import Partition, PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, OffsetOutOfRange, RecordsLost
 
@@ -161,6 +162,11 @@ async def fetch(ctx: RequestContext, request) -> object:
         if total >= request.min_bytes or answer_now or remaining <= 0 or not watched:
             break
         await wait_for_any_change(watched, remaining)  # long poll
+    by_replica = getattr(request, "replica_id", -1) >= 0
+    for topic in topics:
+        if topic.topic != METADATA_TOPIC:  # brokers following the controller, not a topic's use
+            ctx.services.topic_metrics.fetched(
+                topic.topic, sum(len(p.records or b"") for p in topic.partitions), by_replica)
     # Fetch sessions (KIP-227) are answered sessionless: id 0 means "send full requests".
     return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
                         session_id=0, responses=tuple(topics))

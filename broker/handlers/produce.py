@@ -41,7 +41,10 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
         if ctx.services.capture is not None:
             ctx.services.capture.record(ctx.header.client_id, topic, partition_index, batches,
                                         len(records), acks)
-        return await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
+        result = await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
+        ctx.services.topic_metrics.produced(topic, len(records),
+                                            sum(batch.record_count for batch in batches))
+        return result
     except PartitionError as e:
         return e.error_code, str(e)
     except InvalidRecordBatch as e:

@@ -404,9 +404,10 @@ class BatchCoordinatorState(RecordControlPlane):
     def stats(self) -> StateStats:
         (logs,), (batches,) = (self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
                                for table in ("logs", "batches"))
-        objects, live, dead = self._db.execute(
-            "SELECT COUNT(*), TOTAL(live_bytes), TOTAL(size - live_bytes) FROM objects").fetchone()
-        return StateStats(logs, batches, objects, int(live), int(dead))
+        objects, live, dead, empty = self._db.execute(
+            "SELECT COUNT(*), TOTAL(live_bytes), TOTAL(size - live_bytes), "
+            "COUNT(CASE WHEN live_bytes = 0 THEN 1 END) FROM objects").fetchone()
+        return StateStats(logs, batches, objects, int(live), int(dead), empty)
 
     def database_bytes(self) -> int:
         (pages,), (page_size,) = (self._db.execute(f"PRAGMA {pragma}").fetchone()

@@ -10,8 +10,10 @@ from collections import Counter, defaultdict
 from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from ..histogram import Histogram
 
 
 class ActiveTieredMetrics:
@@ -21,7 +23,7 @@ class ActiveTieredMetrics:
         self._by_bucket: Counter = Counter()  # (what, bucket) -> n
         self._by_scheme: Counter = Counter()  # (what, scheme) -> n
         self._totals: Counter = Counter()
-        self._timings: dict[str, list] = defaultdict(lambda: [0, 0.0])
+        self._timings: dict[str, Histogram] = defaultdict(Histogram)
 
     def uploaded(self, bucket: str, nbytes: int, partitions: int) -> None:
         """One WAL object PUT to ``bucket``, holding ``partitions`` partitions' bytes."""
@@ -66,15 +68,18 @@ class ActiveTieredMetrics:
         upload_wait (first append to PUT start), put, publish, download, replicated (refs
         handed out until every in-sync follower fetched past them)."""
         with self._lock:
-            self._timings[step][0] += 1
-            self._timings[step][1] += seconds
+            self._timings[step].observe(seconds)
+
+    def timings(self) -> dict[str, Histogram]:
+        with self._lock:
+            return {step: timing.copy() for step, timing in self._timings.items()}
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             result: dict[str, Any] = dict(self._totals)
             if self._timings:
-                result["timings"] = {step: {"count": n, "sum_s": total}
-                                     for step, (n, total) in self._timings.items()}
+                result["timings"] = {step: {"count": timing.count, "sum_s": timing.sum}
+                                     for step, timing in self._timings.items()}
             for (what, bucket), n in self._by_bucket.items():
                 result.setdefault(what, {})[bucket] = n
             for (what, scheme), n in self._by_scheme.items():
@@ -92,11 +97,12 @@ class _PrometheusCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         for name, value in sorted(self._metrics.snapshot().items()):
             if name == "timings":
-                family = CounterMetricFamily("kipper_active_tiered_step_seconds",
-                                             "time spent in each step of the acks=all path",
-                                             labels=["step"])
-                for step, timing in sorted(value.items()):
-                    family.add_metric([step], timing["sum_s"])
+                family = HistogramMetricFamily("kipper_active_tiered_step_seconds",
+                                               "duration of each step of the acks=all path: "
+                                               "upload_wait, put (upload), publish, download, "
+                                               "replicated", labels=["step"])
+                for step, timing in sorted(self._metrics.timings().items()):
+                    timing.add_to(family, [step])
             elif isinstance(value, dict):
                 label = "scheme" if name.startswith("metadata") else "bucket"
                 family = CounterMetricFamily(f"kipper_active_tiered_{name}",

@@ -358,6 +358,9 @@ class StateStats:
     live_bytes: int
     # Bytes of objects no live batch points to (rejected, duplicate, removed, moved away).
     dead_bytes: int
+    # Objects no live batch points to any more: garbage, deleted from object storage once
+    # the broker setting diskless_object_delete_delay_ms has passed.
+    empty_objects: int = 0
 
 
 class ControlPlane(Protocol):

@@ -282,7 +282,8 @@ class InMemoryControlPlane(RecordControlPlane):
         live = sum(obj.live_bytes for obj in self._objects.values())
         return StateStats(len(self._logs), sum(len(log.batches) for log in self._logs.values()),
                           len(self._objects), live,
-                          sum(obj.size for obj in self._objects.values()) - live)
+                          sum(obj.size for obj in self._objects.values()) - live,
+                          sum(obj.live_bytes == 0 for obj in self._objects.values()))
 
     def _batches(self, topic_id: str, partition: int) -> list[BatchCoordinate]:
         log = self._logs.get((topic_id, partition))

@@ -5,9 +5,11 @@ stale; merging writes new objects under new keys."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from storage.histogram import Histogram
 from storage.objectstore import WAL_BUCKET, ObjectStore
 
 Range = tuple[str, int, int]  # object key, byte offset, size
@@ -20,6 +22,8 @@ class ReadCache:
         self.size_bytes = 0
         self.hits = 0
         self.misses = 0
+        # Time to GET what one read missed from one object (all its coalesced ranges).
+        self.download_seconds = Histogram()
         self._entries: OrderedDict[Range, bytes] = OrderedDict()
 
     def put(self, key: str, offset: int, size: int, data: bytes) -> None:
@@ -50,7 +54,10 @@ class ReadCache:
                 missing.setdefault(entry[0], []).append((entry[1], entry[2]))
                 self.misses += 1
         for key, spans in missing.items():
-            for (offset, size), data in zip(spans, await self.store.get_ranges(WAL_BUCKET, key, spans)):
+            started = time.monotonic()
+            downloaded = await self.store.get_ranges(WAL_BUCKET, key, spans)
+            self.download_seconds.observe(time.monotonic() - started)
+            for (offset, size), data in zip(spans, downloaded):
                 found[(key, offset, size)] = data
                 self.put(key, offset, size, data)
         return [found[entry] for entry in ranges]

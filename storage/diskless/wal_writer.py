@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from protocol.records import BatchHeader
+from storage.histogram import Histogram
 from storage.log import KafkaStorageError
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
@@ -68,6 +69,9 @@ class WalWriter:
         self.buffer_max_bytes = buffer_max_bytes
         self.cache = cache
         self.stats = WalStats()
+        # Successful PUTs of WAL objects and commits to the batch coordinator.
+        self.upload_seconds = Histogram()
+        self.commit_seconds = Histogram()
         self._buffer = bytearray()
         self._pending: list[PendingAppend] = []
         self._close_timer: asyncio.TimerHandle | None = None
@@ -133,12 +137,14 @@ class WalWriter:
             position += count
 
     async def _upload(self, key: str, data: bytes) -> None:
+        started = time.monotonic()
         try:
             await self.store.put(WAL_BUCKET, key, data)
         except ObjectStoreError as e:
             self.stats.upload_failures += 1
             log.warning("WAL upload of %s (%d bytes) failed: %s", key, len(data), e)
             raise KafkaStorageError(f"object storage unavailable: {e}") from e
+        self.upload_seconds.observe(time.monotonic() - started)
         self.stats.uploads += 1
         self.stats.upload_bytes += len(data)
 
@@ -157,12 +163,14 @@ class WalWriter:
                     self.cache.put(key, start, batch.size, data[start:start + batch.size])
         request = CommitFile(f"{self.node_id}:{key}", key, len(data), self.node_id,
                              time.time_ns() // 1_000_000, tuple(batches))
+        started = time.monotonic()
         try:
             results = await self.control_plane.commit_file(request)
         except Exception as e:
             self.stats.commit_failures += 1
             log.warning("commit of WAL object %s failed: %s (it becomes an orphan)", key, e)
             raise CommitFailed(f"the batch coordinator did not commit: {e}") from e
+        self.commit_seconds.observe(time.monotonic() - started)
         self.stats.commits += 1
         self.stats.batches += len(batches)
         return list(results)

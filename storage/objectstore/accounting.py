@@ -6,7 +6,7 @@ outputs: prometheus collectors and a JSON-able snapshot for the cost model.
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..histogram import Histogram
 from .names import bucket_az
 
 # Upper bounds in seconds; spans loopback (sub-ms) to S3 Standard tails and timeouts.
@@ -30,9 +31,7 @@ class RequestStats:
     errors: int = 0
     # Object payload: bytes uploaded by writes, bytes downloaded by reads.
     bytes: int = 0
-    latency_sum_s: float = 0.0
-    # Per bucket of LATENCY_BUCKETS_S, not cumulative; the last one is +Inf.
-    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+    latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
 
 
 class Accounting:
@@ -51,23 +50,20 @@ class Accounting:
             stats.requests += 1
             stats.errors += error
             stats.bytes += nbytes
-            stats.latency_sum_s += seconds
-            stats.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+            stats.latency.observe(seconds)
+
+    def rows(self) -> list[tuple[list[str], RequestStats]]:
+        """A copy of every key's stats, sorted by key."""
+        with self._lock:
+            return [(list(key), dataclasses.replace(s, latency=s.latency.copy()))
+                    for key, s in sorted(self._stats.items())]
 
     def snapshot(self) -> dict[str, Any]:
         """Every counter as plain JSON: one row per (operation, bucket, caller AZ, bucket AZ)."""
-        with self._lock:
-            rows = [
-                {
-                    **dict(zip(LABELS, key)),
-                    "requests": s.requests,
-                    "errors": s.errors,
-                    "bytes": s.bytes,
-                    "latency_sum_s": s.latency_sum_s,
-                    "latency_counts": list(s.latency_counts),
-                }
-                for key, s in sorted(self._stats.items())
-            ]
+        rows = [{**dict(zip(LABELS, labels)), "requests": s.requests, "errors": s.errors,
+                 "bytes": s.bytes, "latency_sum_s": s.latency.sum,
+                 "latency_counts": s.latency.counts}
+                for labels, s in self.rows()]
         return {"latency_buckets_s": list(LATENCY_BUCKETS_S), "requests": rows}
 
     def register(self, registry: CollectorRegistry) -> None:
@@ -88,15 +84,9 @@ class _PrometheusCollector(Collector):
         latency = HistogramMetricFamily(
             "kipper_objectstore_request_seconds", "S3 request latency, added profile delay included",
             labels=LABELS)
-        bounds = [str(b) for b in LATENCY_BUCKETS_S] + ["+Inf"]
-        for row in self._accounting.snapshot()["requests"]:
-            labels = [row[name] for name in LABELS]
-            requests.add_metric(labels, row["requests"])
-            errors.add_metric(labels, row["errors"])
-            payload.add_metric(labels, row["bytes"])
-            cumulative, buckets = 0, []
-            for bound, count in zip(bounds, row["latency_counts"]):
-                cumulative += count
-                buckets.append((bound, cumulative))
-            latency.add_metric(labels, buckets, row["latency_sum_s"])
+        for labels, stats in self._accounting.rows():
+            requests.add_metric(labels, stats.requests)
+            errors.add_metric(labels, stats.errors)
+            payload.add_metric(labels, stats.bytes)
+            stats.latency.add_to(latency, labels)
         yield from (requests, errors, payload, latency)

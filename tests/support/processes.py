@@ -215,6 +215,7 @@ def broker_factory(tmp_path):
 @pytest.fixture(scope="session")
 def shared_broker(tmp_path_factory):
     """One broker for the tests that only need a place to produce and consume."""
-    broker = BrokerProcess(tmp_path_factory.mktemp("shared") / "data").start()
+    broker = BrokerProcess(tmp_path_factory.mktemp("shared") / "data",
+                           ["--metrics-listener", "127.0.0.1:0"]).start()
     yield broker
     broker.stop()

@@ -60,6 +60,10 @@ class ClassicMode:
     def bootstrap(self) -> str:
         return self.broker.bootstrap
 
+    @property
+    def metrics_urls(self) -> list[str]:
+        return [self.broker.metrics_url]
+
     @staticmethod
     def single_broker_args(s3: S3Endpoint) -> list[str]:
         """Arguments of a one-broker set-up of this mode (the idempotence scenario's)."""
@@ -88,6 +92,11 @@ class _ClusterMode:
     @property
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        """The brokers' (the controller-only node serves none in these clusters)."""
+        return [broker.metrics_url for broker in self.cluster.brokers if broker.alive()]
 
     def single_broker_args(self, s3: S3Endpoint) -> list[str]:
         return ["--default-storage-mode", self.name, "--s3-endpoint", s3.url,
