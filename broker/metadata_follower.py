@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Callable
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
@@ -23,6 +24,9 @@ from protocol.records import decode_json_records
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from replication.node_client import NodeConnection
 
+# kipper brokers have one data directory; heartbeats name it when it is offline (full).
+DATA_DIR_ID = uuid.UUID("6b697070-6572-4000-8000-000000000001")
+
 log = logging.getLogger(__name__)
 FETCH_MAX_WAIT_MS = 500
 
@@ -30,13 +34,16 @@ FETCH_MAX_WAIT_MS = 500
 class MetadataFollower:
     def __init__(self, node_id: int, controller: NodeConnection, metadata_fetches: NodeConnection,
                  image: MetadataImage, listener: Callable[[dict], None],
-                 heartbeat_interval_s: float = 0.5) -> None:
+                 heartbeat_interval_s: float = 0.5,
+                 log_dir_full: Callable[[], bool] = lambda: False) -> None:
         self.node_id = node_id
         self.controller = controller
         # Long polls get their own connection so heartbeats are never queued behind them.
         self.metadata_fetches = metadata_fetches
         self.image = image
         self.heartbeat_interval_s = heartbeat_interval_s
+        # Reported in every heartbeat, so the controller moves our leaderships while it is.
+        self.log_dir_full = log_dir_full
         self.epoch = -1
         self._registration: tuple[str, int, str | None] | None = None
         self._tasks: list[asyncio.Task] = []
@@ -93,7 +100,8 @@ class MetadataFollower:
         return await self.controller.call(ApiKey.BROKER_HEARTBEAT, make(
             BrokerHeartbeatRequest, broker_id=self.node_id, broker_epoch=self.epoch,
             current_metadata_offset=self.image.next_offset - 1, want_fence=False,
-            want_shut_down=want_shut_down, offline_log_dirs=()), 5)
+            want_shut_down=want_shut_down,
+            offline_log_dirs=(DATA_DIR_ID,) if self.log_dir_full() else ()), 5)
 
     async def shut_down(self) -> None:
         """Controlled shutdown: ask the controller to move our leaderships away first."""

@@ -151,7 +151,8 @@ class Broker:
                                                      "metadata-fetch")
             self.follower = MetadataFollower(
                 self.config.node_id, controller_connection, metadata_fetches, self.image,
-                self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000)
+                self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000,
+                log_dir_full=self.logs.disk_space.is_full)
         self.controller_channel = ControllerChannel(
             self.controller, self.config.controller, self.nodes, self.follower)
         if self.controller is not None:

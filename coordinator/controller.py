@@ -138,8 +138,10 @@ class Controller:
                      rack, epoch)
             return epoch
 
-    async def heartbeat(self, node_id: int, epoch: int, want_shut_down: bool) -> tuple[ErrorCode, bool]:
-        """Record a heartbeat; return (error, fenced)."""
+    async def heartbeat(self, node_id: int, epoch: int, want_shut_down: bool,
+                        log_dir_offline: bool = False) -> tuple[ErrorCode, bool]:
+        """Record a heartbeat; return (error, fenced). ``log_dir_offline``: the broker's data
+        directory refuses appends (a full disk)."""
         async with self._lock:
             broker = self.image.brokers.get(node_id)
             if broker is None or broker.epoch != epoch:
@@ -153,6 +155,10 @@ class Controller:
             if broker.fenced:
                 await self._commit([{"type": "unfence_broker", "node_id": node_id}])
                 await self._commit(self._elect_leaderless())
+            if log_dir_offline != broker.log_dir_offline:
+                log.warning("broker %d reports its log dir %s", node_id,
+                            "full: moving its leaderships" if log_dir_offline else "writable again")
+                await self._commit(self._log_dir_records(node_id, log_dir_offline))
             return ErrorCode.none, False
 
     async def _fence_expired_brokers(self) -> None:
@@ -185,8 +191,27 @@ class Controller:
                 records.append(self._changed(info, isr, leader))
         return records
 
+    def _log_dir_records(self, node_id: int, offline: bool) -> list[dict]:
+        """Mark ``node_id``'s log dir offline (or back): while it is, the broker leaves the
+        ISRs and its leaderships go to other ISR members, as Kafka does for a failed log dir;
+        a partition with no other in-sync replica keeps it (its reads are still served)."""
+        records: list[dict] = [{"type": "broker_log_dir", "node_id": node_id, "offline": offline}]
+        if not offline:
+            return records
+        live = {b.node_id for b in self.image.live_brokers()
+                if not b.log_dir_offline and b.node_id != node_id}
+        for topic in self.image.topics.values():
+            for info in topic.partitions.values():
+                others = [r for r in info.isr if r != node_id and r in live]
+                if node_id not in info.isr or not others:
+                    continue
+                leader = others[0] if info.leader == node_id else info.leader
+                records.append(self._changed(info, [r for r in info.isr if r != node_id], leader))
+        return records
+
     def _choose_leader(self, info: PartitionInfo, isr: list[int], live: set[int]) -> int:
-        for replica in isr:
+        # Replicas whose log dir is offline lead only when no other replica can.
+        for replica in sorted(isr, key=self._log_dir_offline):
             if replica in live:
                 return replica
         if self._unclean_allowed(info.topic):
@@ -196,6 +221,10 @@ class Controller:
                                 info.partition)
                     return replica
         return NO_LEADER
+
+    def _log_dir_offline(self, node_id: int) -> bool:
+        broker = self.image.brokers.get(node_id)
+        return broker is not None and broker.log_dir_offline
 
     def _unclean_allowed(self, topic: str) -> bool:
         configured = self.image.topics[topic].configs.get("unclean.leader.election.enable")

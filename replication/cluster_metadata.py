@@ -45,6 +45,8 @@ class BrokerInfo:
     rack: str | None = None
     epoch: int = -1
     fenced: bool = False
+    # Its data directory refuses appends (full): it leads nothing while another can.
+    log_dir_offline: bool = False
 
 
 class MetadataImage:
@@ -90,6 +92,8 @@ class MetadataImage:
             self.brokers[record["node_id"]].fenced = True
         elif kind == "unfence_broker":
             self.brokers[record["node_id"]].fenced = False
+        elif kind == "broker_log_dir":
+            self.brokers[record["node_id"]].log_dir_offline = record["offline"]
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

@@ -118,6 +118,15 @@ class DiskSpace:
         stats = os.statvfs(self.directory)
         return stats.f_bavail * stats.f_frsize
 
+    def is_full(self) -> bool:
+        """Whether appends of data are refused now; space freed since the last append
+        (by DeleteRecords, retention or anything else) counts."""
+        if self._refusing and self.reserved_bytes:
+            free = self.free_bytes()
+            if free >= self.resume_bytes:
+                self._set_refusing(False, free)
+        return self._refusing
+
     def check_data_append(self, size: int, what: str) -> None:
         """Raise DiskFull if appending ``size`` bytes of data would leave less than the
         reserve free (or, once refusing, less than ``resume_bytes``). The change from

@@ -36,8 +36,9 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
                             error_code=ErrorCode.not_controller, is_caught_up=False,
                             is_fenced=True, should_shut_down=False)
     try:
-        error, fenced = await controller.heartbeat(request.broker_id, request.broker_epoch,
-                                                   request.want_shut_down)
+        error, fenced = await controller.heartbeat(
+            request.broker_id, request.broker_epoch, request.want_shut_down,
+            log_dir_offline=bool(request.offline_log_dirs))
     except ControllerError as e:
         error, fenced = e.error_code, True
     return ctx.response("BrokerHeartbeatResponse", throttle_time=0, error_code=error,

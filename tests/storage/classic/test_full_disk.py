@@ -17,8 +17,6 @@ Run with ``-s`` to see the figures of each step.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from support.clients import consume_all
+from support.disks import free_bytes, tmpfs
 from support.processes import BrokerProcess
 from support.topics import create_topic, partition_metadata
 from support.wait import wait_until
@@ -39,22 +38,8 @@ CHUNK = 64  # records produced between two flushes of the filling producer
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A 64 MB tmpfs, unmounted at teardown."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs",
-                              str(mount_point)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root, as in CI): "
-                    f"{mounted.stderr.strip() or mounted.returncode}")
-    try:
+    with tmpfs(tmp_path / "disk", DISK_MB) as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def free_bytes(path: Path) -> int:
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
 
 
 @dataclass
