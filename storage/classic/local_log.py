@@ -149,29 +149,38 @@ class LocalLog:
         self._bases = [offset]
         self._set_recovery_point(offset)
 
-    def _set_recovery_point(self, offset: int) -> None:
+    def _set_recovery_point(self, offset: int, *, sync: bool = True) -> None:
         # Written at once, also when truncation lowers it: a later crash must recover the
         # data appended in place of what was truncated, even below the old recovery point.
         self.recovery_point = offset
-        write_offset(self._recovery_point_file, offset)
+        write_offset(self._recovery_point_file, offset, sync=sync)
 
     def flush(self) -> None:
         for segment in self._segments:
             segment.flush()
         self._advance_recovery_point()
 
-    def _advance_recovery_point(self) -> None:
+    def _advance_recovery_point(self, *, sync: bool = True) -> None:
         # A segment created since the last flush is only durable once the directory is.
-        if self.active.base_offset >= self.recovery_point:
+        if sync and self.active.base_offset >= self.recovery_point:
             fsync_dir(self.dir)
         if self.recovery_point != self.next_offset:
-            self._set_recovery_point(self.next_offset)
+            self._set_recovery_point(self.next_offset, sync=sync)
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Without ``sync`` nothing is fsynced and the log is not marked clean yet: the
+        caller syncs the file system, then calls ``mark_clean``."""
         for segment in self._segments:
-            segment.close()
-        self._advance_recovery_point()
-        write_atomically(self.dir / CLEAN_SHUTDOWN_FILE, "")
+            segment.close(sync=sync)
+        if sync:
+            self.mark_clean(sync=True)
+
+    def mark_clean(self, *, sync: bool = True) -> None:
+        """Advance the recovery point to the end and write the clean-shutdown marker: only
+        once every segment is durable, as the next open trusts them both. Unsynced, a crash
+        may lose them, which costs a recovery, never data."""
+        self._advance_recovery_point(sync=sync)
+        write_atomically(self.dir / CLEAN_SHUTDOWN_FILE, "", sync=sync)
 
     def delete(self) -> None:
         for segment in self._segments:

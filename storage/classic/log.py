@@ -147,9 +147,9 @@ class ClassicLog(PartitionLog):
                 offset = batch.next_offset
         return state
 
-    def _save_producer_state(self, offset: int) -> None:
+    def _save_producer_state(self, offset: int, *, sync: bool = True) -> None:
         encoded = base64.b64encode(self._producers.snapshot()).decode("ascii")
-        write_atomically(self._producer_snapshot_file, f"{offset} {encoded}\n")
+        write_atomically(self._producer_snapshot_file, f"{offset} {encoded}\n", sync=sync)
 
     async def append_as_follower(self, records: bytes) -> None:
         # A fetch response may end with a partial batch; only whole batches are stored.
@@ -320,9 +320,12 @@ class ClassicLog(PartitionLog):
         self._unflushed_messages = 0
         self._last_flush_ms = now
 
-    async def close(self) -> None:
-        self._save_producer_state(self._local.next_offset)
-        self._local.close()
+    async def close(self, *, sync: bool = True) -> None:
+        self._save_producer_state(self._local.next_offset, sync=sync)
+        self._local.close(sync=sync)
+
+    def mark_clean(self) -> None:
+        self._local.mark_clean(sync=False)
 
     async def delete(self) -> None:
         self._local.delete()
