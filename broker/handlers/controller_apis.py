@@ -31,7 +31,7 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
                             error_code=ErrorCode.not_controller, is_caught_up=False,
                             is_fenced=True, should_shut_down=False)
     error, fenced = await controller.heartbeat(request.broker_id, request.broker_epoch,
-                                               request.want_shut_down)
+                                               request.want_fence, request.want_shut_down)
     return ctx.response("BrokerHeartbeatResponse", throttle_time=0, error_code=error,
                         is_caught_up=True, is_fenced=fenced,
                         should_shut_down=request.want_shut_down)
