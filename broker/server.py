@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 import uuid
 
 from coordinator.controller import Controller, ControllerSettings
@@ -259,6 +260,7 @@ class Broker:
 
     async def stop(self) -> None:
         """Graceful shutdown: hand leaderships over, stop accepting, close logs cleanly."""
+        started = time.monotonic()
         if self.follower is not None:
             await self.follower.shut_down()
         if self._server is not None:
@@ -289,4 +291,4 @@ class Broker:
             await self.object_store.close()
         if self.capture is not None:
             self.capture.close()
-        log.info("node %d stopped", self.config.node_id)
+        log.info("node %d stopped in %.1f s", self.config.node_id, time.monotonic() - started)
