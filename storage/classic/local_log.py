@@ -8,7 +8,9 @@ Durability bookkeeping:
   indexes rebuilt, torn tail cut); when one of them loses bytes, the later segments are
   deleted, as their offsets would no longer follow on.
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
-  on open means no recovery is needed. It is removed as soon as the log is loaded.
+  on open means no recovery is needed. It is removed as soon as the log is loaded, and that
+  removal is made durable before the first change to the segments (an fsync of the
+  directory then, not at open: a broker opens thousands of logs and writes to few).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class LocalLog:
         self.recovery_point = read_offset(self._recovery_point_file) or 0
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
+        # The clean-shutdown marker was removed but the removal may not be durable yet.
+        self._marker_removal_unsynced = False
         self._load(start_offset, on_recovered_batch)
 
     def _load(self, start_offset: int,
@@ -69,7 +73,7 @@ class LocalLog:
         self._bases = [s.base_offset for s in self._segments]
         if clean:
             marker.unlink()
-            fsync_dir(self.dir)
+            self._marker_removal_unsynced = True
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.dir, base_offset,
@@ -95,8 +99,15 @@ class LocalLog:
 
     # -- writing -------------------------------------------------------------------------
 
+    def _before_change(self) -> None:
+        """A crash after a change must not find the marker, or recovery would skip it."""
+        if self._marker_removal_unsynced:
+            fsync_dir(self.dir)
+            self._marker_removal_unsynced = False
+
     def append(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
                now_ms: int) -> None:
+        self._before_change()
         segment = self.active
         if segment.size and self._should_roll(segment, len(records), batches, now_ms):
             segment = self.roll()
@@ -135,6 +146,7 @@ class LocalLog:
     def truncate_to(self, offset: int) -> None:
         """Drop the batch holding ``offset`` (at or above the first segment's base offset)
         and everything after it: the log end offset becomes a batch boundary <= ``offset``."""
+        self._before_change()
         while self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
             self._bases.pop()
@@ -143,6 +155,7 @@ class LocalLog:
             self._set_recovery_point(self.next_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._before_change()
         for segment in self._segments:
             segment.delete()
         self._segments = [self._new_segment(offset)]
@@ -180,7 +193,11 @@ class LocalLog:
         once every segment is durable, as the next open trusts them both. Unsynced, a crash
         may lose them, which costs a recovery, never data."""
         self._advance_recovery_point(sync=sync)
-        write_atomically(self.dir / CLEAN_SHUTDOWN_FILE, "", sync=sync)
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        if sync:
+            write_atomically(marker, "")
+        else:
+            marker.touch()  # empty: nothing in it can be torn
 
     def delete(self) -> None:
         for segment in self._segments:

@@ -71,6 +71,9 @@ class ClassicLog(PartitionLog):
         self._epochs.truncate_from_end(self._local.next_offset)
         self._epochs.truncate_from_start(self._log_start)
         self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
+        # The offset of the snapshot on disk: close need not write it again when nothing was
+        # appended since (thousands of untouched partitions at shutdown).
+        self._snapshot_offset: int | None = None
         self._producers = self._load_producer_state()
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
@@ -134,6 +137,7 @@ class ClassicLog(PartitionLog):
             if int(snapshot_offset) <= self._local.next_offset:  # else the log lost its tail
                 state = ProducerState.restore(base64.b64decode(encoded, validate=True))
                 offset = max(int(snapshot_offset), self._log_start)
+                self._snapshot_offset = int(snapshot_offset)
         except FileNotFoundError:
             pass
         except (ValueError, binascii.Error, CorruptSnapshot) as e:
@@ -150,6 +154,7 @@ class ClassicLog(PartitionLog):
     def _save_producer_state(self, offset: int, *, sync: bool = True) -> None:
         encoded = base64.b64encode(self._producers.snapshot()).decode("ascii")
         write_atomically(self._producer_snapshot_file, f"{offset} {encoded}\n", sync=sync)
+        self._snapshot_offset = offset
 
     async def append_as_follower(self, records: bytes) -> None:
         # A fetch response may end with a partial batch; only whole batches are stored.
@@ -321,7 +326,10 @@ class ClassicLog(PartitionLog):
         self._last_flush_ms = now
 
     async def close(self, *, sync: bool = True) -> None:
-        self._save_producer_state(self._local.next_offset, sync=sync)
+        # Every change of producer state appends (moving the log end) or truncates (which
+        # writes a snapshot), so a snapshot at the log end is current.
+        if self._snapshot_offset != self._local.next_offset:
+            self._save_producer_state(self._local.next_offset, sync=sync)
         self._local.close(sync=sync)
 
     def mark_clean(self) -> None:

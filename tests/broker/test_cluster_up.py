@@ -16,7 +16,7 @@ from kafka.admin import KafkaAdminClient
 from bench.lifecycle_bench import (
     create_topics,
     mixed_topics,
-    produce_everywhere,
+    produce,
     read_everything,
     timed_start,
     timed_stop,
@@ -206,7 +206,7 @@ def test_2000_partitions_stop_in_5_s_and_restart_usable_at_the_bootstrap_line(lo
     assert sum(topic.partitions for topic in topics) == 2000
     cluster = local_cluster(brokers=3)
     create_topics(cluster.bootstrap, topics)
-    acked = produce_everywhere(cluster.bootstrap, topics, records_per_partition=2)
+    acked = produce(cluster.bootstrap, topics, partitions_per_topic=5, records_per_partition=20)
 
     stop = timed_stop(cluster)
     assert (stop.status, stop.killed) == (0, False), cluster.log_tail()
