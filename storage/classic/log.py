@@ -71,10 +71,13 @@ class ClassicLog(PartitionLog):
         self._epochs.truncate_from_end(self._local.next_offset)
         self._epochs.truncate_from_start(self._log_start)
         self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
-        # The offset of the snapshot on disk: close need not write it again when nothing was
+        # The log end at which what is on disk gives the current producer state (a snapshot
+        # there, or an empty log to replay): close need not write a snapshot when nothing was
         # appended since (thousands of untouched partitions at shutdown).
         self._snapshot_offset: int | None = None
         self._producers = self._load_producer_state()
+        if self._local.next_offset == self._log_start:
+            self._snapshot_offset = self._log_start
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
 
