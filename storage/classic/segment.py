@@ -261,7 +261,10 @@ class LogSegment:
         """Without ``sync`` the caller makes the segment durable (sync_file_system)."""
         if self._fd < 0:
             return
-        self.seal()
+        if self.size:
+            # An empty segment has nothing to index (opened without index files, it is
+            # recovered at no cost): thousands of new partitions close without writing any.
+            self.seal()
         if sync:
             self.flush()
         os.close(self._fd)
