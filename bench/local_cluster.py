@@ -78,10 +78,21 @@ class LocalCluster:
         text = (self.root / "cluster.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-    def terminate(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM the launcher, which stops its nodes; its exit status."""
+    def log_size(self) -> int:
+        """Where the launcher's log ends now (a later start of the same root appends)."""
+        path = self.root / "cluster.log"
+        return path.stat().st_size if path.exists() else 0
+
+    def log_since(self, position: int) -> str:
+        with open(self.root / "cluster.log", "rb") as log:
+            log.seek(position)
+            return log.read().decode(errors="replace")
+
+    def terminate(self, timeout: float = 60.0, sig: int = signal.SIGTERM) -> int | None:
+        """Signal the launcher (SIGTERM, or SIGINT as Ctrl-C), which stops its nodes; its
+        exit status."""
         if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
+            os.kill(self.proc.pid, sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -2,7 +2,8 @@
 
 Every node is a process of its own, as in a real deployment: the S3 server first, then
 broker 0 (which runs the controller), then brokers 1..N-1 pointing at it. The launcher
-prints one line per process, then the bootstrap string:
+prints one line per process, then, once the cluster is usable (every partition has a
+leader that answers ListOffsets), the bootstrap string:
 
     s3: pid=4100 endpoint=http://127.0.0.1:41233
     broker 0: pid=4101 rack=az1 address=127.0.0.1:9092 metrics=http://127.0.0.1:9600
@@ -36,11 +37,17 @@ from pathlib import Path
 
 import uvloop
 
+from protocol.internal import ClusterCredentials
+from replication.cluster_metadata import MetadataImage
+from replication.node_client import NodeClient
 from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
 
+from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
+from .readiness import wait_until_usable
+from .traffic import NetworkTraffic
 
 log = logging.getLogger("kipper.cluster")
 
@@ -133,7 +140,20 @@ class Cluster:
         controller = await self._start_broker(0, endpoint, controller=None)
         others = await asyncio.gather(*(self._start_broker(node, endpoint, controller)
                                         for node in range(1, self.args.brokers)))
+        await self._wait_until_usable(controller)
         print("bootstrap: " + ",".join([controller, *others]), flush=True)
+
+    async def _wait_until_usable(self, bootstrap: str) -> None:
+        """Brokers listen before every partition has a leader that can answer (a restart
+        with thousands of partitions): wait, asking as a client would."""
+        nodes = NodeClient("kipper-cluster-up", ClusterCredentials(
+            -1, self.broker_env["KIPPER_CLUSTER_SECRET"]), NetworkTraffic(None, MetadataImage()))
+        try:
+            await wait_until_usable(nodes, split_host_port(bootstrap), READY_TIMEOUT_S)
+        except TimeoutError as e:
+            raise ClusterError(f"the cluster is {e}") from None
+        finally:
+            await nodes.close()
 
     async def _start_broker(self, node: int, s3_endpoint: str, controller: str | None) -> str:
         """Start broker `node`, wait until it listens, print its line; return its address."""

@@ -3,6 +3,11 @@
 The broker keeps no metadata of its own: it fetches ``__cluster_metadata`` from the
 controller with ordinary Fetch requests, applies each record to its image
 (coordinator.state_machine) and tells the replica manager, exactly like a KRaft observer.
+
+Its lifecycle is KRaft's too: it registers, and heartbeats from then on, fenced (leading
+nothing) while it catches up with the metadata, which opens every log it hosts; then it asks
+to be unfenced. Applying yields to the event loop every few records, so heartbeats and
+requests are served while thousands of logs are opened.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ DATA_DIR_ID = uuid.UUID("6b697070-6572-4000-8000-000000000001")
 
 log = logging.getLogger(__name__)
 FETCH_MAX_WAIT_MS = 500
+# Records applied between two yields to the event loop: a partition record may open a log
+# (a few files read, an fsync), so this is some tens of milliseconds at most.
+APPLY_SLICE = 64
 
 
 class MetadataFollower:
@@ -45,17 +53,36 @@ class MetadataFollower:
         # Reported in every heartbeat, so the controller moves our leaderships while it is.
         self.log_dir_full = log_dir_full
         self.epoch = -1
+        # Asked in every heartbeat until this broker has loaded what it hosts (start).
+        self._want_fence = True
         self._registration: tuple[str, int, str | None] | None = None
         self._tasks: list[asyncio.Task] = []
         self.applier = Applier(image)
         self.applier.listeners.append(lambda offset, record, result: listener(record))
 
     async def start(self, host: str, port: int, rack: str | None) -> None:
+        """Register, catch up with the metadata (opening every log this broker hosts), then
+        get unfenced: from then on it may lead partitions."""
         self._registration = (host, port, rack)
         await self._register()
         self._tasks = [asyncio.create_task(self._fetch_loop()),
                        asyncio.create_task(self._heartbeat_loop())]
         await self.catch_up()
+        await self._unfence()
+
+    async def _unfence(self) -> None:
+        """Ask in a heartbeat now, and in every later one (the heartbeat loop re-registers
+        if the controller forgot this broker), until the controller has unfenced it."""
+        self._want_fence = False
+        while True:
+            try:
+                response = await self._heartbeat(want_shut_down=False)
+                if response.error_code == ErrorCode.none and not response.is_fenced:
+                    break
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                log.warning("heartbeat failed: %s", e)
+            await asyncio.sleep(self.heartbeat_interval_s)
+        await self.catch_up()  # until this broker's image shows it unfenced
 
     async def _register(self) -> None:
         host, port, rack = self._registration
@@ -99,7 +126,7 @@ class MetadataFollower:
     async def _heartbeat(self, want_shut_down: bool):
         return await self.controller.call(ApiKey.BROKER_HEARTBEAT, make(
             BrokerHeartbeatRequest, broker_id=self.node_id, broker_epoch=self.epoch,
-            current_metadata_offset=self.image.next_offset - 1, want_fence=False,
+            current_metadata_offset=self.image.next_offset - 1, want_fence=self._want_fence,
             want_shut_down=want_shut_down,
             offline_log_dirs=(DATA_DIR_ID,) if self.log_dir_full() else ()), 5)
 
@@ -134,7 +161,10 @@ class MetadataFollower:
                 log.warning("metadata fetch error %s", data.error_code.name)
                 await asyncio.sleep(0.5)
                 continue
-            self.applier.apply(decode_json_records(data.records or b""))
+            records = decode_json_records(data.records or b"")
+            for start in range(0, len(records), APPLY_SLICE):
+                self.applier.apply(records[start:start + APPLY_SLICE])
+                await asyncio.sleep(0)
 
     async def catch_up(self, timeout: float = 30.0) -> None:
         """Wait until this broker has applied everything the controller has committed."""

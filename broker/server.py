@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 import uuid
 
 from coordinator.controller import Controller, ControllerSettings
@@ -279,8 +280,10 @@ class Broker:
 
     async def stop(self) -> None:
         """Graceful shutdown: hand leaderships over, stop accepting, close logs cleanly."""
+        started = time.monotonic()
         if self.follower is not None:
             await self.follower.shut_down()
+        handed_over = time.monotonic()
         if self._server is not None:
             self._server.close()
         if self.wal_writer is not None:
@@ -300,8 +303,10 @@ class Broker:
         await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
         if self.batch_coordinator is not None:
             await self.batch_coordinator.stop()
+        closing = time.monotonic()
         if self.replicas is not None:
             await self.replicas.close()
+        closed = time.monotonic()
         if self.controller is not None:
             await self.controller.stop()
         await self.nodes.close()
@@ -309,4 +314,6 @@ class Broker:
             await self.object_store.close()
         if self.capture is not None:
             self.capture.close()
-        log.info("node %d stopped", self.config.node_id)
+        log.info("node %d stopped in %.1f s (controlled shutdown %.1f s, closing logs %.1f s)",
+                 self.config.node_id, time.monotonic() - started, handed_over - started,
+                 closed - closing)

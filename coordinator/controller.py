@@ -122,7 +122,11 @@ class Controller:
     # --- brokers -------------------------------------------------------------------------
 
     async def register_broker(self, node_id: int, host: str, port: int, rack: str | None) -> int:
-        """Register (or re-register after a restart); return the new broker epoch."""
+        """Register (or re-register after a restart); return the new broker epoch.
+
+        The broker starts fenced, as in KRaft: it leads nothing and is in no election until
+        it has loaded its logs and says so in a heartbeat (``want_fence=False``). Being
+        fenced already, a broker still loading is never fenced for a late heartbeat."""
         async with self._lock:
             records = []
             if node_id in self.image.brokers and not self.image.brokers[node_id].fenced:
@@ -130,18 +134,18 @@ class Controller:
                 records += self._fence_records(node_id)
             epoch = self.image.next_offset + len(records)
             registration = {"type": "broker", "node_id": node_id, "host": host, "port": port,
-                            "rack": rack, "epoch": epoch}
+                            "rack": rack, "epoch": epoch, "fenced": True}
             self._last_heartbeat[node_id] = time.monotonic()
             await self._commit(records + [registration])
-            await self._commit(self._elect_leaderless())
             log.info("registered broker %d at %s:%d rack %s (epoch %d)", node_id, host, port,
                      rack, epoch)
             return epoch
 
-    async def heartbeat(self, node_id: int, epoch: int, want_shut_down: bool,
+    async def heartbeat(self, node_id: int, epoch: int, want_fence: bool, want_shut_down: bool,
                         log_dir_offline: bool = False) -> tuple[ErrorCode, bool]:
-        """Record a heartbeat; return (error, fenced). ``log_dir_offline``: the broker's data
-        directory refuses appends (a full disk)."""
+        """Record a heartbeat; return (error, fenced). A fenced broker is unfenced (and
+        takes part in elections) once it no longer asks to stay fenced. ``log_dir_offline``:
+        the broker's data directory refuses appends (a full disk)."""
         async with self._lock:
             broker = self.image.brokers.get(node_id)
             if broker is None or broker.epoch != epoch:
@@ -152,14 +156,15 @@ class Controller:
                     log.info("broker %d is shutting down: moving its leaderships", node_id)
                     await self._commit(self._fence_records(node_id))
                 return ErrorCode.none, True
-            if broker.fenced:
+            if broker.fenced and not want_fence:
+                log.info("broker %d is ready: unfencing it", node_id)
                 await self._commit([{"type": "unfence_broker", "node_id": node_id}])
                 await self._commit(self._elect_leaderless())
             if log_dir_offline != broker.log_dir_offline:
                 log.warning("broker %d reports its log dir %s", node_id,
                             "full: moving its leaderships" if log_dir_offline else "writable again")
                 await self._commit(self._log_dir_records(node_id, log_dir_offline))
-            return ErrorCode.none, False
+            return ErrorCode.none, broker.fenced
 
     async def _fence_expired_brokers(self) -> None:
         timeout = self.settings.session_timeout_ms / 1000

@@ -87,7 +87,8 @@ class MetadataImage:
         elif kind == "broker":
             self.brokers[record["node_id"]] = BrokerInfo(
                 record["node_id"], record["host"], record["port"], record.get("rack"),
-                record["epoch"], fenced=False)
+                # Registered brokers start fenced (older logs: unfenced at once).
+                record["epoch"], fenced=record.get("fenced", False))
         elif kind == "fence_broker":
             self.brokers[record["node_id"]].fenced = True
         elif kind == "unfence_broker":

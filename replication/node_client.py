@@ -80,8 +80,11 @@ class NodeConnection:
                 return
             if self._refused is not None and time.monotonic() < self._refused[0]:
                 raise self._refused[1]
-            reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
+            # arrives as the call completes, and a cancelled replica fetcher or metadata
+            # loop then runs on, which kept brokers from stopping.
+            async with asyncio.timeout(timeout):
+                reader, self._writer = await asyncio.open_connection(self.host, self.port)
             self._reader_task = asyncio.create_task(self._read_responses(reader))
             await self._authenticate(timeout)
 
@@ -152,7 +155,8 @@ class NodeConnection:
         self._pending[correlation_id] = (future, int(api_key), version, traffic_class)
         try:
             self._writer.write(frame)
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see _ensure_connected
+                return await future
         finally:
             self._pending.pop(correlation_id, None)
 

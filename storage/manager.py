@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .classic import ClassicLog
+from .classic.checkpoint import sync_file_system
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
@@ -96,14 +97,27 @@ class LogManager:
             await log.flush()
 
     async def close_all(self) -> None:
+        """Close every log durably with two syncs of the file system in all, rather than
+        several fsyncs per log (seconds with 2,000 partitions): write out every log, sync,
+        then mark each one clean (which the next open trusts only with its data durable),
+        and sync again."""
+        closed: list[tuple[tuple[str, int], PartitionLog]] = []
         while self._logs:
             key, log = self._logs.popitem()
             self._last_flush_ms.pop(key, None)
             try:
-                await log.close()
+                await log.close(sync=False)
+                closed.append((key, log))
             except Exception:
                 # One failing partition must not leave the others without a clean shutdown.
                 logger.exception("closing %s-%s failed", *key)
+        await asyncio.to_thread(sync_file_system, self.data_dir)
+        for key, log in closed:
+            try:
+                log.mark_clean()
+            except Exception:
+                logger.exception("marking %s-%s clean failed", *key)
+        await asyncio.to_thread(sync_file_system, self.data_dir)
 
     async def run_retention(self, interval_s: float) -> None:
         """Apply retention to every log, whatever its engine, every ``interval_s`` (the

@@ -37,7 +37,7 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
                             is_fenced=True, should_shut_down=False)
     try:
         error, fenced = await controller.heartbeat(
-            request.broker_id, request.broker_epoch, request.want_shut_down,
+            request.broker_id, request.broker_epoch, request.want_fence, request.want_shut_down,
             log_dir_offline=bool(request.offline_log_dirs))
     except ControllerError as e:
         error, fenced = e.error_code, True

@@ -143,9 +143,9 @@ class ActiveTieredLog(ClassicLog):
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def close(self) -> None:
+    async def close(self, *, sync: bool = True) -> None:
         self._shared.leadership_changed(self.state, Leadership.STOPPED, -1)
-        await super().close()
+        await super().close(sync=sync)
 
     async def delete(self) -> None:
         self._shared.leadership_changed(self.state, Leadership.STOPPED, -1)

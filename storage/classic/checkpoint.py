@@ -6,7 +6,9 @@ old or the new content, never a torn mix.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from pathlib import Path
 
 
@@ -19,19 +21,35 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str) -> None:
+def sync_file_system(directory: Path) -> None:
+    """Make everything written to the file system holding ``directory`` durable: one call
+    instead of an fsync per file when thousands of files were written (closing every log)."""
+    if sys.platform == "linux":
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            if ctypes.CDLL(None, use_errno=True).syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    os.sync()
+
+
+def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+    """Without ``sync`` the caller makes it durable later (sync_file_system)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="ascii") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
     except OSError:
         # A failed write (a full disk) must not leave its partial copy taking space.
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def read_offset(path: Path) -> int | None:
@@ -45,5 +63,5 @@ def read_offset(path: Path) -> int | None:
         return None
 
 
-def write_offset(path: Path, offset: int) -> None:
-    write_atomically(path, f"{offset}\n")
+def write_offset(path: Path, offset: int, *, sync: bool = True) -> None:
+    write_atomically(path, f"{offset}\n", sync=sync)

@@ -8,7 +8,9 @@ Durability bookkeeping:
   indexes rebuilt, torn tail cut); when one of them loses bytes, the later segments are
   deleted, as their offsets would no longer follow on.
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
-  on open means no recovery is needed. It is removed as soon as the log is loaded.
+  on open means no recovery is needed. It is removed as soon as the log is loaded, and that
+  removal is made durable before the first change to the segments (an fsync of the
+  directory then, not at open: a broker opens thousands of logs and writes to few).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class LocalLog:
         self.recovery_point = read_offset(self._recovery_point_file) or 0
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
+        # The clean-shutdown marker was removed but the removal may not be durable yet.
+        self._marker_removal_unsynced = False
         self._load(start_offset, on_recovered_batch)
 
     def _load(self, start_offset: int,
@@ -69,7 +73,7 @@ class LocalLog:
         self._bases = [s.base_offset for s in self._segments]
         if clean:
             marker.unlink()
-            fsync_dir(self.dir)
+            self._marker_removal_unsynced = True
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.dir, base_offset,
@@ -95,8 +99,15 @@ class LocalLog:
 
     # -- writing -------------------------------------------------------------------------
 
+    def _before_change(self) -> None:
+        """A crash after a change must not find the marker, or recovery would skip it."""
+        if self._marker_removal_unsynced:
+            fsync_dir(self.dir)
+            self._marker_removal_unsynced = False
+
     def append(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
                now_ms: int) -> None:
+        self._before_change()
         segment = self.active
         if segment.size and self._should_roll(segment, len(records), batches, now_ms):
             segment = self.roll()
@@ -141,6 +152,7 @@ class LocalLog:
     def truncate_to(self, offset: int) -> None:
         """Drop the batch holding ``offset`` (at or above the first segment's base offset)
         and everything after it: the log end offset becomes a batch boundary <= ``offset``."""
+        self._before_change()
         while self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
             self._bases.pop()
@@ -149,35 +161,49 @@ class LocalLog:
             self._set_recovery_point(self.next_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._before_change()
         for segment in self._segments:
             segment.delete()
         self._segments = [self._new_segment(offset)]
         self._bases = [offset]
         self._set_recovery_point(offset)
 
-    def _set_recovery_point(self, offset: int) -> None:
+    def _set_recovery_point(self, offset: int, *, sync: bool = True) -> None:
         # Written at once, also when truncation lowers it: a later crash must recover the
         # data appended in place of what was truncated, even below the old recovery point.
         self.recovery_point = offset
-        write_offset(self._recovery_point_file, offset)
+        write_offset(self._recovery_point_file, offset, sync=sync)
 
     def flush(self) -> None:
         for segment in self._segments:
             segment.flush()
         self._advance_recovery_point()
 
-    def _advance_recovery_point(self) -> None:
+    def _advance_recovery_point(self, *, sync: bool = True) -> None:
         # A segment created since the last flush is only durable once the directory is.
-        if self.active.base_offset >= self.recovery_point:
+        if sync and self.active.base_offset >= self.recovery_point:
             fsync_dir(self.dir)
         if self.recovery_point != self.next_offset:
-            self._set_recovery_point(self.next_offset)
+            self._set_recovery_point(self.next_offset, sync=sync)
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Without ``sync`` nothing is fsynced and the log is not marked clean yet: the
+        caller syncs the file system, then calls ``mark_clean``."""
         for segment in self._segments:
-            segment.close()
-        self._advance_recovery_point()
-        write_atomically(self.dir / CLEAN_SHUTDOWN_FILE, "")
+            segment.close(sync=sync)
+        if sync:
+            self.mark_clean(sync=True)
+
+    def mark_clean(self, *, sync: bool = True) -> None:
+        """Advance the recovery point to the end and write the clean-shutdown marker: only
+        once every segment is durable, as the next open trusts them both. Unsynced, a crash
+        may lose them, which costs a recovery, never data."""
+        self._advance_recovery_point(sync=sync)
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        if sync:
+            write_atomically(marker, "")
+        else:
+            marker.touch()  # empty: nothing in it can be torn
 
     def delete(self) -> None:
         for segment in self._segments:

@@ -70,7 +70,13 @@ class ClassicLog(PartitionLog):
             self._epochs.truncate_from_end(self._local.next_offset)
             self._epochs.truncate_from_start(self._log_start)
         self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
+        # The log end at which what is on disk gives the current producer state (a snapshot
+        # there, or an empty log to replay): close need not write a snapshot when nothing was
+        # appended since (thousands of untouched partitions at shutdown).
+        self._snapshot_offset: int | None = None
         self._producers = self._load_producer_state()
+        if self._local.next_offset == self._log_start:
+            self._snapshot_offset = self._log_start
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
 
@@ -133,6 +139,7 @@ class ClassicLog(PartitionLog):
             if int(snapshot_offset) <= self._local.next_offset:  # else the log lost its tail
                 state = ProducerState.restore(base64.b64decode(encoded, validate=True))
                 offset = max(int(snapshot_offset), self._log_start)
+                self._snapshot_offset = int(snapshot_offset)
         except FileNotFoundError:
             pass
         except (ValueError, binascii.Error, CorruptSnapshot) as e:
@@ -146,9 +153,10 @@ class ClassicLog(PartitionLog):
                 offset = batch.next_offset
         return state
 
-    def _save_producer_state(self, offset: int) -> None:
+    def _save_producer_state(self, offset: int, *, sync: bool = True) -> None:
         encoded = base64.b64encode(self._producers.snapshot()).decode("ascii")
-        write_atomically(self._producer_snapshot_file, f"{offset} {encoded}\n")
+        write_atomically(self._producer_snapshot_file, f"{offset} {encoded}\n", sync=sync)
+        self._snapshot_offset = offset
 
     async def append_as_follower(self, records: bytes) -> None:
         # A fetch response may end with a partial batch; only whole batches are stored.
@@ -335,10 +343,17 @@ class ClassicLog(PartitionLog):
         self._unflushed_messages = 0
         self._last_flush_ms = now
 
-    async def close(self) -> None:
+    async def close(self, *, sync: bool = True) -> None:
         with storage_io(f"close {self.directory}"):
-            self._save_producer_state(self._local.next_offset)
-            self._local.close()
+            # Every change of producer state appends (moving the log end) or truncates (which
+            # writes a snapshot), so a snapshot at the log end is current.
+            if self._snapshot_offset != self._local.next_offset:
+                self._save_producer_state(self._local.next_offset, sync=sync)
+            self._local.close(sync=sync)
+
+    def mark_clean(self) -> None:
+        with storage_io(f"mark {self.directory} clean"):
+            self._local.mark_clean(sync=False)
 
     async def delete(self) -> None:
         self._local.delete()

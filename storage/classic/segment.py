@@ -264,11 +264,16 @@ class LogSegment:
             self._persisted_time_index, fsync)
         self._index_files_current = True
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Without ``sync`` the caller makes the segment durable (sync_file_system)."""
         if self._fd < 0:
             return
-        self.seal()
-        self.flush()
+        if self.size:
+            # An empty segment has nothing to index (opened without index files, it is
+            # recovered at no cost): thousands of new partitions close without writing any.
+            self.seal()
+        if sync:
+            self.flush()
         os.close(self._fd)
         # Never close a number the OS may have handed out again; later I/O fails with EBADF.
         self._fd = -1

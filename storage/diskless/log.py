@@ -161,7 +161,7 @@ class DisklessLog(PartitionLog):
     async def flush(self) -> None:
         pass  # acknowledged data is already in object storage
 
-    async def close(self) -> None:
+    async def close(self, *, sync: bool = True) -> None:
         pass
 
     async def delete(self) -> None:

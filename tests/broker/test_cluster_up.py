@@ -13,6 +13,14 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 
+from bench.lifecycle_bench import (
+    create_topics,
+    mixed_topics,
+    produce,
+    read_everything,
+    timed_start,
+    timed_stop,
+)
 from bench.local_cluster import LocalCluster, pid_alive
 from storage.objectstore import WAL_BUCKET, fast_bucket
 from support.clients import consume_all
@@ -186,3 +194,29 @@ def test_racks_that_are_not_bucket_names_work(local_cluster, topic_name, storage
         assert buckets_written & {fast_bucket(rack) for rack in racks}, buckets_written
     else:
         assert buckets_written == {WAL_BUCKET}, buckets_written
+
+
+@pytest.mark.system
+def test_2000_partitions_stop_in_5_s_and_restart_usable_at_the_bootstrap_line(local_cluster):
+    """Ctrl-C of a cluster with 2,000 partitions of every mode, after traffic, stops every
+    broker gracefully within 5 s; started again, every partition answers ListOffsets as soon
+    as the bootstrap line is printed, no broker was fenced while loading, and every
+    acknowledged record is there."""
+    topics = mixed_topics({"classic": 1700, "active-tiered": 150, "diskless": 150})
+    assert sum(topic.partitions for topic in topics) == 2000
+    cluster = local_cluster(brokers=3)
+    create_topics(cluster.bootstrap, topics)
+    acked = produce(cluster.bootstrap, topics, partitions_per_topic=5, records_per_partition=20)
+
+    stop = timed_stop(cluster)
+    assert (stop.status, stop.killed) == (0, False), cluster.log_tail()
+    assert stop.seconds < 5, stop
+
+    cluster = LocalCluster(cluster.root, brokers=3)
+    try:
+        start = timed_start(cluster, topics)
+        assert start.failing_at_bootstrap == {}, start
+        assert start.fenced == [], start.fenced
+        assert read_everything(cluster.bootstrap, acked) == {}
+    finally:
+        cluster.stop()

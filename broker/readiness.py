@@ -1,0 +1,89 @@
+"""When a cluster is usable: every partition has a leader, and that leader answers ListOffsets.
+
+A broker that listens may still be catching up with the metadata, and a partition may be
+waiting for its leader to be unfenced, so `kipper cluster up` asks the brokers what a client
+would ask (Metadata, then ListOffsets LATEST of every partition from its leader) before it
+prints its bootstrap line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from protocol.apis import ApiKey
+from protocol.build import make
+from replication.node_client import NodeClient
+
+# Partitions of one leader: topic -> partition indexes.
+Partitions = dict[str, list[int]]
+
+
+async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
+                              timeout_s: float) -> list[str]:
+    """What keeps the cluster from being usable, one entry per topic or partition ("t-3: no
+    leader", "t-4: NOT_LEADER_OR_FOLLOWER"); empty once every partition answers."""
+    metadata = await nodes.connection(*bootstrap).call(ApiKey.METADATA, make(
+        MetadataRequest, topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), timeout_s)
+    brokers = {broker.node_id: (broker.host, broker.port) for broker in metadata.brokers}
+    problems: list[str] = []
+    by_leader: dict[int, Partitions] = defaultdict(lambda: defaultdict(list))
+    for topic in metadata.topics:
+        if topic.error_code != ErrorCode.none:
+            problems.append(f"{topic.name}: {topic.error_code.name}")
+        for partition in topic.partitions:
+            if partition.leader_id in brokers:
+                by_leader[partition.leader_id][topic.name].append(partition.partition_index)
+            else:
+                problems.append(f"{topic.name}-{partition.partition_index}: no leader")
+    leaders = list(by_leader)
+    answers = await asyncio.gather(*(
+        _list_offsets_errors(nodes, brokers[leader], by_leader[leader], timeout_s)
+        for leader in leaders), return_exceptions=True)
+    for leader, answer in zip(leaders, answers):
+        if isinstance(answer, (ConnectionError, OSError, asyncio.TimeoutError)):
+            problems.append(f"broker {leader}: {answer or type(answer).__name__}")
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
+            problems += answer
+    return problems
+
+
+async def _list_offsets_errors(nodes: NodeClient, address: tuple[str, int],
+                               partitions: Partitions, timeout_s: float) -> list[str]:
+    request = make(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=tuple(
+        make(ListOffsetsTopic, name=topic, partitions=tuple(
+            make(ListOffsetsPartition, partition_index=index, current_leader_epoch=-1,
+                 timestamp=-1) for index in indexes))
+        for topic, indexes in partitions.items()))
+    response = await nodes.connection(*address).call(ApiKey.LIST_OFFSETS, request, timeout_s)
+    return [f"{topic.name}-{partition.partition_index}: {partition.error_code.name}"
+            for topic in response.topics for partition in topic.partitions
+            if partition.error_code != ErrorCode.none]
+
+
+async def wait_until_usable(nodes: NodeClient, bootstrap: tuple[str, int], timeout_s: float,
+                            interval_s: float = 0.2) -> None:
+    """Return once every partition answers; raise TimeoutError naming what still does not."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            problems = await unusable_partitions(nodes, bootstrap, interval_s + 10)
+        except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+            problems = [f"{bootstrap[0]}:{bootstrap[1]}: {e or type(e).__name__}"]
+        if not problems:
+            return
+        if asyncio.get_running_loop().time() >= deadline:
+            raise TimeoutError(f"not usable after {timeout_s:.0f} s: {len(problems)} "
+                               f"problems, e.g. {', '.join(problems[:5])}")
+        await asyncio.sleep(interval_s)
