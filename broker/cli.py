@@ -53,6 +53,7 @@ async def _run_broker(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _log_task_stacks)
     host, _ = config.host_port
     # Tests and the cluster launcher read this line to learn the bound port.
     role = "broker" if config.broker_role else "controller"
@@ -63,6 +64,18 @@ async def _run_broker(args: argparse.Namespace) -> int:
     log.info("shutting down")
     await broker.stop()
     return 0
+
+
+def _log_task_stacks() -> None:
+    """SIGUSR1: log where every task of the node waits (the launcher asks before it kills a
+    node that did not stop, so the log says what it was stuck on)."""
+    lines = []
+    for task in asyncio.all_tasks():
+        frames = task.get_stack()
+        where = " <- ".join(f"{f.f_code.co_name} ({Path(f.f_code.co_filename).name}:{f.f_lineno})"
+                            for f in reversed(frames))
+        lines.append(f"  {task.get_name()}: {where or 'not started'}")
+    log.warning("%d tasks:\n%s", len(lines), "\n".join(sorted(lines)))
 
 
 def _run_node(args: argparse.Namespace) -> NoReturn:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -113,6 +114,12 @@ class Child:
                 pass
             try:
                 await asyncio.wait_for(self.process.wait(), STOP_GRACE_S)
+            except asyncio.TimeoutError:
+                # Brokers log where their tasks wait on SIGUSR1: say why before killing.
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.send_signal(signal.SIGUSR1)
+            try:
+                await asyncio.wait_for(self.process.wait(), 1.0)
             except asyncio.TimeoutError:
                 log.warning("%s ignored SIGTERM for %.0f s: killing it", self.name, STOP_GRACE_S)
                 self.process.kill()

@@ -7,6 +7,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections.abc import Awaitable
 
 from coordinator.controller import Controller, ControllerSettings
 from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSettings
@@ -50,6 +51,8 @@ from .services import BrokerServices, ControllerChannel
 from .traffic import NetworkTraffic, node_client_id
 
 log = logging.getLogger(__name__)
+# Each step of a stop (but closing logs) gets this long: see Broker.stop.
+STOP_STEP_TIMEOUT_S = 2.0
 
 
 class Broker:
@@ -279,41 +282,57 @@ class Broker:
             self._connections.discard(task)
 
     async def stop(self) -> None:
-        """Graceful shutdown: hand leaderships over, stop accepting, close logs cleanly."""
+        """Graceful shutdown: hand leaderships over, stop accepting, close logs cleanly.
+
+        Every step but closing the logs and the controller's metadata log (what must be
+        durable) is bounded: a step stuck past STOP_STEP_TIMEOUT_S is logged by name and
+        abandoned, so a node always exits on SIGTERM rather than wait to be killed."""
         started = time.monotonic()
         if self.follower is not None:
-            await self.follower.shut_down()
+            await _bounded("controlled shutdown", self.follower.shut_down())
         handed_over = time.monotonic()
         if self._server is not None:
             self._server.close()
         if self.wal_writer is not None:
-            await self.wal_writer.close()  # answer the produce requests it holds
+            # It answers the produce requests it holds.
+            await _bounded("the diskless WAL writer", self.wal_writer.close())
         if self.housekeeping is not None:
-            await self.housekeeping.stop()
+            await _bounded("diskless housekeeping", self.housekeeping.stop())
         # Before connections are cancelled: it answers the JoinGroup/SyncGroup requests
         # still waiting, which their connections' response senders wait for.
         if self.group_coordinator is not None:
-            await self.group_coordinator.stop()
+            await _bounded("the group coordinator", self.group_coordinator.stop())
         if self.metrics is not None:
-            await self.metrics.stop()
+            await _bounded("the metrics listener", self.metrics.stop())
         if self.active_tiered is not None:
-            await self.active_tiered.stop()
+            await _bounded("active-tiered uploads", self.active_tiered.stop())
         for task in list(self._connections) + self._background:
             task.cancel()
-        await asyncio.gather(*self._connections, *self._background, return_exceptions=True)
+        await _bounded("connections and background tasks", asyncio.gather(
+            *self._connections, *self._background, return_exceptions=True))
         if self.batch_coordinator is not None:
-            await self.batch_coordinator.stop()
+            await _bounded("the batch coordinator", self.batch_coordinator.stop())
         closing = time.monotonic()
         if self.replicas is not None:
             await self.replicas.close()
         closed = time.monotonic()
         if self.controller is not None:
             await self.controller.stop()
-        await self.nodes.close()
+        await _bounded("connections to other nodes", self.nodes.close())
         if self.object_store is not None:
-            await self.object_store.close()
+            await _bounded("the object store client", self.object_store.close())
         if self.capture is not None:
             self.capture.close()
         log.info("node %d stopped in %.1f s (controlled shutdown %.1f s, closing logs %.1f s)",
                  self.config.node_id, time.monotonic() - started, handed_over - started,
                  closed - closing)
+
+
+async def _bounded(step: str, awaitable: Awaitable[object]) -> None:
+    """One step of Broker.stop, abandoned (and named in the log) if it takes too long."""
+    try:
+        async with asyncio.timeout(STOP_STEP_TIMEOUT_S):
+            await awaitable
+    except TimeoutError:
+        log.warning("stopping: %s did not finish in %.0f s; going on without it",
+                    step, STOP_STEP_TIMEOUT_S)
