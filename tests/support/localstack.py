@@ -119,7 +119,19 @@ class LocalStack(ChildProcess):
                 services = json.load(answer)["services"]
         except (urllib.error.URLError, OSError, ValueError, KeyError):
             return False
-        return services.get("s3") in ("available", "running")
+        if services.get("s3") not in ("available", "running"):
+            return False
+        # LocalStack loads S3 on its first S3 request, which takes seconds: make that one
+        # here, not a test's (the object store bounds each request to a few seconds).
+        import botocore.config
+        import botocore.session
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=self.endpoint.url, region_name="us-east-1",
+            aws_access_key_id=self.endpoint.access_key,
+            aws_secret_access_key=self.endpoint.secret_key,
+            config=botocore.config.Config(read_timeout=60, retries={"total_max_attempts": 1}))
+        client.list_buckets()
+        return True
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM by pid (SIGKILL after ``timeout``), then remove its files."""
