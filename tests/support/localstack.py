@@ -56,7 +56,7 @@ LOCALSTACK_ENVIRONMENT = {
 }
 
 # LocalStack's Twisted gateway listens on every interface whatever host GATEWAY_LISTEN names (it
-# passes no interface to TCP4ServerEndpoint, a TODO in localstack/runtime/server/twisted.py), so
+# passes no interface to TCP4ServerEndpoint, an open item noted in localstack/runtime/server/twisted.py), so
 # the runtime is started with Twisted's IPv4 endpoints bound to loopback.
 _LAUNCHER = f"""
 import functools
