@@ -13,7 +13,7 @@ from coordinator.controller import Controller, ControllerSettings
 from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSettings
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
-from coordinator.offsets_store import OffsetsStore
+from coordinator.internal_topic import InternalTopicLog
 from protocol.internal import ClusterCredentials, InternalApiKey
 from replication.active_tiered import BrokerReplicaLink
 from replication.cluster_metadata import (
@@ -166,8 +166,9 @@ class Broker:
             self._start_diskless()
         if self.config.broker_role:
             group_config = GroupConfig()
-            self.group_coordinator = GroupCoordinator(group_config, OffsetsStore(
-                self.image, self.controller_channel.create_topic, self.replicas, group_config))
+            self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
+                self.image, self.controller_channel.create_topic, self.replicas,
+                group_config.offsets_topic()))
         self._serve_requests()
         if self.config.broker_role:
             advertised_host, advertised_port = split_host_port(

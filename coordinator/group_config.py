@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .internal_topic import OFFSETS_TOPIC, InternalTopic
+
 
 @dataclass(frozen=True)
 class GroupConfig:
@@ -26,3 +28,8 @@ class GroupConfig:
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
     offset_metadata_max_bytes: int = 4096
+
+    def offsets_topic(self) -> InternalTopic:
+        return InternalTopic(OFFSETS_TOPIC, self.offsets_topic_num_partitions,
+                             self.offsets_topic_replication_factor,
+                             self.offsets_topic_segment_bytes)

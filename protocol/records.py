@@ -186,10 +186,14 @@ def verify_batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -
 
 
 def validate_produce_records(records: bytes) -> list[BatchHeader]:
-    """Check a produce request's record set: whole v2 batches with correct CRCs."""
+    """Check a produce request's record set: whole v2 batches with correct CRCs, none of
+    them a control batch (only transaction coordinators write markers, as in Kafka)."""
     if not records:
         raise InvalidRecordBatch("produce request carries no record batch")
-    return list(iter_batches(records, verify_crc=True))
+    batches = list(iter_batches(records, verify_crc=True))
+    if any(batch.is_control for batch in batches):
+        raise InvalidRecordBatch("clients may not produce control batches")
+    return batches
 
 
 def assign_offsets(buf: bytearray, batches: list[BatchHeader], first_offset: int,
@@ -228,18 +232,65 @@ def rebase(buf: bytearray, position: int, base_offset: int) -> None:
     _BASE_OFFSET.pack_into(buf, position, base_offset)
 
 
-def build_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: int) -> bytearray:
+def build_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: int, *,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
+                base_sequence: int = NO_SEQUENCE, attributes: int = 0) -> bytearray:
     """One uncompressed v2 batch of key/value records with offsets 0..n-1 (kipper's own
-    internal records: metadata log, consumer offsets)."""
+    internal records: metadata log, consumer offsets, transaction markers)."""
     out = io.BytesIO()
     timestamp = datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.timezone.utc)
     write_new_batch(out, NewRecordBatch(
-        producer_id=i64(NO_PRODUCER_ID), producer_epoch=i16(-1), base_sequence=i32(NO_SEQUENCE),
-        attributes=i16(0),
+        producer_id=i64(producer_id), producer_epoch=i16(producer_epoch),
+        base_sequence=i32(base_sequence), attributes=i16(attributes),
         records=tuple(Record(attributes=i8(0), timestamp=timestamp, offset=i64(i), key=key,
                              value=value, headers=())
                       for i, (key, value) in enumerate(records))))
     return bytearray(out.getvalue())
+
+
+# Transaction markers: a control batch (transactional, control attributes) of one record
+# whose key is the control record type (version 0, type 0 abort / 1 commit) and whose value
+# is EndTxnMarker (version 0, coordinator epoch), as Kafka's ControlRecordType and
+# EndTransactionMarker write them.
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")
+_END_TXN_MARKER = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A commit or abort marker that ends ``producer_id``'s transaction in a partition."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
+def build_marker_batch(marker: TxnMarker, timestamp_ms: int) -> bytearray:
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if marker.commit else CONTROL_ABORT)
+    value = _END_TXN_MARKER.pack(0, marker.coordinator_epoch)
+    return build_batch([(key, value)], timestamp_ms, producer_id=marker.producer_id,
+                       producer_epoch=marker.producer_epoch,
+                       attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG)
+
+
+def read_marker(buf: bytes | bytearray | memoryview, header: BatchHeader) -> TxnMarker:
+    """The marker a control batch carries. Raises InvalidRecordBatch if it carries none
+    (an unknown control type, e.g. KRaft's, or records that do not decode)."""
+    try:
+        batch, _ = read_batch(bytes(buf[header.position:header.position + header.size]), 0)
+        record = batch.records[0]
+        key_version, control_type = _CONTROL_KEY.unpack(record.key)
+        _, coordinator_epoch = _END_TXN_MARKER.unpack_from(record.value or b"", 0)
+    except (IndexError, ValueError, TypeError, struct.error) as e:
+        raise InvalidRecordBatch(f"control batch at offset {header.base_offset} carries no "
+                                 f"transaction marker: {e}") from None
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise InvalidRecordBatch(f"control batch at offset {header.base_offset} has control "
+                                 f"type {control_type}, not a transaction marker")
+    return TxnMarker(header.producer_id, header.producer_epoch, control_type == CONTROL_COMMIT,
+                     coordinator_epoch)
 
 
 # Pointer batches (active-tiered, KIP-1176): what a leader answers a follower's fetch with

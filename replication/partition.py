@@ -114,8 +114,8 @@ class Partition(Watchable, abc.ABC):
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: everything below the high watermark is stable.
-        return self.high_watermark
+        """What read_committed consumers may read up to (transactions, storage.producer_state)."""
+        return self.log.last_stable_offset(self.high_watermark)
 
     @abc.abstractmethod
     def check_epoch(self, current_leader_epoch: int) -> None:

@@ -19,6 +19,7 @@ from protocol.records import BatchHeader
 
 from .append_rules import AppendDecision, check_append
 from .config import LogConfig
+from .producer_state import AbortedTransaction
 
 if TYPE_CHECKING:
     from .disk_space import DiskSpace
@@ -173,6 +174,16 @@ class PartitionLog(abc.ABC):
         coordinator's) waits for its copy.
 
         Called by partitions that any broker serves (replication.leaderless_partition)."""
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The offset below which every transaction is decided and its marker is below
+        ``high_watermark``: what read_committed consumers may read up to (the LSO)."""
+        return high_watermark
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
+        """The aborted transactions with records in [start, end), oldest marker first
+        (FetchResponse's aborted_transactions for a read_committed consumer)."""
+        return []
 
     def durable_end_offset(self) -> int:
         """Offsets below this are durable without any follower holding them (e.g. uploaded

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 from protocol.apis import ApiKey
 from protocol.build import millis
 from replication.cluster_metadata import METADATA_TOPIC
+from protocol.records import iter_batches
 from replication.partition import Partition, PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, OffsetOutOfRange, RecordsLost
 
@@ -73,6 +74,8 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             result = await partition.log.read(fetch.fetch_offset, max_bytes,
                                               max_offset=upper, min_one_batch=first_data)
             records = result.records
+        aborted = (_aborted_transactions(ctx, partition, fetch.fetch_offset, records)
+                   if request.isolation_level == READ_COMMITTED and replica_id < 0 else None)
         error = ErrorCode.none
     except PartitionError as e:
         return PartitionRead(_entry(ctx, request, index, e.error_code), 0, None)
@@ -87,8 +90,22 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
         return PartitionRead(_entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None)
     entry = _entry(ctx, request, index, error, hw=partition.high_watermark,
                    lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
-                   records=records)
+                   records=records, aborted=aborted)
     return PartitionRead(entry, len(records), partition, answer_now)
+
+
+def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offset: int,
+                          records: bytes) -> tuple:
+    """The aborted transactions with records in what the fetch returns, which a
+    read_committed consumer drops (up to their abort markers)."""
+    if not records:
+        return ()
+    end = fetch_offset
+    for header in iter_batches(records, allow_partial_tail=True):
+        end = header.next_offset
+    return tuple(ctx.response("AbortedTransaction", producer_id=t.producer_id,
+                              first_offset=t.first_offset)
+                 for t in partition.log.aborted_transactions(fetch_offset, end))
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition,
@@ -109,11 +126,13 @@ def _preferred_read_replica(ctx: RequestContext, partition: Partition,
 
 
 def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,
-           lso: int = -1, log_start: int = -1, records: bytes = b"", preferred: int = -1) -> object:
+           lso: int = -1, log_start: int = -1, records: bytes = b"", preferred: int = -1,
+           aborted: tuple | None = None) -> object:
+    if aborted is None and request.isolation_level == READ_COMMITTED:
+        aborted = ()
     return ctx.response(
         "PartitionData", partition_index=index, error_code=error, high_watermark=hw,
-        last_stable_offset=lso, log_start_offset=log_start,
-        aborted_transactions=() if request.isolation_level == READ_COMMITTED else None,
+        last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=aborted,
         preferred_read_replica=preferred, records=records)
 
 

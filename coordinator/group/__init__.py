@@ -5,6 +5,6 @@
 - ``offsets``: committed offsets.
 - ``loader``: which ``__consumer_offsets`` partitions are served, and replaying them.
 - ``state``: a group and its members; ``records``: the records' on-disk format.
-- ``offsets_log``: the ``OffsetsLog`` contract over ``__consumer_offsets``.
+- ``coordinator.coordinator_log``: the contract over ``__consumer_offsets`` they use.
 - ``timer``: the clock and timers, real or manual.
 """

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from ..group_config import GroupConfig
 from .loader import Spawn
-from .offsets_log import OffsetsLog, OffsetsLogError, OffsetsRecord
+from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LogRecord
 from .records import (
     GroupKey,
     GroupValue,
@@ -83,10 +83,10 @@ class SyncResult:
 
 
 class ClassicGroupManager:
-    def __init__(self, config: GroupConfig, offsets_log: OffsetsLog, timer: Timer,
+    def __init__(self, config: GroupConfig, topic_log: CoordinatorLog, timer: Timer,
                  spawn: Spawn) -> None:
         self.config = config
-        self.offsets_log = offsets_log
+        self.topic_log = topic_log
         self.timer = timer
         self.spawn = spawn
         self.groups: dict[str, Group] = {}
@@ -111,7 +111,7 @@ class ClassicGroupManager:
         """Drop the groups of a partition this broker no longer coordinates, answering
         their waiting members."""
         for group in [g for g in self.groups.values()
-                      if self.offsets_log.partition_for(g.group_id) == partition]:
+                      if self.topic_log.partition_for(g.group_id) == partition]:
             self.kill(group)
             for member in group.members.values():
                 member.answer_join(JoinResult(ErrorCode.not_coordinator, member.member_id))
@@ -459,10 +459,10 @@ class ClassicGroupManager:
                             assignment.get(m.member_id, b""))
                 for m in group.members.values()))
         try:
-            await self.offsets_log.append(self.offsets_log.partition_for(group.group_id), [
-                OffsetsRecord(encode_group_key(GroupKey(group.group_id)),
+            await self.topic_log.append(self.topic_log.partition_for(group.group_id), [
+                LogRecord(encode_group_key(GroupKey(group.group_id)),
                               encode_group_value(value))], self.timer.now_ms())
-        except OffsetsLogError as e:
+        except CoordinatorLogError as e:
             log.warning("storing group %s failed: %s", group.group_id, e)
             return e.error_code
         return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..state_machine import Applier
-from .offsets_log import LoggedRecord, OffsetsLog
+from ..coordinator_log import LoggedRecord, CoordinatorLog
 from .records import (
     GroupValue,
     MalformedGroupRecord,
@@ -65,11 +65,11 @@ class LoadedPartition:
                         offset, e)
 
 
-async def replay(offsets_log: OffsetsLog, partition: int) -> LoadedPartition:
+async def replay(topic_log: CoordinatorLog, partition: int) -> LoadedPartition:
     """The partition's records, replayed from its start."""
     loaded = LoadedPartition(partition)
     applier = Applier(loaded)
-    async for record in offsets_log.replay(partition):
+    async for record in topic_log.replay(partition):
         applier.apply([(record.offset, record)])
     return loaded
 
@@ -78,10 +78,10 @@ class PartitionLoader:
     """Follows leadership of the partitions: loads the ones this broker leads and unloads
     the others, telling the coordinator through ``on_loaded`` and ``on_unloaded``."""
 
-    def __init__(self, offsets_log: OffsetsLog, spawn: Spawn,
+    def __init__(self, topic_log: CoordinatorLog, spawn: Spawn,
                  on_loaded: Callable[[int, LoadedPartition], None],
                  on_unloaded: Callable[[int], None]) -> None:
-        self.offsets_log = offsets_log
+        self.topic_log = topic_log
         self.spawn = spawn
         self.on_loaded = on_loaded
         self.on_unloaded = on_unloaded
@@ -97,7 +97,7 @@ class PartitionLoader:
 
     def sync(self) -> None:
         """Load the partitions this broker now leads, unload those it no longer leads."""
-        led = self.offsets_log.led_partitions()
+        led = self.topic_log.led_partitions()
         for partition in led - self._loaded - set(self._loading):
             self._loading[partition] = self.spawn(self._load(partition))
         for partition in (self._loaded | set(self._loading)) - led:
@@ -110,7 +110,7 @@ class PartitionLoader:
     async def _load(self, partition: int) -> None:
         started = time.monotonic()
         try:
-            loaded = await replay(self.offsets_log, partition)
+            loaded = await replay(self.topic_log, partition)
         except Exception:
             log.exception("loading groups of __consumer_offsets-%d failed", partition)
             self._loading.pop(partition, None)

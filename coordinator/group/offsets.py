@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from .classic import ClassicGroupManager
 from .loader import OffsetSlot
-from .offsets_log import OffsetsLog, OffsetsLogError, OffsetsRecord
+from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LogRecord
 from .records import (
     GroupKey,
     OffsetKey,
@@ -40,10 +40,10 @@ class OffsetCommit:
 
 
 class OffsetManager:
-    def __init__(self, classic: ClassicGroupManager, offsets_log: OffsetsLog,
+    def __init__(self, classic: ClassicGroupManager, topic_log: CoordinatorLog,
                  timer: Timer) -> None:
         self.classic = classic
-        self.offsets_log = offsets_log
+        self.topic_log = topic_log
         self.timer = timer
 
     def restore(self, offsets: dict[OffsetSlot, CommittedOffset]) -> None:
@@ -69,14 +69,14 @@ class OffsetManager:
         if member is not None:
             self.classic.expect_heartbeat(group, member, member.session_timeout_ms)
         now = self.timer.now_ms()
-        records = [OffsetsRecord(encode_offset_key(OffsetKey(group_id, topic, index)),
+        records = [LogRecord(encode_offset_key(OffsetKey(group_id, topic, index)),
                                  encode_offset_value(OffsetValue(c.offset, c.leader_epoch,
                                                                  c.metadata, now)))
                    for (topic, index), c in offsets.items()]
         try:
-            last = await self.offsets_log.append(self.offsets_log.partition_for(group_id),
+            last = await self.topic_log.append(self.topic_log.partition_for(group_id),
                                                  records, now)
-        except OffsetsLogError as e:
+        except CoordinatorLogError as e:
             log.warning("committing offsets of group %s failed: %s", group_id, e)
             return dict.fromkeys(offsets, e.error_code)
         # The records are durable: whatever happened to the group meanwhile, memory
@@ -142,14 +142,14 @@ class OffsetManager:
                                with_group: bool) -> ErrorCode | None:
         """Delete the offsets of ``partitions`` and, ``with_group``, the group's metadata, in
         one batch."""
-        records = [OffsetsRecord(encode_offset_key(OffsetKey(group_id, topic, index)), None)
+        records = [LogRecord(encode_offset_key(OffsetKey(group_id, topic, index)), None)
                    for topic, index in partitions]
         if with_group:
-            records.append(OffsetsRecord(encode_group_key(GroupKey(group_id)), None))
+            records.append(LogRecord(encode_group_key(GroupKey(group_id)), None))
         try:
-            await self.offsets_log.append(self.offsets_log.partition_for(group_id), records,
+            await self.topic_log.append(self.topic_log.partition_for(group_id), records,
                                           self.timer.now_ms())
-        except OffsetsLogError as e:
+        except CoordinatorLogError as e:
             log.warning("deleting from group %s failed: %s", group_id, e)
             return e.error_code
         return None

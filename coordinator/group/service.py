@@ -20,7 +20,7 @@ from ..group_config import GroupConfig
 from .classic import ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from .loader import LoadedPartition, PartitionLoader
 from .offsets import OffsetCommit, OffsetManager, TopicPartition
-from .offsets_log import OffsetsLog
+from ..coordinator_log import CoordinatorLog
 from .state import CommittedOffset, Group, GroupState
 from .timer import AsyncioTimer, Timer
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class GroupCoordinator:
-    def __init__(self, config: GroupConfig, store: OffsetsLog, timer: Timer | None = None
+    def __init__(self, config: GroupConfig, store: CoordinatorLog, timer: Timer | None = None
                  ) -> None:
         self.config = config
         self.store = store

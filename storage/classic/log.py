@@ -22,14 +22,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from protocol.records import BatchHeader, assign_offsets, iter_batches
+from protocol.records import (BatchHeader, InvalidRecordBatch, TxnMarker, assign_offsets,
+                              iter_batches, read_marker)
 
 from ..append_rules import AppendDecision
 from ..config import LogConfig
 from ..disk_space import storage_io
 from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
                    PartitionLog, ReadResult, StorageError, TimestampOffset)
-from ..producer_state import CorruptSnapshot, ProducerState
+from ..producer_state import AbortedTransaction, CorruptSnapshot, ProducerState
 from .checkpoint import read_offset, write_atomically, write_offset
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from .local_log import LocalLog
@@ -49,6 +50,18 @@ class UnexpectedAppendOffset(StorageError):
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def marker_of(buf: bytes | bytearray | memoryview, batch: BatchHeader) -> TxnMarker | None:
+    """The transaction marker ``batch`` carries; None for data batches and for control
+    batches of another kind (logged: kipper writes none)."""
+    if not batch.is_control:
+        return None
+    try:
+        return read_marker(buf, batch)
+    except InvalidRecordBatch as e:
+        log.warning("ignoring control batch: %s", e)
+        return None
 
 
 class ClassicLog(PartitionLog):
@@ -114,7 +127,9 @@ class ClassicLog(PartitionLog):
         base_offset = self._local.next_offset
         # Before offsets are assigned: raises ProducerStateError on a fenced epoch or an
         # out-of-order sequence; a retried batch gets its original offsets, and is not stored.
-        producer_plan = self._producers.check_append(batches, base_offset, append_time)
+        # A control batch comes alone (the broker builds it for WriteTxnMarkers).
+        producer_plan = self._producers.check_append(
+            batches, base_offset, append_time, marker_of(records, batches[0]))
         if producer_plan.duplicate is not None:
             first, last = producer_plan.duplicate.first_offset, producer_plan.duplicate.last_offset
             stamp = -1 if append_time is None else producer_plan.duplicate.timestamp
@@ -149,8 +164,9 @@ class ClassicLog(PartitionLog):
             if not chunk:
                 break
             for batch in iter_batches(chunk):
-                state.load_batch(batch, batch.base_offset)
+                state.load_batch(batch, batch.base_offset, marker_of(chunk, batch))
                 offset = batch.next_offset
+        state.trim(self._log_start)
         return state
 
     def _save_producer_state(self, offset: int, *, sync: bool = True) -> None:
@@ -177,7 +193,7 @@ class ClassicLog(PartitionLog):
         for batch in batches:
             if batch.partition_leader_epoch >= 0:
                 self._epochs.assign(batch.partition_leader_epoch, batch.base_offset)
-            self._producers.load_batch(batch, batch.base_offset)
+            self._producers.load_batch(batch, batch.base_offset, marker_of(records, batch))
         self._maybe_flush(batches, now)
 
     def _write(self, records: bytes | bytearray | memoryview, batches: list[BatchHeader],
@@ -206,6 +222,17 @@ class ClassicLog(PartitionLog):
             with storage_io(f"read {self.directory}"):
                 records = self._local.read(offset, max_bytes, max_offset, min_one_batch)
         return ReadResult(records, self._log_start, log_end)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return self._producers.last_stable_offset(high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
+        return self._producers.aborted_between(start, end)
+
+    @property
+    def producer_state(self) -> ProducerState:
+        """Read-only use (DescribeProducers); changes go through appends."""
+        return self._producers
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
         for segment in self._local.segments:
@@ -305,6 +332,7 @@ class ClassicLog(PartitionLog):
 
     def _set_log_start(self, offset: int) -> None:
         self._log_start = offset
+        self._producers.trim(offset)
         with storage_io(f"checkpoint the log start of {self.directory}"):
             write_offset(self._log_start_file, offset)
             self._epochs.truncate_from_start(offset)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -50,6 +50,8 @@ class WireRecord:
         wire = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.metadata.get("omit_default") and value == f.default:
+                continue  # written as by kipper versions before the field existed
             if f.name in self.NESTED:
                 value = [item.to_wire() for item in value]
             elif isinstance(value, tuple):
@@ -108,6 +110,7 @@ class CommitBatch(WireRecord):
     producer_epoch: int
     base_sequence: int
     last_sequence: int
+    is_transactional: bool = field(default=False, metadata={"omit_default": True})
 
     @property
     def last_offset_delta(self) -> int:  # with the fields above: a producer_state.ProducerBatch

@@ -1,6 +1,6 @@
 """The classic group protocol state machine, driven on virtual time.
 
-The coordinator runs over an in-memory ``OffsetsLog`` and a ``ManualTimer`` whose time
+The coordinator runs over an in-memory ``CoordinatorLog`` and a ``ManualTimer`` whose time
 jumps to the next deadline whenever every task waits, so session and rebalance timeouts,
 rebalances and reloads take no real time; the real topic and real clients are covered by
 the other tests in this directory.
@@ -16,11 +16,11 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import JoinRequest
 from coordinator.group.offsets import OffsetCommit
-from coordinator.group.offsets_log import (
+from coordinator.coordinator_log import (
     LoggedRecord,
-    OffsetsLog,
-    OffsetsLogError,
-    OffsetsRecord,
+    CoordinatorLog,
+    CoordinatorLogError,
+    LogRecord,
     partition_for,
 )
 from coordinator.group.service import GroupCoordinator
@@ -39,12 +39,12 @@ RANGE = [("range", b"range-metadata")]
 IDLE_ROUNDS = 50
 
 
-class MemoryOffsetsLog(OffsetsLog):
+class MemoryCoordinatorLog(CoordinatorLog):
     """Partitions as plain lists, all led by this broker until a test says otherwise;
     appends can be made to fail and replays held back."""
 
     def __init__(self, partitions: int = 3) -> None:
-        self.logs: dict[int, list[OffsetsRecord]] = {p: [] for p in range(partitions)}
+        self.logs: dict[int, list[LogRecord]] = {p: [] for p in range(partitions)}
         self.led = set(self.logs)
         self.failure: ErrorCode | None = None
         self.replay_gate: asyncio.Event | None = None
@@ -64,11 +64,11 @@ class MemoryOffsetsLog(OffsetsLog):
     def led_partitions(self) -> set[int]:
         return set(self.led)
 
-    async def append(self, partition: int, records: Sequence[OffsetsRecord],
+    async def append(self, partition: int, records: Sequence[LogRecord],
                      timestamp_ms: int) -> int:
         await asyncio.sleep(0)  # the write is asynchronous, as the replicated one is
         if self.failure is not None:
-            raise OffsetsLogError(self.failure, "injected")
+            raise CoordinatorLogError(self.failure, "injected")
         self.logs[partition].extend(records)
         return len(self.logs[partition]) - 1
 
@@ -112,7 +112,7 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-async def started(store: MemoryOffsetsLog, clock: Clock) -> GroupCoordinator:
+async def started(store: MemoryCoordinatorLog, clock: Clock) -> GroupCoordinator:
     coordinator = GroupCoordinator(CONFIG, store, clock.timer)
     await coordinator.start()
     await clock.sleep(10)
@@ -137,7 +137,7 @@ async def settle(clock):
 
 @pytest.fixture
 async def store():
-    return MemoryOffsetsLog()
+    return MemoryCoordinatorLog()
 
 
 @pytest.fixture
@@ -478,7 +478,7 @@ async def test_offsets_of_subscribed_topics_cannot_be_deleted_from_a_live_group(
 # --- loading and ownership ----------------------------------------------------------------
 
 
-async def test_state_is_reloaded_from_the_offsets_log(coordinator, store, clock):
+async def test_state_is_reloaded_from_the_topic_log(coordinator, store, clock):
     leader, follower = await stable_group(coordinator, 2)
     await coordinator.commit_offsets("g", 1, leader.member_id, None, {
         ("t", 0): OffsetCommit(7, 2, "m")})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.producer_ids import BLOCK_SIZE, ProducerIdAllocator
-from coordinator.group.offsets_log import java_string_hash, partition_for
+from coordinator.coordinator_log import java_string_hash, partition_for
 from coordinator.group.records import (
     GroupKey,
     GroupValue,

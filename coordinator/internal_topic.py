@@ -1,14 +1,16 @@
-"""``OffsetsLog`` over the broker's replicas of ``__consumer_offsets``.
+"""``CoordinatorLog`` over the broker's replicas of a coordinator's internal topic
+(``__consumer_offsets`` for groups, ``__transaction_state`` for transactions).
 
 Records are appended as ordinary v2 batches through the partition's log, so they are
 replicated and recovered like any classic topic, and replayed to rebuild the coordinator's
-state. This module needs only what ``OffsetsReplica`` and ``HostedReplicas`` declare of the
+state. This module needs only what ``HostedPartition`` and ``HostedReplicas`` declare of the
 replica layer.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -20,17 +22,17 @@ from replication.cluster_metadata import BrokerInfo, MetadataImage
 from replication.partition import PartitionError
 from storage.log import AppendResult, PartitionLog, RecordTooLarge, StorageError
 
-from .group.offsets_log import (
+from .coordinator_log import (
     LoggedRecord,
-    OffsetsLog,
-    OffsetsLogError,
-    OffsetsRecord,
+    CoordinatorLog,
+    CoordinatorLogError,
+    LogRecord,
     partition_for,
 )
-from .group_config import GroupConfig
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 _READ_BYTES = 1 << 20
 # Group metadata and offset commits must wait for every in-sync replica, as in Kafka.
 _ACKS_ALL = -1
@@ -38,7 +40,7 @@ _ACKS_ALL = -1
 TopicCreator = Callable[[str, int, int, dict[str, str]], Awaitable[ErrorCode]]
 
 
-class OffsetsReplica(Protocol):
+class HostedPartition(Protocol):
     """A hosted partition of ``__consumer_offsets``, as the replica layer's Partition is."""
 
     @property
@@ -56,7 +58,7 @@ class HostedReplicas(Protocol):
     """The partitions this broker hosts, as the replica layer's ReplicaManager keeps them."""
 
     @property
-    def partitions(self) -> Mapping[tuple[str, int], OffsetsReplica]: ...
+    def partitions(self) -> Mapping[tuple[str, int], HostedPartition]: ...
 
 
 def _client_error(error: Exception) -> ErrorCode:
@@ -70,75 +72,85 @@ def _client_error(error: Exception) -> ErrorCode:
     return ErrorCode.not_coordinator  # KAFKA_STORAGE_ERROR: the log went offline here
 
 
-class OffsetsStore(OffsetsLog):
-    """The broker's ``OffsetsLog``: the topic as the metadata image describes it, and the
+@dataclass(frozen=True, slots=True)
+class InternalTopic:
+    """A coordinator's topic as it is created: ``replication_factor`` is lowered to the
+    live broker count, where Kafka would refuse until that many are up."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    segment_bytes: int
+
+
+class InternalTopicLog(CoordinatorLog):
+    """The broker's ``CoordinatorLog``: the topic as the metadata image describes it, and the
     replicas of its partitions this broker hosts."""
 
     def __init__(self, image: MetadataImage, create_topic: TopicCreator,
-                 replicas: HostedReplicas, config: GroupConfig) -> None:
+                 replicas: HostedReplicas, topic: InternalTopic) -> None:
         self.image = image
         self.create_topic = create_topic
         self.replicas = replicas
-        self.config = config
+        self.topic = topic
 
     async def ensure_topic(self) -> None:
-        """Create ``__consumer_offsets`` when a group first needs it, as Kafka does, so the
+        """Create the topic when a coordinator is first looked up, as Kafka does, so the
         brokers of a starting cluster are up and can all hold replicas."""
-        if OFFSETS_TOPIC in self.image.topics:
+        name = self.topic.name
+        if name in self.image.topics:
             return
-        replication_factor = min(self.config.offsets_topic_replication_factor,
-                                 len(self.image.live_brokers()))
-        error = await self.create_topic(
-            OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication_factor, {
-                "kipper.storage.mode": "classic",
-                # Kafka compacts this topic; kipper has no compaction yet, so nothing may
-                # be deleted by time or size: the latest commit of a partition could be.
-                "retention.ms": "-1",
-                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-            })
+        replication_factor = min(self.topic.replication_factor, len(self.image.live_brokers()))
+        error = await self.create_topic(name, self.topic.num_partitions, replication_factor, {
+            "kipper.storage.mode": "classic",
+            # Kafka compacts these topics; kipper has no compaction yet, so nothing may be
+            # deleted by time or size: the latest record of a key could be.
+            "retention.ms": "-1",
+            "segment.bytes": str(self.topic.segment_bytes),
+        })
         if error == ErrorCode.none:
-            log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC,
-                     self.config.offsets_topic_num_partitions, replication_factor)
+            log.info("created %s with %d partitions, replication factor %d", name,
+                     self.topic.num_partitions, replication_factor)
         elif error != ErrorCode.topic_already_exists:
-            log.error("cannot create %s: %s", OFFSETS_TOPIC, error.name)
+            log.error("cannot create %s: %s", name, error.name)
 
     @property
     def num_partitions(self) -> int:
-        topic = self.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic else self.config.offsets_topic_num_partitions
+        topic = self.image.topics.get(self.topic.name)
+        return len(topic.partitions) if topic else self.topic.num_partitions
 
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+    def partition_for(self, key: str) -> int:
+        return partition_for(key, self.num_partitions)
 
     def coordinator_node(self, partition: int) -> BrokerInfo | None:
-        topic = self.image.topics.get(OFFSETS_TOPIC)
+        topic = self.image.topics.get(self.topic.name)
         info = topic.partitions.get(partition) if topic else None
         return self.image.brokers.get(info.leader) if info else None
 
     def is_local_leader(self, partition: int) -> bool:
-        hosted = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        hosted = self.replicas.partitions.get((self.topic.name, partition))
         return hosted is not None and hosted.is_leader
 
     def led_partitions(self) -> set[int]:
         return {p for p in range(self.num_partitions) if self.is_local_leader(p)}
 
-    def _replica(self, partition: int) -> OffsetsReplica:
-        hosted = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
+    def _replica(self, partition: int) -> HostedPartition:
+        hosted = self.replicas.partitions.get((self.topic.name, partition))
         if hosted is None:
             # Like any other replica that cannot take the write: the client finds the
             # coordinator again.
-            raise OffsetsLogError(ErrorCode.coordinator_not_available,
-                                  f"{OFFSETS_TOPIC}-{partition} is not hosted here")
+            raise CoordinatorLogError(ErrorCode.coordinator_not_available,
+                                  f"{self.topic.name}-{partition} is not hosted here")
         return hosted
 
-    async def append(self, partition: int, records: Sequence[OffsetsRecord],
+    async def append(self, partition: int, records: Sequence[LogRecord],
                      timestamp_ms: int) -> int:
         batch = build_batch([(r.key, r.value) for r in records], timestamp_ms)
         target = self._replica(partition)
         try:
             result = await target.append_as_leader(batch, list(iter_batches(batch)), _ACKS_ALL)
         except (PartitionError, StorageError) as e:
-            raise OffsetsLogError(_client_error(e), str(e)) from e
+            raise CoordinatorLogError(_client_error(e), str(e)) from e
         return result.last_offset
 
     async def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
@@ -152,7 +164,7 @@ class OffsetsStore(OffsetsLog):
                     continue
                 if header.compression or header.is_control:
                     log.warning("%s-%d: skipping batch at offset %d that kipper did not write",
-                                OFFSETS_TOPIC, partition, header.base_offset)
+                                self.topic.name, partition, header.base_offset)
                 else:
                     batch, _ = read_batch(chunk, header.position)
                     for record in batch.records:
@@ -160,4 +172,4 @@ class OffsetsStore(OffsetsLog):
                             yield LoggedRecord(record.offset, record.key, record.value)
                 offset = header.next_offset
             if offset == progress:
-                raise StorageError(f"{OFFSETS_TOPIC}-{partition}: no batch readable at {offset}")
+                raise StorageError(f"{self.topic.name}-{partition}: no batch readable at {offset}")

@@ -1,10 +1,12 @@
-"""What the group coordinator needs from ``__consumer_offsets``: the ``OffsetsLog`` contract.
+"""What a coordinator needs from its internal topic: the ``CoordinatorLog`` contract.
 
-A group belongs to partition ``abs(javaHashCode(group id)) % partitions`` as in Kafka, and
-the broker leading that partition is the group's coordinator. The coordinator appends its
-records there and replays them when it takes a partition over; it does not know how the
-partitions are replicated. ``coordinator.offsets_store`` implements the contract over the
-broker's replicas; the unit tests implement it in memory.
+The group coordinator keeps its state in ``__consumer_offsets``, the transaction coordinator
+in ``__transaction_state``. A key (group id, transactional id) belongs to partition
+``abs(javaHashCode(key)) % partitions`` as in Kafka, and the broker leading that partition
+is the key's coordinator. The coordinator appends its records there and replays them when
+it takes a partition over; it does not know how the partitions are replicated.
+``coordinator.internal_topic`` implements the contract over the broker's replicas; the unit
+tests implement it in memory.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from replication.cluster_metadata import BrokerInfo
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetsRecord:
+class LogRecord:
     """A key and value of ``group.records``' format; a None value is a tombstone."""
     key: bytes
     value: bytes | None
@@ -33,7 +35,7 @@ class LoggedRecord:
     value: bytes | None
 
 
-class OffsetsLogError(Exception):
+class CoordinatorLogError(Exception):
     """An append to __consumer_offsets failed, with the error code a group client gets."""
 
     def __init__(self, error_code: ErrorCode, message: str) -> None:
@@ -41,26 +43,26 @@ class OffsetsLogError(Exception):
         self.error_code = error_code
 
 
-class OffsetsLog(Protocol):
+class CoordinatorLog(Protocol):
     async def ensure_topic(self) -> None:
         """Create the topic if it does not exist yet (groups are first looked up)."""
 
-    def partition_for(self, group_id: str) -> int:
-        """The partition holding ``group_id``'s records."""
+    def partition_for(self, key: str) -> int:
+        """The partition holding ``key``'s records (a group id, a transactional id)."""
 
     def coordinator_node(self, partition: int) -> BrokerInfo | None:
-        """The broker leading ``partition``, i.e. the coordinator of its groups."""
+        """The broker leading ``partition``, i.e. the coordinator of its keys."""
 
     def is_local_leader(self, partition: int) -> bool:
-        """Whether this broker leads ``partition``, so coordinates its groups."""
+        """Whether this broker leads ``partition``, so coordinates its keys."""
 
     def led_partitions(self) -> set[int]:
         """Every partition this broker leads."""
 
-    async def append(self, partition: int, records: Sequence[OffsetsRecord],
+    async def append(self, partition: int, records: Sequence[LogRecord],
                      timestamp_ms: int) -> int:
         """Append ``records`` as leader and wait until every in-sync replica has them; the
-        offset of the last one. Raises OffsetsLogError."""
+        offset of the last one. Raises CoordinatorLogError."""
 
     def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
         """Every record of ``partition``, oldest first."""
@@ -75,7 +77,7 @@ def java_string_hash(value: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (Utils.abs(MIN_VALUE) is 0)."""
-    h = java_string_hash(group_id)
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(key.hashCode) % partitions`` (Utils.abs(MIN_VALUE) is 0)."""
+    h = java_string_hash(key)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
