@@ -12,6 +12,7 @@ import asyncio
 from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
+from storage.append_rules import AppendOrigin
 from storage.log import AppendResult, NotCaughtUp, PartitionLog
 
 from .cluster_metadata import DISKLESS_METADATA_TOPIC, BrokerInfo, MetadataImage, PartitionInfo
@@ -66,14 +67,15 @@ class LeaderlessPartition(Partition):
             raise PartitionError(ErrorCode.offset_not_available, str(e)) from e
 
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
-                               required_acks: int, timeout_s: float = 30.0) -> AppendResult:
+                               required_acks: int, timeout_s: float = 30.0,
+                               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         # acks=0, 1 and all all wait for the commit: before it the batches have no offsets.
         # Within the request's timeout, as Kafka's acks=all: the upload and commit go on
         # and may still succeed (REQUEST_TIMED_OUT says "maybe"; an idempotent producer's
         # retry is then recognised by its sequence numbers).
         try:
             async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
-                return await self.log.append(records, batches, -1)
+                return await self.log.append(records, batches, -1, origin)
         except TimeoutError:
             raise PartitionError(ErrorCode.request_timed_out,
                                  f"not committed within the request's {timeout_s:g} s") from None

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
 from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
+from storage.append_rules import AppendOrigin
 from storage.log import AppendResult, Leadership, PartitionLog
 
 # (partition, proposed ISR) -> the controller's answer, applied by the caller.
@@ -129,9 +130,11 @@ class Partition(Watchable, abc.ABC):
 
     @abc.abstractmethod
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
-                               required_acks: int, timeout_s: float = 30.0) -> AppendResult:
-        """Append a produce request's validated batches; return once ``required_acks``
-        holds (-1: the ISR, or what the mode promises instead)."""
+                               required_acks: int, timeout_s: float = 30.0,
+                               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+        """Append a produce request's validated batches (or a coordinator's, ``origin``);
+        return once ``required_acks`` holds (-1: the ISR, or what the mode promises
+        instead)."""
 
     async def catch_up(self, since: float) -> None:
         """Wait until this broker's view of the partition is at least as new as anything
@@ -211,14 +214,15 @@ class ReplicatedPartition(Partition):
     # --- leader ---------------------------------------------------------------------------
 
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
-                               required_acks: int, timeout_s: float = 30.0) -> AppendResult:
+                               required_acks: int, timeout_s: float = 30.0,
+                               origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         self.check_leader()
         min_isr = self.log.config.min_insync_replicas
         if required_acks == -1 and len(self.isr) < min_isr:
             raise PartitionError(
                 ErrorCode.not_enough_replicas,
                 f"ISR {self.isr} is smaller than min.insync.replicas={min_isr}")
-        result = await self.log.append(records, batches, self.leader_epoch)
+        result = await self.log.append(records, batches, self.leader_epoch, origin)
         self.maybe_advance_high_watermark()
         self.notify_waiters()  # followers long-polling for new data
         if required_acks == -1:

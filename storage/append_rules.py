@@ -26,12 +26,22 @@ turns a refusal into ``RecordTooLarge``.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protocol.records import BatchHeader
 
 from .config import LogConfig
+
+
+class AppendOrigin(enum.Enum):
+    """Who wrote the batches (Kafka's AppendOrigin): a client's batches carry sequence
+    numbers that idempotence checks; a coordinator's (transactional offset commits in
+    ``__consumer_offsets``) carry none, and are checked only for epochs and transactions."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +53,18 @@ class AppendDecision:
     # Stamp the batches with the broker's clock (message.timestamp.type=LogAppendTime);
     # else they keep their producers' CreateTime.
     log_append_time: bool
+    origin: AppendOrigin = AppendOrigin.CLIENT
 
     def append_time_ms(self, now_ms: int) -> int | None:
         """The timestamp to stamp the batches with at ``now_ms``: None keeps CreateTime."""
         return now_ms if self.log_append_time else None
 
 
-def check_append(config: LogConfig, records_size: int,
-                 batches: Sequence[BatchHeader]) -> AppendDecision:
+def check_append(config: LogConfig, records_size: int, batches: Sequence[BatchHeader],
+                 origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendDecision:
     """The rules of a topic with ``config`` for well-formed batches of ``records_size`` bytes."""
-    return AppendDecision(_too_large(config, records_size, batches), config.log_append_time)
+    return AppendDecision(_too_large(config, records_size, batches), config.log_append_time,
+                          origin)
 
 
 def _too_large(config: LogConfig, records_size: int,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from protocol.records import BatchHeader
 
-from .append_rules import AppendDecision, check_append
+from .append_rules import AppendDecision, AppendOrigin, check_append
 from .config import LogConfig
 from .producer_state import AbortedTransaction
 
@@ -113,11 +113,12 @@ class PartitionLog(abc.ABC):
     def log_end_offset(self) -> int: ...
 
     async def append(self, records: bytearray, batches: list[BatchHeader],
-                     leader_epoch: int) -> AppendResult:
+                     leader_epoch: int, origin: AppendOrigin = AppendOrigin.CLIENT
+                     ) -> AppendResult:
         """Assign offsets to well-formed batches (rewriting ``records`` in place) and store
         them, if storage.append_rules allow it; raises RecordTooLarge otherwise. Engines
         implement ``_append`` and leave this alone, so that no append skips the rules."""
-        decision = check_append(self.config, len(records), batches)
+        decision = check_append(self.config, len(records), batches, origin)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
         self.check_space(len(records))

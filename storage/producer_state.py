@@ -208,9 +208,13 @@ class ProducerState:
 
     def check_append(self, batches: Sequence[ProducerBatch], first_offset: int,
                      log_append_time_ms: int | None = None,
-                     marker: TxnMarker | None = None) -> AppendPlan:
+                     marker: TxnMarker | None = None, *,
+                     check_sequences: bool = True) -> AppendPlan:
         """Validate client batches that would be stored from ``first_offset`` on, or, with
         ``marker``, the one control batch that carries it.
+
+        ``check_sequences=False`` for batches a coordinator wrote: they have no sequence
+        numbers, so neither sequences nor retries are checked (Kafka's coordinator origin).
 
         Raises ProducerStateError (or InvalidSequence). Changes nothing: pass the plan to
         ``apply`` once the batches are stored, in the same step that advances the log end
@@ -227,14 +231,15 @@ class ProducerState:
             next_offset += batch.last_offset_delta + 1
             if batch.producer_id < 0:
                 continue
-            if batch.base_sequence < 0:
+            if batch.base_sequence < 0 and check_sequences:
                 raise InvalidSequence(
                     f"invalid sequence number {batch.base_sequence} in record batch with "
                     f"producer id {batch.producer_id}")
             current = self.producers.get(batch.producer_id)
-            duplicate = current.find_duplicate(batch) if current is not None else None
-            if duplicate is not None:
-                return AppendPlan(duplicate=duplicate)
+            if check_sequences and current is not None:
+                duplicate = current.find_duplicate(batch)
+                if duplicate is not None:
+                    return AppendPlan(duplicate=duplicate)
             updated = pending.get(batch.producer_id)
             if updated is None:
                 updated = pending[batch.producer_id] = ProducerEntry(
@@ -242,7 +247,8 @@ class ProducerState:
                     txn_first_offset=current.txn_first_offset if current else NO_OFFSET,
                     coordinator_epoch=current.coordinator_epoch if current else -1)
             _check_epoch(updated, batch)
-            _check_sequence(current, updated, batch)
+            if check_sequences:
+                _check_sequence(current, updated, batch)
             _check_transaction(updated, batch, batch_first_offset)
             timestamp = batch.max_timestamp if log_append_time_ms is None else log_append_time_ms
             updated.add(batch.producer_epoch, BatchMetadata(

@@ -25,7 +25,7 @@ from pathlib import Path
 from protocol.records import (BatchHeader, InvalidRecordBatch, TxnMarker, assign_offsets,
                               iter_batches, read_marker)
 
-from ..append_rules import AppendDecision
+from ..append_rules import AppendDecision, AppendOrigin
 from ..config import LogConfig
 from ..disk_space import storage_io
 from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
@@ -129,7 +129,8 @@ class ClassicLog(PartitionLog):
         # out-of-order sequence; a retried batch gets its original offsets, and is not stored.
         # A control batch comes alone (the broker builds it for WriteTxnMarkers).
         producer_plan = self._producers.check_append(
-            batches, base_offset, append_time, marker_of(records, batches[0]))
+            batches, base_offset, append_time, marker_of(records, batches[0]),
+            check_sequences=decision.origin == AppendOrigin.CLIENT)
         if producer_plan.duplicate is not None:
             first, last = producer_plan.duplicate.first_offset, producer_plan.duplicate.last_offset
             stamp = -1 if append_time is None else producer_plan.duplicate.timestamp
