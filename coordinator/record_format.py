@@ -24,23 +24,23 @@ class RecordWriter:
     def __init__(self) -> None:
         self.out = bytearray()
 
-    def _pack(self, layout: struct.Struct, value: int) -> "RecordWriter":
+    def _pack(self, layout: struct.Struct, value: int) -> RecordWriter:
         self.out += layout.pack(value)
         return self
 
-    def int8(self, value: int) -> "RecordWriter":
+    def int8(self, value: int) -> RecordWriter:
         return self._pack(_INT8, value)
 
-    def int16(self, value: int) -> "RecordWriter":
+    def int16(self, value: int) -> RecordWriter:
         return self._pack(_INT16, value)
 
-    def int32(self, value: int) -> "RecordWriter":
+    def int32(self, value: int) -> RecordWriter:
         return self._pack(_INT32, value)
 
-    def int64(self, value: int) -> "RecordWriter":
+    def int64(self, value: int) -> RecordWriter:
         return self._pack(_INT64, value)
 
-    def string(self, value: str | None) -> "RecordWriter":
+    def string(self, value: str | None) -> RecordWriter:
         if value is None:
             return self.int16(-1)
         raw = value.encode()
@@ -48,7 +48,7 @@ class RecordWriter:
         self.out += raw
         return self
 
-    def bytes(self, value: bytes) -> "RecordWriter":
+    def bytes(self, value: bytes) -> RecordWriter:
         self.int32(len(value))
         self.out += value
         return self

@@ -27,6 +27,7 @@ from protocol.build import make
 from replication.cluster_metadata import BrokerInfo, MetadataImage
 from replication.node_client import NodeClient
 
+from ..group.timer import Timer, sleep
 from .state import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class TxnMarkers:
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
 
-    def subset(self, partitions: Iterable[TopicPartition]) -> "TxnMarkers":
+    def subset(self, partitions: Iterable[TopicPartition]) -> TxnMarkers:
         return TxnMarkers(self.producer_id, self.producer_epoch, self.commit,
                           self.coordinator_epoch, frozenset(partitions))
 
@@ -82,10 +83,12 @@ def node_marker_sender(nodes: NodeClient) -> MarkerSender:
 
 
 class MarkerWriter:
-    def __init__(self, image: MetadataImage, send: MarkerSender, retry_backoff_ms: int) -> None:
+    def __init__(self, image: MetadataImage, send: MarkerSender, retry_backoff_ms: int,
+                 timer: Timer) -> None:
         self.image = image
         self.send = send
-        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.retry_backoff_ms = retry_backoff_ms
+        self.timer = timer
 
     async def write(self, markers: TxnMarkers, still_current: Callable[[], bool]) -> bool:
         """Write every marker; False when the transaction was taken over first (a newer
@@ -116,7 +119,7 @@ class MarkerWriter:
                                  markers.producer_id, markers.producer_epoch, error.name)
                         return False
             if pending:
-                await asyncio.sleep(self.retry_backoff_s)
+                await sleep(self.timer, self.retry_backoff_ms)
         return True
 
     def _gone(self, tp: TopicPartition) -> bool:

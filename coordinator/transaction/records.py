@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..record_format import MalformedRecord, RecordReader, RecordWriter
-from .state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionSnapshot, TransactionState
+from .state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionSnapshot,
+    TransactionState,
+)
 
 KEY_VERSION = 0
 VALUE_VERSION = 0

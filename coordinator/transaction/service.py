@@ -21,11 +21,16 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LoggedRecord, LogRecord
+from ..coordinator_log import (
+    CoordinatorLog,
+    CoordinatorLogError,
+    LoggedRecord,
+    LogRecord,
+)
+from ..group.timer import AsyncioTimer, Scheduled, Timer, sleep
 from ..internal_topic import TRANSACTION_STATE_TOPIC
 from ..partition_loader import PartitionLoader, replay_into
 from ..transaction_config import TransactionConfig
-from ..group.timer import AsyncioTimer, Scheduled, Timer
 from . import state
 from .markers import TxnMarkers
 from .records import (
@@ -240,7 +245,7 @@ class TransactionCoordinator:
                                       state.complete_transaction(prepared, self.timer.now_ms()))
             if error in (ErrorCode.none, ErrorCode.not_coordinator):
                 return
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            await sleep(self.timer, self.config.retry_backoff_ms)
 
     # -- the client's requests -------------------------------------------------------------
 

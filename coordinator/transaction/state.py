@@ -43,7 +43,7 @@ class TransactionState(IntEnum):
         return self.name.title().replace("_", "")
 
     @classmethod
-    def from_display_name(cls, name: str) -> "TransactionState | None":
+    def from_display_name(cls, name: str) -> TransactionState | None:
         return next((state for state in cls if state.display_name == name), None)
 
 
@@ -77,7 +77,7 @@ class TransactionSnapshot:
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= MAX_EPOCH - 1
 
-    def to(self, state: TransactionState, now_ms: int, **changes) -> "TransactionSnapshot":
+    def to(self, state: TransactionState, now_ms: int, **changes) -> TransactionSnapshot:
         return dataclasses.replace(self, state=state, last_update_timestamp_ms=now_ms,
                                    **changes)
 

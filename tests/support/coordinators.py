@@ -16,7 +16,7 @@ from coordinator.coordinator_log import (
     LogRecord,
     partition_for,
 )
-from coordinator.group.timer import ManualTimer
+from coordinator.group.timer import ManualTimer, sleep
 from replication.cluster_metadata import BrokerInfo
 
 # Event-loop rounds after which every task is taken to wait on the timer. The longest chain
@@ -93,11 +93,4 @@ class Clock:
                 self.timer.advance(deadline - self.timer.now_ms())
 
     async def sleep(self, ms: int) -> None:
-        wake = asyncio.get_running_loop().create_future()
-        self.timer.schedule(ms, _resolve, wake)
-        await wake
-
-
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
+        await sleep(self.timer, ms)
