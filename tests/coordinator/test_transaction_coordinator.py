@@ -237,11 +237,11 @@ async def test_bad_input(coordinator, store) -> None:
 async def test_idle_ids_expire(coordinator, store, clock) -> None:
     await begin(coordinator, partitions=[T0], transactional_id="open")
     await coordinator.init_producer_id("idle", TIMEOUT_MS, None)
-    await clock.sleep(CONFIG.transactional_id_expiration_ms
-                      + CONFIG.remove_expired_transaction_cleanup_interval_ms)
+    # "open" times out and is aborted first (after TIMEOUT_MS and a check), then expires.
+    await clock.sleep(TIMEOUT_MS + CONFIG.transactional_id_expiration_ms
+                      + 2 * CONFIG.remove_expired_transaction_cleanup_interval_ms)
     assert coordinator.describe("idle")[0] == ErrorCode.transactional_id_not_found
     assert logged_states(store, "idle")[-1] is None
-    # "open" timed out and was aborted first, then expired too.
     assert logged_states(store, "open")[-3:] == [TransactionState.PREPARE_ABORT,
                                                  TransactionState.COMPLETE_ABORT, None]
 
