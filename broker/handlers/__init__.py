@@ -3,6 +3,6 @@
 from .registry import HANDLERS, RequestContext, handles
 
 from . import (admin, api_versions, controller_apis, diskless_coordinator, fetch,  # noqa: E402,F401
-               groups, metadata, offsets, produce, producer_id)  # (registration)
+               groups, metadata, offsets, produce, producer_id, transactions)  # (registration)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]
