@@ -14,7 +14,7 @@ from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSet
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
 from coordinator.internal_topic import InternalTopicLog
-from coordinator.transaction.markers import MarkerWriter, node_marker_sender
+from coordinator.transaction.markers import MarkerWriter, marker_sender
 from coordinator.transaction.service import TransactionCoordinator
 from coordinator.transaction_config import TransactionConfig
 from coordinator.group.timer import AsyncioTimer
@@ -46,6 +46,7 @@ from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .diskless_metrics import DisklessMetrics
+from .handlers.txn_markers import local_marker_writer
 from .listening import binding
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
@@ -227,8 +228,12 @@ class Broker:
             config,
             InternalTopicLog(self.image, self.controller_channel.create_topic, self.replicas,
                              config.state_topic()),
-            MarkerWriter(self.image, node_marker_sender(self.nodes), config.retry_backoff_ms,
-                         timer),
+            MarkerWriter(self.image, marker_sender(
+                self.nodes, self.config.node_id,
+                # Handlers are served (and so this broker's own markers written) once the
+                # services exist: the coordinator sends none before it starts.
+                lambda request: local_marker_writer(self.services, self.config.node_id)(request)),
+                config.retry_backoff_ms, timer),
             self.producer_ids.next_id, timer)
 
     def _start_diskless(self) -> None:

@@ -14,7 +14,11 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.internal_topic import OFFSETS_TOPIC
 from coordinator.transaction.service import InitProducerIdResult, TransactionCoordinator
-from coordinator.transaction.state import ProducerIdAndEpoch, TopicPartition, TransactionState
+from coordinator.transaction.state import (
+    ProducerIdAndEpoch,
+    TopicPartition,
+    TransactionState,
+)
 from protocol.apis import ApiKey
 from protocol.build import millis
 from storage.disk_space import log_storage_error

@@ -21,6 +21,7 @@ from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
+from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
 
 from protocol.apis import ApiKey
 from protocol.build import make
@@ -68,14 +69,22 @@ def write_txn_markers_request(markers: TxnMarkers) -> WriteTxnMarkersRequest:
                      for topic, indexes in by_topic.items())),))
 
 
-def node_marker_sender(nodes: NodeClient) -> MarkerSender:
-    """Markers over the brokers' authenticated connections (to this broker itself too), on
-    a connection of their own: each waits for acks=all."""
+# WriteTxnMarkers handled by this broker itself, without the network (request in, response
+# out): the lead's broker.handlers.txn_markers.local_marker_writer.
+LocalMarkers = Callable[[WriteTxnMarkersRequest], Awaitable[WriteTxnMarkersResponse]]
+
+
+def marker_sender(nodes: NodeClient, node_id: int, local: LocalMarkers) -> MarkerSender:
+    """Markers for this broker's own partitions in-process; for other brokers' over their
+    authenticated connections, on a connection of their own (each waits for acks=all)."""
     async def send(broker: BrokerInfo, markers: TxnMarkers) -> dict[TopicPartition, ErrorCode]:
-        connection = nodes.connection(broker.host, broker.port, "txn-markers")
-        response = await connection.call(ApiKey.WRITE_TXN_MARKERS,
-                                         write_txn_markers_request(markers),
-                                         _REQUEST_TIMEOUT_S, WRITE_TXN_MARKERS_VERSION)
+        request = write_txn_markers_request(markers)
+        if broker.node_id == node_id:
+            response = await local(request)
+        else:
+            response = await nodes.connection(broker.host, broker.port, "txn-markers").call(
+                ApiKey.WRITE_TXN_MARKERS, request, _REQUEST_TIMEOUT_S,
+                WRITE_TXN_MARKERS_VERSION)
         return {(topic.name, p.partition_index): p.error_code
                 for result in response.markers for topic in result.topics
                 for p in topic.partitions}
