@@ -191,6 +191,18 @@ class TransactionCoordinator:
             error = ErrorCode.coordinator_load_in_progress
         return error, partition, coordinated
 
+    def _known(self, transactional_id: str) -> tuple[
+            ErrorCode | None, int, _Partition | None, TransactionMetadata | None]:
+        """The transaction of an id that has had its InitProducerId, or the error for a
+        request about it."""
+        if not transactional_id:
+            return ErrorCode.invalid_request, -1, None, None
+        error, partition, coordinated = self._locate(transactional_id)
+        metadata = coordinated.transactions.get(transactional_id) if error is None else None
+        if error is None and metadata is None:
+            error = ErrorCode.invalid_producer_id_mapping
+        return error, partition, coordinated, metadata
+
     # -- writes ------------------------------------------------------------------------------
 
     async def _write(self, partition: int, coordinated: _Partition, metadata: TransactionMetadata,
@@ -288,14 +300,9 @@ class TransactionCoordinator:
                              partitions: Collection[TopicPartition]) -> ErrorCode:
         """AddPartitionsToTxn, and AddOffsetsToTxn with the group's __consumer_offsets
         partition: one error for all of ``partitions``."""
-        if not transactional_id:
-            return ErrorCode.invalid_request
-        error, partition, coordinated = self._locate(transactional_id)
+        error, partition, coordinated, metadata = self._known(transactional_id)
         if error is not None:
             return error
-        metadata = coordinated.transactions.get(transactional_id)
-        if metadata is None:
-            return ErrorCode.invalid_producer_id_mapping
         decision = state.add_partitions(metadata, producer_id, producer_epoch, partitions,
                                         self.timer.now_ms())
         if isinstance(decision, ErrorCode):
@@ -305,14 +312,9 @@ class TransactionCoordinator:
     async def end_transaction(self, transactional_id: str, producer_id: int,
                               producer_epoch: int, commit: bool) -> ErrorCode:
         """EndTxn: answered once the transaction is prepared; its markers follow."""
-        if not transactional_id:
-            return ErrorCode.invalid_request
-        error, partition, coordinated = self._locate(transactional_id)
+        error, partition, coordinated, metadata = self._known(transactional_id)
         if error is not None:
             return error
-        metadata = coordinated.transactions.get(transactional_id)
-        if metadata is None:
-            return ErrorCode.invalid_producer_id_mapping
         decision = state.end_transaction(metadata, producer_id, producer_epoch, commit,
                                          self.timer.now_ms())
         if isinstance(decision, ErrorCode):

@@ -35,14 +35,6 @@ async def started(store: MemoryCoordinatorLog, clock: Clock) -> GroupCoordinator
 
 
 @pytest.fixture
-async def clock():
-    clock = Clock()
-    clock.start()
-    yield clock
-    await clock.stop()
-
-
-@pytest.fixture
 async def settle(clock):
     """Let ``ms`` of virtual time pass (10 by default)."""
     async def settle(ms: int = 10) -> None:

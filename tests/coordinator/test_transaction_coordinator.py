@@ -9,14 +9,19 @@ import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
+from support.coordinators import MemoryCoordinatorLog
 
 from coordinator.transaction.markers import MarkerWriter, TxnMarkers
 from coordinator.transaction.records import decode_key, decode_value
 from coordinator.transaction.service import TransactionCoordinator
 from coordinator.transaction.state import ProducerIdAndEpoch, TransactionState
 from coordinator.transaction_config import TransactionConfig
-from replication.cluster_metadata import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from support.coordinators import Clock, MemoryCoordinatorLog
+from replication.cluster_metadata import (
+    BrokerInfo,
+    MetadataImage,
+    PartitionInfo,
+    TopicInfo,
+)
 
 # Kafka's settings but for the expiry of idle ids, shortened from 7 days so the test's
 # virtual time (checks for timed-out transactions every 10 s) passes quickly.
@@ -55,14 +60,6 @@ def cluster_image() -> MetadataImage:
             p: PartitionInfo(name, p, [leader], [leader], leader)
             for p, leader in enumerate(leaders)})
     return image
-
-
-@pytest.fixture
-async def clock():
-    clock = Clock()
-    clock.start()
-    yield clock
-    await clock.stop()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.coordinator_log import (
@@ -94,3 +95,12 @@ class Clock:
 
     async def sleep(self, ms: int) -> None:
         await sleep(self.timer, ms)
+
+
+@pytest.fixture
+async def clock():
+    """A started ``Clock``, stopped after the test."""
+    clock = Clock()
+    clock.start()
+    yield clock
+    await clock.stop()
