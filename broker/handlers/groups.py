@@ -204,10 +204,10 @@ async def txn_offset_commit(ctx: RequestContext, request) -> object:
     if not request.group_id:
         errors |= dict.fromkeys(offsets, ErrorCode.invalid_group_id)
     elif offsets:
-        errors |= await _coordinator(ctx).commit_transactional_offsets(
-            request.group_id, TxnProducer(request.producer_id, request.producer_epoch),
-            getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
-            getattr(request, "group_instance_id", None), offsets)
+        errors |= await _coordinator(ctx).commit_offsets(
+            request.group_id, getattr(request, "generation_id", -1),
+            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
+            offsets, TxnProducer(request.producer_id, request.producer_epoch))
     return _commit_response(ctx, "TxnOffsetCommitResponse", request.topics, errors)
 
 

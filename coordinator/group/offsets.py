@@ -42,6 +42,18 @@ class OffsetCommit:
     metadata: str
 
 
+@dataclass(eq=False, slots=True)
+class _TxnWrite:
+    """A transactional commit being written. A marker of its producer that reaches the
+    partition meanwhile ends its transaction: a producer ends a transaction only once its
+    TxnOffsetCommit is answered, and a coordinator aborting one on timeout bumps the epoch,
+    which refuses records that would come after the marker."""
+    group_id: str
+    producer_id: int
+    # The marker's decision (True: commit), if one came.
+    commit: bool | None = None
+
+
 class OffsetManager:
     def __init__(self, classic: ClassicGroupManager, topic_log: CoordinatorLog,
                  timer: Timer) -> None:
@@ -50,6 +62,7 @@ class OffsetManager:
         self.timer = timer
         # Producer id -> the groups it has pending offsets in (some may be gone since).
         self._open_transactions: dict[int, set[str]] = {}
+        self._txn_writes: list[_TxnWrite] = []
 
     def restore(self, offsets: dict[OffsetSlot, CommittedOffset],
                 pending: dict[int, dict[OffsetSlot, CommittedOffset]]) -> None:
@@ -93,21 +106,27 @@ class OffsetManager:
                                  encode_offset_value(OffsetValue(c.offset, c.leader_epoch,
                                                                  c.metadata, now)))
                    for (topic, index), c in offsets.items()]
+        write = None if transaction is None else _TxnWrite(group_id, transaction.producer_id)
+        if write is not None:
+            self._txn_writes.append(write)
         try:
             last = await self.topic_log.append(self.topic_log.partition_for(group_id),
                                                records, now, transaction)
         except CoordinatorLogError as e:
             log.warning("committing offsets of group %s failed: %s", group_id, e)
             return dict.fromkeys(offsets, e.error_code)
+        finally:
+            if write is not None:
+                self._txn_writes.remove(write)
         # The records are durable: whatever happened to the group meanwhile, memory
         # follows the log, as a reload would.
         target = self.classic.group_or_new(group_id)
         for key, c in offsets.items():
             committed = CommittedOffset(c.offset, c.leader_epoch, c.metadata, now, last)
-            if transaction is None:
+            if write is None or write.commit:
                 keep_later(target.offsets, key, committed)
-            else:
-                self._add_pending(target, transaction.producer_id, key, committed)
+            elif write.commit is None:
+                self._add_pending(target, write.producer_id, key, committed)
         return dict.fromkeys(offsets, ErrorCode.none)
 
     @staticmethod
@@ -138,6 +157,10 @@ class OffsetManager:
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         """The producer's transaction marker is in ``partition``: its pending offsets in that
         partition's groups become committed (unless a later commit is) or are dropped."""
+        for write in self._txn_writes:
+            if (write.producer_id == producer_id
+                    and self.topic_log.partition_for(write.group_id) == partition):
+                write.commit = commit
         groups = self._open_transactions.get(producer_id, set())
         for group_id in [g for g in groups if self.topic_log.partition_for(g) == partition]:
             groups.discard(group_id)

@@ -123,20 +123,11 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None,
-                             offsets: dict[TopicPartition, OffsetCommit]
+                             offsets: dict[TopicPartition, OffsetCommit],
+                             transaction: TxnProducer | None = None
                              ) -> dict[TopicPartition, ErrorCode]:
-        error = self._group_error(group_id)
-        if error is not None:
-            return dict.fromkeys(offsets, error)
-        return await self.offsets.commit_offsets(group_id, generation_id, member_id,
-                                                 group_instance_id, offsets)
-
-    async def commit_transactional_offsets(self, group_id: str, transaction: TxnProducer,
-                                           generation_id: int, member_id: str,
-                                           group_instance_id: str | None,
-                                           offsets: dict[TopicPartition, OffsetCommit]
-                                           ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: the offsets are pending until ``complete_transaction``."""
+        """OffsetCommit, or with ``transaction`` TxnOffsetCommit: then the offsets are
+        pending until ``complete_transaction``."""
         error = self._group_error(group_id)
         if error is not None:
             return dict.fromkeys(offsets, error)

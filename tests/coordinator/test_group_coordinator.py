@@ -44,8 +44,9 @@ IDLE_ROUNDS = 50
 
 class MemoryCoordinatorLog(CoordinatorLog):
     """Partitions as plain lists, all led by this broker until a test says otherwise;
-    appends can be made to fail and replays held back. Transactional appends keep their
-    producer id, and ``write_marker`` ends a transaction as WriteTxnMarkers does."""
+    appends can be made to fail, their acknowledgement (the ISR's) and replays held back.
+    Transactional appends keep their producer id, and ``write_marker`` ends a transaction
+    as WriteTxnMarkers does."""
 
     def __init__(self, partitions: int = 3) -> None:
         self.logs: dict[int, list[LoggedRecord | LoggedMarker]] = {
@@ -53,6 +54,7 @@ class MemoryCoordinatorLog(CoordinatorLog):
         self.led = set(self.logs)
         self.failure: ErrorCode | None = None
         self.replay_gate: asyncio.Event | None = None
+        self.acknowledge_gate: asyncio.Event | None = None
 
     async def ensure_topic(self) -> None:
         pass
@@ -79,7 +81,10 @@ class MemoryCoordinatorLog(CoordinatorLog):
         base = len(log)
         log.extend(LoggedRecord(base + i, r.key, r.value, producer_id)
                    for i, r in enumerate(records))
-        return len(log) - 1
+        last = len(log) - 1
+        if self.acknowledge_gate is not None:
+            await self.acknowledge_gate.wait()
+        return last
 
     def write_marker(self, partition: int, producer_id: int, commit: bool) -> None:
         log = self.logs[partition]
@@ -554,9 +559,9 @@ PRODUCER = TxnProducer(producer_id=7, producer_epoch=0)
 
 async def txn_commit(coordinator, offsets: dict[tuple[str, int], int], *, group="simple",
                      producer=PRODUCER, generation=-1, member_id="", instance=None):
-    return await coordinator.commit_transactional_offsets(
-        group, producer, generation, member_id, instance,
-        {tp: OffsetCommit(offset, -1, "") for tp, offset in offsets.items()})
+    return await coordinator.commit_offsets(
+        group, generation, member_id, instance,
+        {tp: OffsetCommit(offset, -1, "") for tp, offset in offsets.items()}, producer)
 
 
 def end_transaction(coordinator, store, group: str, producer_id: int, commit: bool) -> None:
@@ -601,6 +606,19 @@ async def test_a_commit_written_after_the_transactional_one_wins(coordinator, st
     await coordinator.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommit(8, -1, "")})
     end_transaction(coordinator, store, "simple", 7, commit=True)
     assert fetched(coordinator) == 8
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_marker_written_while_the_commit_awaits_the_isr_decides_it(coordinator, store,
+                                                                         settle, commit):
+    store.acknowledge_gate = asyncio.Event()
+    writing = asyncio.ensure_future(txn_commit(coordinator, {("t", 0): 5}))
+    await settle()
+    end_transaction(coordinator, store, "simple", 7, commit=commit)
+    store.acknowledge_gate.set()
+    assert await writing == {("t", 0): ErrorCode.none}
+    assert fetched(coordinator) == (5 if commit else None)
+    assert coordinator.pending_partitions("simple") == set()
 
 
 async def test_transactional_commits_check_the_generation_from_v3_on(coordinator, settle):
