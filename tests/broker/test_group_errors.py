@@ -255,8 +255,8 @@ def txn_commit(client: RawClient, group: str, offsets: dict[tuple[str, int], int
         topics.setdefault(topic, []).append(entity(
             ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestPartition",
             partition_index=partition, committed_offset=offset, committed_metadata=metadata))
-    membership = dict(generation_id=generation, member_id=member_id,
-                      group_instance_id=instance_id) if version >= 3 else {}
+    membership = {"generation_id": generation, "member_id": member_id,
+                  "group_instance_id": instance_id} if version >= 3 else {}
     response = client.call(
         ApiKey.TXN_OFFSET_COMMIT, version, transactional_id="txn", group_id=group,
         producer_id=1000, producer_epoch=producer_epoch, **membership, topics=tuple(
@@ -292,10 +292,10 @@ def test_transactional_offset_commits_get_kafka_error_codes(broker_and_client, t
     assert txn_commit(client, "", {(topic_name, 0): 1}) == {
         (topic_name, 0): ErrorCode.invalid_group_id}
     membership_errors = {
-        ErrorCode.illegal_generation: dict(generation=generation + 1, member_id=member_id),
-        ErrorCode.unknown_member_id: dict(generation=generation, member_id="made-up-id"),
-        ErrorCode.fenced_instance_id: dict(generation=generation, member_id=first.member_id,
-                                           instance_id="instance-1"),
+        ErrorCode.illegal_generation: {"generation": generation + 1, "member_id": member_id},
+        ErrorCode.unknown_member_id: {"generation": generation, "member_id": "made-up-id"},
+        ErrorCode.fenced_instance_id: {"generation": generation, "member_id": first.member_id,
+                                       "instance_id": "instance-1"},
     }
     for error, membership in membership_errors.items():
         assert txn_commit(client, group, {(topic_name, 0): 1}, **membership) == {

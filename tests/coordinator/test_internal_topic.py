@@ -17,8 +17,13 @@ from coordinator.coordinator_log import (
     TxnProducer,
 )
 from coordinator.internal_topic import OFFSETS_TOPIC, InternalTopic, InternalTopicLog
-from protocol.records import NO_PRODUCER_ID, BatchHeader, TxnMarker, build_marker_batch, \
-    iter_batches
+from protocol.records import (
+    NO_PRODUCER_ID,
+    BatchHeader,
+    TxnMarker,
+    build_marker_batch,
+    iter_batches,
+)
 from replication.cluster_metadata import MetadataImage
 from storage.append_rules import AppendOrigin
 from storage.classic import ClassicLog
