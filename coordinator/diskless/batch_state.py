@@ -49,7 +49,7 @@ from storage.diskless.control_plane import (
     refused_commit,
     retention_keep_from,
 )
-from storage.producer_state import AbortedTransaction, ProducerState
+from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (id INTEGER PRIMARY KEY CHECK (id = 0), offset INTEGER);
@@ -416,6 +416,10 @@ class BatchCoordinatorState(RecordControlPlane):
     def aborted_transactions(self, topic_id: str, partition: int, start: int,
                              end: int) -> list[AbortedTransaction]:
         return self._producer_state(topic_id, partition).aborted_between(start, end)
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        return sorted(self._producer_state(topic_id, partition).producers.values(),
+                      key=lambda entry: entry.producer_id)
 
     def logs(self) -> list[tuple[str, int]]:
         return self._db.execute(

@@ -29,6 +29,7 @@ from storage.producer_state import (
     AbortedTransaction,
     AppendPlan,
     InvalidSequence,
+    ProducerEntry,
     ProducerState,
     ProducerStateError,
 )
@@ -434,6 +435,9 @@ class ControlPlane(Protocol):
                              end: int) -> list[AbortedTransaction]:
         """The aborted transactions with records in [start, end), oldest marker first; kept
         while any of their offsets is at or above the log start."""
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        """The producers the log keeps state for, by producer id (DescribeProducers)."""
 
     def logs(self) -> list[tuple[str, int]]:
         """Every (topic id, partition) with state, sorted."""

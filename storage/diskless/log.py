@@ -15,7 +15,7 @@ from protocol.records import (
     rebase,
     stamp_log_append_time,
 )
-from storage.producer_state import AbortedTransaction, ProducerStateError
+from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerStateError
 
 from ..append_rules import AppendDecision
 from ..config import LogConfig
@@ -82,6 +82,9 @@ class DisklessLog(PartitionLog):
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
         return self.control_plane.aborted_transactions(self.topic_id, self.partition, start, end)
+
+    def active_producers(self) -> list[ProducerEntry]:
+        return self.control_plane.active_producers(self.topic_id, self.partition)
 
     async def append_as_follower(self, records: bytes) -> None:
         raise KafkaStorageError("diskless partitions have no followers")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from storage.producer_state import AbortedTransaction, ProducerState
+from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerState
 
 from .control_plane import (
     CREATE_TIME,
@@ -288,6 +288,11 @@ class InMemoryControlPlane(RecordControlPlane):
                              end: int) -> list[AbortedTransaction]:
         log = self._logs.get((topic_id, partition))
         return [] if log is None else log.producers.aborted_between(start, end)
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        log = self._logs.get((topic_id, partition))
+        return [] if log is None else sorted(log.producers.producers.values(),
+                                             key=lambda entry: entry.producer_id)
 
     def logs(self) -> list[tuple[str, int]]:
         return sorted(self._logs)

@@ -233,8 +233,11 @@ async def test_markers_take_offsets_and_decide_the_last_stable_offset(control_pl
     assert control_plane.last_stable_offset("t", 0) == control_plane.log_info("t", 0).high_watermark == 8
     assert control_plane.aborted_transactions("t", 0, 4, 8) == []  # commits are not listed
     assert control_plane.aborted_transactions("t", 0, 3, 4) == [AbortedTransaction(5, 0, 3)]
+    assert [(p.producer_id, p.txn_first_offset) for p in control_plane.active_producers(
+        "t", 0)] == [(5, -1), (6, -1)]
     assert control_plane.last_stable_offset("t", 9) == 0
     assert control_plane.aborted_transactions("unknown", 0, 0, 10) == []
+    assert control_plane.active_producers("unknown", 0) == []
 
 
 async def test_transaction_errors_and_a_fenced_producer_s_dead_bytes(control_plane):

@@ -102,7 +102,8 @@ def answers(control_plane):
     per_log = [(log, control_plane.log_info(*log), control_plane.find_batches(*log, 0, 1 << 30),
                 control_plane.offset_for_timestamp(*log, 100_000),
                 control_plane.max_timestamp_batch(*log), control_plane.last_stable_offset(*log),
-                control_plane.aborted_transactions(*log, 0, 1 << 62))
+                control_plane.aborted_transactions(*log, 0, 1 << 62),
+                control_plane.active_producers(*log))
                for log in control_plane.logs()]
     return (per_log, control_plane.stats(), control_plane.files_to_delete(400_000, 10_000),
             control_plane.merge_candidates(2_000, 10))

@@ -141,6 +141,7 @@ async def test_markers_are_batches_of_the_log_and_decide_what_read_committed_rea
     await append(log, build_batch, [b"a", b"b"], base_sequence=0, **TXN)
     await append(log, build_batch, [b"plain"])
     assert log.last_stable_offset(log.log_end_offset) == 0  # producer 7's transaction is open
+    assert [(p.producer_id, p.txn_first_offset) for p in log.active_producers()] == [(7, 0)]
     abort = await append_marker(log, TxnMarker(7, 0, False, 0))
     assert (abort.base_offset, abort.last_offset) == (3, 3)
     assert (log.last_stable_offset(4), log.last_stable_offset(2)) == (4, 2)
