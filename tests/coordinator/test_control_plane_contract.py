@@ -4,6 +4,7 @@ directly (no replicated log); both must answer the same."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -300,7 +301,7 @@ async def test_both_implementations_give_identical_results_and_answers(tmp_path)
     # The records exercised transactions: markers fenced epochs, aborted transactions were
     # listed, then trimmed with their offsets.
     assert {FENCED_EPOCH, INVALID_TXN_STATE, COORDINATOR_FENCED} <= errors
-    assert max(aborted) > 0 and any(b < a for a, b in zip(aborted, aborted[1:]))
+    assert max(aborted) > 0 and any(b < a for a, b in itertools.pairwise(aborted))
     sqlite.close()
 
 

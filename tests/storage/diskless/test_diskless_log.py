@@ -8,7 +8,6 @@ import dataclasses
 import time
 
 import pytest
-
 from kio.schema.errors import ErrorCode
 
 from protocol.records import (
