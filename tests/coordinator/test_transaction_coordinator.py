@@ -251,3 +251,23 @@ async def test_list_transactions_filters(coordinator) -> None:
     error, listed = coordinator.list_transactions([], [1001])
     assert [tid for tid, _ in listed] == ["b"]
     assert len(coordinator.list_transactions([], [])[1]) == 2
+
+
+async def test_end_txn_v2_writes_markers_with_the_bumped_epoch_and_answers_it(
+        coordinator, sender, clock) -> None:
+    producer_id, epoch = await begin(coordinator)
+    result = await coordinator.end_transaction("tx", producer_id, epoch, True, bump_epoch=True)
+    assert (result.error, result.producer_id, result.producer_epoch) == (
+        ErrorCode.none, producer_id, epoch + 1)
+    await clock.sleep(10)
+    assert {(commit, e) for commit, e, _ in sender.written()} == {(True, epoch + 1)}
+    assert state_of(coordinator).state == TransactionState.COMPLETE_COMMIT
+    retry = await coordinator.end_transaction("tx", producer_id, epoch, True, bump_epoch=True)
+    assert (retry.error, retry.producer_epoch) == (ErrorCode.none, epoch + 1)
+    # The next transaction's partitions are added at the bumped epoch only.
+    assert await coordinator.add_partitions("tx", producer_id, epoch, [T1]) \
+        == ErrorCode.producer_fenced
+    assert await coordinator.add_partitions("tx", producer_id, epoch + 1, [T1]) \
+        == ErrorCode.none
+    assert await coordinator.verify_partitions("tx", producer_id, epoch + 1, [T1, T0]) == {
+        T1: ErrorCode.none, T0: ErrorCode.transaction_abortable}
