@@ -22,8 +22,8 @@ def supported_versions() -> list[tuple[int, int, int]]:
 # finalizes level 2 (and the broker has Produce v12 and TxnOffsetCommit v5).
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 SUPPORTED_TRANSACTION_VERSIONS = (0, 2)
-# Features are reported from ApiVersions v3 on; v3 leaves out features whose lowest supported level is 0: some older clients
-# cannot read them (KAFKA-17492).
+# Features are reported from ApiVersions v3 on; v3 leaves out features whose lowest
+# supported level is 0: some older clients cannot read them (KAFKA-17492).
 _FEATURES_SINCE, _FEATURES_WITH_LEVEL_0_SINCE = 3, 4
 # The features are a broker setting, never changed while it runs: the epoch of their
 # finalized levels (Kafka: the metadata offset that last changed them) stays at its first.

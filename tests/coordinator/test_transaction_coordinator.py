@@ -112,7 +112,8 @@ async def test_commit_writes_prepare_markers_and_complete(coordinator, store, se
                                                           clock) -> None:
     producer_id, epoch = await begin(coordinator)
     assert (producer_id, epoch) == (1000, 0)
-    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
+        == ErrorCode.none
     await clock.sleep(10)
     assert sorted((node, m.partitions) for node, m in sender.sent) == [
         (1, frozenset({T0})), (2, frozenset({U0}))]
@@ -123,7 +124,8 @@ async def test_commit_writes_prepare_markers_and_complete(coordinator, store, se
                                     TransactionState.PREPARE_COMMIT,
                                     TransactionState.COMPLETE_COMMIT]
     # A retry of the same EndTxn succeeds; the other outcome is refused; a new one starts.
-    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
+        == ErrorCode.none
     assert (await coordinator.end_transaction("tx", producer_id, epoch, False)).error \
         == ErrorCode.invalid_txn_state
     assert await coordinator.add_partitions("tx", producer_id, epoch, [T1]) == ErrorCode.none
@@ -167,7 +169,8 @@ async def test_a_transaction_past_its_timeout_is_aborted(coordinator, sender, cl
 async def test_failover_resumes_a_prepared_commit(coordinator, store, sender, clock) -> None:
     producer_id, epoch = await begin(coordinator)
     sender.blocked = asyncio.Event()
-    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
+        == ErrorCode.none
     partition = store.partition_for("tx")
     store.led.discard(partition)
     coordinator.on_metadata_change()
@@ -192,7 +195,8 @@ async def test_markers_retry_until_written_and_skip_deleted_topics(coordinator, 
     producer_id, epoch = await begin(coordinator, partitions=(T0, T1, U0))
     sender.errors[T0] = [ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas]
     del image.topics["u"]
-    assert (await coordinator.end_transaction("tx", producer_id, epoch, False)).error == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, False)).error \
+        == ErrorCode.none
     await clock.sleep(100)
     assert state_of(coordinator).state == TransactionState.COMPLETE_ABORT
     assert [m.partitions for _, m in sender.sent].count(frozenset({T0})) == 3

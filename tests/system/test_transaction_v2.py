@@ -11,7 +11,6 @@ finalizes no version 2, and the driver falls back to version 1 as the Java clien
 from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-
 from support.clients import consume_all
 from support.raw import connect
 from support.topics import create_topic
