@@ -149,6 +149,12 @@ class BrokerConfig:
     transaction_remove_expired_transaction_cleanup_interval_ms: int = setting(
         3600 * 1000, "How often expired transactional ids are removed "
         "(`transaction.remove.expired.transaction.cleanup.interval.ms`).")
+    transaction_version: int = setting(
+        2, "The `transaction.version` feature level the cluster finalizes (what ApiVersions "
+        "reports): 2 lets producers that speak it use transaction protocol version 2 "
+        "(KIP-890: the epoch bumped at every transaction end, partitions added by their "
+        "leaders), as a new Kafka 4.0 cluster; 0 or 1 keeps every producer on version 1. "
+        "The request versions decide how a request is served, whatever the level.")
     log_retention_check_interval_ms: int = setting(
         300_000, "How often `retention.ms` / `retention.bytes` are applied, to the logs of "
         "every storage mode (`log.retention.check.interval.ms`).")

@@ -15,6 +15,7 @@ from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
 from coordinator.internal_topic import InternalTopicLog
 from coordinator.transaction.markers import MarkerWriter, marker_sender
+from coordinator.transaction.partition_adder import TransactionPartitionAdder
 from coordinator.transaction.service import TransactionCoordinator
 from coordinator.transaction_config import TransactionConfig
 from coordinator.group.timer import AsyncioTimer
@@ -211,7 +212,10 @@ class Broker:
             transaction_coordinator=self.transaction_coordinator,
             batch_coordinator=self.batch_coordinator,
             producer_ids=self.producer_ids, capture=self.capture,
-            storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics)
+            storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics,
+            transaction_partitions=None if self.transaction_coordinator is None
+            else TransactionPartitionAdder(self.transaction_coordinator, self.nodes,
+                                           self.config.node_id))
         self._services_ready.set()
 
     def _transaction_coordinator(self) -> TransactionCoordinator:

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.diskless import BatchCoordinator
 from coordinator.controller import Controller, ControllerError
 from coordinator.group.service import GroupCoordinator
+from coordinator.transaction.partition_adder import TransactionPartitionAdder
 from coordinator.transaction.service import TransactionCoordinator
 from protocol.apis import ApiKey
 from protocol.build import make
@@ -101,6 +102,9 @@ class BrokerServices:
     storage_modes: Collection[str]
     # Bytes and records per topic, counted by Produce and Fetch.
     topic_metrics: TopicMetrics = field(default_factory=TopicMetrics)
+    # How this broker, as a partition leader, adds partitions to transactions of producers
+    # on transaction protocol version 2 (Produce v12+, TxnOffsetCommit v5+).
+    transaction_partitions: TransactionPartitionAdder | None = None
 
     @property
     def controller_id(self) -> int:

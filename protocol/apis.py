@@ -54,7 +54,7 @@ class ApiKey(enum.IntEnum):
 ADVERTISED_MIN_VERSION: dict[ApiKey, int] = {ApiKey.PRODUCE: 0}
 
 VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
@@ -67,20 +67,23 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 4),
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    # Transaction protocol version 1: the versions after these (AddPartitionsToTxn v4+,
-    # EndTxn v5, TxnOffsetCommit v5, Produce v12) belong to version 2 (KIP-890) or to
-    # brokers only (AddPartitionsToTxn v4 verifies for a partition leader).
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 4),
+    # Transaction protocol version 2 (KIP-890) has Produce v12, EndTxn v5, TxnOffsetCommit v5
+    # (and InitProducerId v5, AddOffsetsToTxn v4, which only know TRANSACTION_ABORTABLE). As
+    # in Kafka these ranges do not depend on the `transaction.version` feature level: a client
+    # uses version 2 only when ApiVersions finalizes level 2 (broker.config transaction_version)
+    # and the request version decides how each request is served. AddPartitionsToTxn v4+ is
+    # for partition leaders only.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),

@@ -14,6 +14,8 @@ from coordinator.group.classic import JoinRequest, JoinResult
 from coordinator.group.offsets import OffsetCommit
 from coordinator.group.service import GroupCoordinator
 from coordinator.group.state import GroupState
+from coordinator.internal_topic import OFFSETS_TOPIC
+from coordinator.transaction.partition_adder import RETRIABLE_ADD_ERRORS
 from protocol.apis import ApiKey
 from protocol.build import millis
 
@@ -201,6 +203,10 @@ async def offset_commit(ctx: RequestContext, request) -> object:
     return _commit_response(ctx, "OffsetCommitResponse", request.topics, errors)
 
 
+# TxnOffsetCommit v5+ speaks transaction protocol version 2: no AddOffsetsToTxn before it.
+_ADDS_OFFSETS_PARTITION_SINCE = 5
+
+
 @handles(ApiKey.TXN_OFFSET_COMMIT)
 async def txn_offset_commit(ctx: RequestContext, request) -> object:
     """A transactional producer's sendOffsetsToTransaction, after AddOffsetsToTxn: pending
@@ -209,12 +215,32 @@ async def txn_offset_commit(ctx: RequestContext, request) -> object:
     errors, offsets = _offsets_to_commit(ctx, request.topics)
     if not request.group_id:
         errors |= dict.fromkeys(offsets, ErrorCode.invalid_group_id)
+    elif offsets and (error := await _add_offsets_to_transaction(ctx, request)) is not None:
+        errors |= dict.fromkeys(offsets, error)
     elif offsets:
         errors |= await _coordinator(ctx).commit_offsets(
             request.group_id, getattr(request, "generation_id", -1),
             getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
             offsets, TxnProducer(request.producer_id, request.producer_epoch))
     return _commit_response(ctx, "TxnOffsetCommitResponse", request.topics, errors)
+
+
+async def _add_offsets_to_transaction(ctx: RequestContext, request) -> ErrorCode | None:
+    """TxnOffsetCommit v5+ (transaction protocol version 2, KIP-890): the producer sent no
+    AddOffsetsToTxn, so the group's __consumer_offsets partition joins its transaction here,
+    before the offsets are written; the error that refuses them all, if it could not."""
+    adder = ctx.services.transaction_partitions
+    if ctx.version < _ADDS_OFFSETS_PARTITION_SINCE or adder is None:
+        return None
+    store = _coordinator(ctx).store
+    partition = store.partition_for(request.group_id)
+    leader = store.coordinator_node(partition)
+    if leader is None or leader.node_id != ctx.services.config.node_id:
+        return None  # not this group's coordinator: commit_offsets answers NOT_COORDINATOR
+    errors = await adder.add(request.transactional_id, request.producer_id,
+                             request.producer_epoch, [(OFFSETS_TOPIC, partition)])
+    error = errors.get((OFFSETS_TOPIC, partition))
+    return ErrorCode.coordinator_not_available if error in RETRIABLE_ADD_ERRORS else error
 
 
 @handles(ApiKey.OFFSET_FETCH)

@@ -2,23 +2,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.transaction.partition_adder import RETRIABLE_ADD_ERRORS
 from protocol.apis import ApiKey
 from protocol.build import millis
 from protocol.records import (
+    BatchHeader,
     CorruptRecordBatch,
     InvalidRecordBatch,
     UnsupportedMagic,
     validate_produce_records,
 )
-from replication.partition import PartitionError
+from replication.partition import Partition, PartitionError
 from storage.disk_space import log_storage_error
 from storage.log import AppendResult, KafkaStorageError, RecordTooLarge
-from storage.producer_state import ProducerStateError
+from storage.producer_state import NO_OFFSET, ProducerStateError
 
 from .registry import RequestContext, handles
+
+TopicPartition = tuple[str, int]
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +36,51 @@ def _batch_error(error: InvalidRecordBatch) -> ErrorCode:
     return ErrorCode.invalid_record
 
 
-async def _append(ctx: RequestContext, topic: str, partition_index: int, records: bytes | None,
-                  acks: int, timeout_s: float) -> AppendResult | tuple[ErrorCode, str | None]:
-    """Validate and append one partition's records; an error becomes (code, message)."""
+# Produce v12+ speaks transaction protocol version 2 (KIP-890): the producer sends no
+# AddPartitionsToTxn, the partition leader adds its partition to the transaction itself.
+_ADDS_PARTITIONS_SINCE = 12
+# Producers know TRANSACTION_ABORTABLE from Produce v11 on; older ones get INVALID_TXN_STATE.
+_TRANSACTION_ABORTABLE_SINCE = 11
+
+Outcome = AppendResult | tuple[ErrorCode, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Validated:
+    """One partition's records, checked and ready to append on this leader."""
+    partition: Partition
+    records: bytes
+    batches: list[BatchHeader]
+
+
+def _validate(ctx: RequestContext, topic: str, partition_index: int, records: bytes | None,
+              acks: int) -> _Validated | tuple[ErrorCode, str | None]:
     try:
         partition = ctx.services.replicas.get(topic, partition_index)
         partition.check_leader()
         batches = validate_produce_records(records or b"")
-        if ctx.services.capture is not None:
-            ctx.services.capture.record(ctx.header.client_id, topic, partition_index, batches,
-                                        len(records), acks)
-        result = await partition.append_as_leader(bytearray(records), batches, acks, timeout_s)
-        ctx.services.topic_metrics.produced(topic, len(records),
-                                            sum(batch.record_count for batch in batches))
+    except PartitionError as e:
+        return e.error_code, str(e)
+    except InvalidRecordBatch as e:
+        log.info("rejecting produce to %s-%d from %s: %s", topic, partition_index, ctx.peer, e)
+        return _batch_error(e), str(e)
+    if ctx.services.capture is not None:
+        ctx.services.capture.record(ctx.header.client_id, topic, partition_index, batches,
+                                    len(records), acks)
+    return _Validated(partition, records, batches)
+
+
+async def _append(ctx: RequestContext, topic: str, partition_index: int,
+                  validated: _Validated | tuple[ErrorCode, str | None], acks: int,
+                  timeout_s: float) -> Outcome:
+    """Append one partition's validated records; an error becomes (code, message)."""
+    if not isinstance(validated, _Validated):
+        return validated
+    try:
+        result = await validated.partition.append_as_leader(
+            bytearray(validated.records), validated.batches, acks, timeout_s)
+        ctx.services.topic_metrics.produced(topic, len(validated.records), sum(
+            batch.record_count for batch in validated.batches))
         return result
     except PartitionError as e:
         return e.error_code, str(e)
@@ -59,6 +96,50 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
         return ErrorCode.kafka_storage_error, str(e)
 
 
+def _in_open_transaction(partition: Partition, batch: BatchHeader) -> bool:
+    """Kafka's hasOngoingTransaction: the producer's transaction at this epoch is open here."""
+    return any(entry.producer_id == batch.producer_id and entry.epoch == batch.producer_epoch
+               and entry.txn_first_offset != NO_OFFSET
+               for entry in partition.log.active_producers())
+
+
+async def _add_to_transaction(ctx: RequestContext, transactional_id: str | None,
+                              validated: dict[TopicPartition, _Validated | tuple]
+                              ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+    """Produce v12+: add every partition whose transactional batches open a transaction here
+    to the producer's transaction at its coordinator, in one call; the partitions that could
+    not be added, with the error their producer gets."""
+    adder = ctx.services.transaction_partitions
+    if ctx.version < _ADDS_PARTITIONS_SINCE or not transactional_id or adder is None:
+        return {}
+    first: BatchHeader | None = None
+    to_add = []
+    for tp, checked in validated.items():
+        if not isinstance(checked, _Validated):
+            continue
+        batch = next((b for b in checked.batches if b.is_transactional), None)
+        if batch is None:
+            continue
+        first = first or batch
+        if not _in_open_transaction(checked.partition, batch):
+            to_add.append(tp)
+    if not to_add:
+        return {}
+    errors = await adder.add(transactional_id, first.producer_id, first.producer_epoch, to_add)
+    return {tp: (_for_producer(ctx, error),
+                 f"partition not added to the transaction: {error.name}")
+            for tp, error in errors.items()}
+
+
+def _for_producer(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
+    if error in RETRIABLE_ADD_ERRORS:
+        # NOT_ENOUGH_REPLICAS does not make the producer refresh its metadata.
+        return ErrorCode.not_enough_replicas
+    if error == ErrorCode.transaction_abortable and ctx.version < _TRANSACTION_ABORTABLE_SINCE:
+        return ErrorCode.invalid_txn_state
+    return error
+
+
 @handles(ApiKey.PRODUCE)
 async def produce(ctx: RequestContext, request) -> object | None:
     acks = request.acks
@@ -68,11 +149,15 @@ async def produce(ctx: RequestContext, request) -> object | None:
     if fixed_error is not None:
         outcomes: list = [(fixed_error, None)] * len(keys)
     else:
+        validated = {(t.name, p.index): _validate(ctx, t.name, p.index, p.records, acks)
+                     for t in request.topic_data for p in t.partition_data}
+        validated |= await _add_to_transaction(ctx, request.transactional_id, validated)
         # gather starts the appends in request order before any of them can suspend,
         # which keeps pipelined requests' batches in order (see broker.connection).
         outcomes = await asyncio.gather(*(
-            _append(ctx, t.name, p.index, p.records, acks, millis(request.timeout) / 1000)
-            for t in request.topic_data for p in t.partition_data))
+            _append(ctx, topic, index, validated[(topic, index)], acks,
+                    millis(request.timeout) / 1000)
+            for topic, index in keys))
     if acks == 0:
         return None
 

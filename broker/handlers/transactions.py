@@ -1,6 +1,10 @@
-"""Transaction APIs of producers and admins (transaction protocol version 1):
-InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-DescribeTransactions, ListTransactions.
+"""Transaction APIs of producers and admins: InitProducerId with a transactional id,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
+
+The request version tells the transaction protocol version the client speaks, as in Kafka:
+EndTxn v5+ is version 2 (KIP-890: the epoch is bumped at every end and handed back);
+AddPartitionsToTxn v4+ comes from partition leaders only (they add partitions for version 2
+clients, coordinator.transaction.partition_adder, or verify them).
 
 The handlers translate between kio entities and coordinator.transaction, and check what
 Kafka's handlers check before the coordinator (topic existence, old versions' error codes).
@@ -33,6 +37,12 @@ _PRODUCER_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_T
                           ApiKey.ADD_OFFSETS_TO_TXN: 2, ApiKey.END_TXN: 2}
 
 
+# Transaction protocol version 2: EndTxn bumps the epoch from this version on; AddPartitionsToTxn
+# is the partition leaders' from this one on.
+_EPOCH_BUMPING_END_TXN = 5
+_BROKER_ONLY_ADD_PARTITIONS = 4
+
+
 def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     return ctx.services.transaction_coordinator
 
@@ -62,27 +72,66 @@ async def init_transactional_producer_id(ctx: RequestContext, request) -> object
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN)
 async def add_partitions_to_txn(ctx: RequestContext, request) -> object:
-    requested = [(topic.name, partition) for topic in request.v3_and_below_topics
-                 for partition in topic.partitions]
+    if ctx.version >= _BROKER_ONLY_ADD_PARTITIONS:
+        return await _add_partitions_for_brokers(ctx, request)
+    errors = await _add_partitions(ctx, request.v3_and_below_transactional_id,
+                                   request.v3_and_below_producer_id,
+                                   request.v3_and_below_producer_epoch,
+                                   [(topic.name, partition)
+                                    for topic in request.v3_and_below_topics
+                                    for partition in topic.partitions])
+    return ctx.response("AddPartitionsToTxnResponse", throttle_time=0,
+                        results_by_topic_v3_and_below=_topic_results(ctx, errors))
+
+
+async def _add_partitions_for_brokers(ctx: RequestContext, request) -> object:
+    """v4+: several transactions per request, from partition leaders only (Kafka's
+    CLUSTER_ACTION); a client gets CLUSTER_AUTHORIZATION_FAILED for the whole request."""
+    if ctx.broker_node is None:
+        return ctx.response("AddPartitionsToTxnResponse", throttle_time=0,
+                            error_code=ErrorCode.cluster_authorization_failed,
+                            results_by_transaction=())
+    results = []
+    for transaction in request.transactions:
+        requested = [(topic.name, partition) for topic in transaction.topics
+                     for partition in topic.partitions]
+        if transaction.verify_only:
+            errors = await _coordinator(ctx).verify_partitions(
+                transaction.transactional_id, transaction.producer_id,
+                transaction.producer_epoch, requested)
+        else:
+            errors = await _add_partitions(ctx, transaction.transactional_id,
+                                           transaction.producer_id, transaction.producer_epoch,
+                                           requested)
+        results.append(ctx.response("AddPartitionsToTxnResult",
+                                    transactional_id=transaction.transactional_id,
+                                    topic_results=_topic_results(ctx, errors)))
+    return ctx.response("AddPartitionsToTxnResponse", throttle_time=0,
+                        error_code=ErrorCode.none, results_by_transaction=tuple(results))
+
+
+async def _add_partitions(ctx: RequestContext, transactional_id: str, producer_id: int,
+                          producer_epoch: int, requested: list[TopicPartition]
+                          ) -> dict[TopicPartition, ErrorCode]:
     unknown = {tp for tp in requested if not _partition_exists(ctx, tp)}
     if unknown:
         # Kafka adds none of them when any is unknown.
-        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
-                  else ErrorCode.operation_not_attempted for tp in requested}
-    else:
-        error = await _coordinator(ctx).add_partitions(
-            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch, requested)
-        errors = dict.fromkeys(requested, _for_version(ctx, error))
+        return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                else ErrorCode.operation_not_attempted for tp in requested}
+    error = await _coordinator(ctx).add_partitions(transactional_id, producer_id,
+                                                   producer_epoch, requested)
+    return dict.fromkeys(requested, _for_version(ctx, error))
+
+
+def _topic_results(ctx: RequestContext, errors: dict[TopicPartition, ErrorCode]) -> tuple:
     by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
     for (topic, partition), error in errors.items():
         by_topic.setdefault(topic, []).append((partition, error))
-    return ctx.response("AddPartitionsToTxnResponse", throttle_time=0,
-                        results_by_topic_v3_and_below=tuple(
+    return tuple(
         ctx.response("AddPartitionsToTxnTopicResult", name=topic, results_by_partition=tuple(
             ctx.response("AddPartitionsToTxnPartitionResult", partition_index=partition,
                          partition_error_code=error) for partition, error in results))
-        for topic, results in by_topic.items()))
+        for topic, results in by_topic.items())
 
 
 def _partition_exists(ctx: RequestContext, tp: TopicPartition) -> bool:
@@ -102,10 +151,13 @@ async def add_offsets_to_txn(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.END_TXN)
 async def end_txn(ctx: RequestContext, request) -> object:
-    error = await _coordinator(ctx).end_transaction(
+    bump_epoch = ctx.version >= _EPOCH_BUMPING_END_TXN
+    result = await _coordinator(ctx).end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch,
-        request.committed)
-    return ctx.response("EndTxnResponse", throttle_time=0, error_code=_for_version(ctx, error))
+        request.committed, bump_epoch=bump_epoch)
+    return ctx.response("EndTxnResponse", throttle_time=0,
+                        error_code=_for_version(ctx, result.error),
+                        producer_id=result.producer_id, producer_epoch=result.producer_epoch)
 
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS)

@@ -1,5 +1,6 @@
 """The transaction coordinator as the request handlers see it (Kafka's TransactionCoordinator
-over its TransactionStateManager), transaction protocol version 1.
+over its TransactionStateManager), transaction protocol versions 1 and 2 (KIP-890: EndTxn v5
+bumps the epoch of every transaction; partition leaders add partitions for the client).
 
 The coordinator of a transactional id is the leader of its partition of
 ``__transaction_state``. Each change of a transaction is written there (acks=all) before it
@@ -63,6 +64,15 @@ class MarkerWriting(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class InitProducerIdResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    """EndTxn's answer; under version 2 the producer id and epoch of the client's next
+    transaction (-1 otherwise, and with an error)."""
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
@@ -309,18 +319,45 @@ class TransactionCoordinator:
             return decision
         return await self._write(partition, coordinated, metadata, decision)
 
+    async def verify_partitions(self, transactional_id: str, producer_id: int,
+                                producer_epoch: int, partitions: Collection[TopicPartition]
+                                ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn with verify_only: which of ``partitions`` are not in the open
+        transaction (TRANSACTION_ABORTABLE), or why none can be checked."""
+        error, _, _, metadata = self._known(transactional_id)
+        if error is None:
+            verdict = state.verify_partitions(metadata, producer_id, producer_epoch, partitions)
+            if isinstance(verdict, dict):
+                return verdict
+            error = verdict
+        return dict.fromkeys(partitions, error)
+
     async def end_transaction(self, transactional_id: str, producer_id: int,
-                              producer_epoch: int, commit: bool) -> ErrorCode:
-        """EndTxn: answered once the transaction is prepared; its markers follow."""
+                              producer_epoch: int, commit: bool, *,
+                              bump_epoch: bool = False) -> EndTxnResult:
+        """EndTxn: answered once the transaction is prepared; its markers follow.
+        ``bump_epoch``: the client speaks transaction protocol version 2 (EndTxn v5+)."""
         error, partition, coordinated, metadata = self._known(transactional_id)
         if error is not None:
-            return error
-        decision = state.end_transaction(metadata, producer_id, producer_epoch, commit,
-                                         self.timer.now_ms())
+            return EndTxnResult(error)
+        now_ms = self.timer.now_ms()
+        if bump_epoch:
+            decision = state.end_transaction_v2(metadata, producer_id, producer_epoch, commit,
+                                                now_ms, self.allocate_producer_id)
+        else:
+            decision = state.end_transaction(metadata, producer_id, producer_epoch, commit,
+                                             now_ms)
+        if decision == ErrorCode.none and bump_epoch:
+            current = metadata.current  # a retry of an end already done
+            return EndTxnResult(ErrorCode.none, current.producer_id, current.producer_epoch)
         if isinstance(decision, ErrorCode):
-            return decision
+            return EndTxnResult(decision)
         metadata.begin(decision)
-        return await self._prepare_end(partition, coordinated, metadata)
+        error = await self._prepare_end(partition, coordinated, metadata)
+        if error != ErrorCode.none or not bump_epoch:
+            return EndTxnResult(error)
+        client = state.client_producer(decision)
+        return EndTxnResult(ErrorCode.none, client.producer_id, client.producer_epoch)
 
     # -- periodic tasks ----------------------------------------------------------------------
 

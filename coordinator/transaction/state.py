@@ -72,6 +72,9 @@ class TransactionSnapshot:
     partitions: frozenset[TopicPartition]
     start_timestamp_ms: int
     last_update_timestamp_ms: int
+    # Transaction protocol version 2 (KIP-890): the producer id a prepared transaction whose
+    # bump exhausted the epoch continues with (at epoch 0) once complete; NO_PRODUCER_ID else.
+    next_producer_id: int = NO_PRODUCER_ID
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -209,16 +212,31 @@ def add_partitions(metadata: TransactionMetadata, producer_id: int, producer_epo
                       start_timestamp_ms=start)
 
 
+def verify_partitions(metadata: TransactionMetadata, producer_id: int, producer_epoch: int,
+                      partitions: Collection[TopicPartition]
+                      ) -> ErrorCode | dict[TopicPartition, ErrorCode]:
+    """AddPartitionsToTxn with verify_only (a partition leader checking, KIP-890 part 1):
+    whether each partition is in the open transaction, or one error for all of them."""
+    current = metadata.current
+    if current.producer_id != producer_id:
+        return ErrorCode.invalid_producer_id_mapping
+    if current.producer_epoch != producer_epoch:
+        return ErrorCode.producer_fenced
+    if current.state in PREPARED:
+        return ErrorCode.concurrent_transactions
+    return {tp: ErrorCode.none if tp in current.partitions else ErrorCode.transaction_abortable
+            for tp in partitions}
+
+
 def end_transaction(metadata: TransactionMetadata, producer_id: int, producer_epoch: int,
                     commit: bool, now_ms: int) -> Decision:
-    """EndTxn from the client; ErrorCode.none for a retry of an EndTxn already done."""
+    """EndTxn from a client on transaction protocol version 1 (EndTxn v0-v4); ErrorCode.none
+    for a retry of an EndTxn already done."""
     current = metadata.current
     error = _check_producer(current, metadata.pending, producer_id, producer_epoch)
     if error is not None:
         return error
-    prepare, complete = ((TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT)
-                         if commit else
-                         (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT))
+    prepare, complete = _end_states(commit)
     if current.state == TransactionState.ONGOING:
         return current.to(prepare, now_ms)
     if current.state == complete:
@@ -228,11 +246,84 @@ def end_transaction(metadata: TransactionMetadata, producer_id: int, producer_ep
     return ErrorCode.invalid_txn_state  # Empty, or the other outcome prepared or completed
 
 
+def end_transaction_v2(metadata: TransactionMetadata, producer_id: int, producer_epoch: int,
+                       commit: bool, now_ms: int, allocate_producer_id: Callable[[], int]
+                       ) -> Decision:
+    """EndTxn v5+ (transaction protocol version 2, KIP-890): every end bumps the producer
+    epoch, so the epoch of a retry is one below the current one (or, after the bump exhausted
+    the epoch, the previous producer id's last epoch); an abort needs no open transaction.
+    ErrorCode.none for a retry of an EndTxn already done (answered with the current id and
+    epoch), as Kafka's TransactionCoordinator.endTransaction."""
+    current = metadata.current
+    retry_on_bump = current.producer_epoch == producer_epoch + 1
+    retry_on_overflow = (current.last_producer_id == producer_id
+                         and producer_epoch == MAX_EPOCH - 1 and current.producer_epoch == 0)
+    if current.state in PREPARED:
+        valid_epoch = retry_on_bump
+    elif current.state in COMPLETED:
+        valid_epoch = (retry_on_bump or retry_on_overflow
+                       or producer_epoch == current.producer_epoch)
+    else:
+        valid_epoch = producer_epoch == current.producer_epoch
+    if current.producer_id != producer_id and not retry_on_overflow:
+        return ErrorCode.invalid_producer_id_mapping
+    if not valid_epoch:
+        return ErrorCode.producer_fenced
+    if metadata.pending is not None:
+        return ErrorCode.concurrent_transactions
+    prepare, complete = _end_states(commit)
+    retry = retry_on_bump or retry_on_overflow
+    if current.state == TransactionState.ONGOING:
+        return _bump_for_end(current, prepare, now_ms, allocate_producer_id)
+    if current.state == prepare:
+        return ErrorCode.concurrent_transactions
+    if current.state == complete and retry:
+        return ErrorCode.none
+    if not commit and not retry and current.state in IDLE:
+        # An abort with no partition added: the epoch is bumped, no marker is written.
+        return _bump_for_end(current.to(current.state, now_ms, partitions=frozenset(),
+                                        start_timestamp_ms=now_ms),
+                             prepare, now_ms, allocate_producer_id)
+    return ErrorCode.invalid_txn_state
+
+
+def _end_states(commit: bool) -> tuple[TransactionState, TransactionState]:
+    return ((TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT) if commit else
+            (TransactionState.PREPARE_ABORT, TransactionState.COMPLETE_ABORT))
+
+
+def _bump_for_end(current: TransactionSnapshot, prepare: TransactionState, now_ms: int,
+                  allocate_producer_id: Callable[[], int]) -> TransactionSnapshot:
+    """Kafka's prepareAbortOrCommit under version 2: the markers carry the bumped epoch, so
+    they fence the transaction's own late batches; the epoch before the bump is kept for
+    retries. An exhausted epoch is bumped to MAX_EPOCH once more, for the markers, and the id
+    continues with a new producer id once the transaction is complete."""
+    next_producer_id = allocate_producer_id() if current.epoch_exhausted else NO_PRODUCER_ID
+    return current.to(prepare, now_ms, producer_epoch=current.producer_epoch + 1,
+                      last_producer_epoch=current.producer_epoch,
+                      next_producer_id=next_producer_id)
+
+
+def client_producer(snapshot: TransactionSnapshot) -> ProducerIdAndEpoch:
+    """The producer id and epoch an EndTxn v5 answer hands the client for its next
+    transaction: after an exhausted epoch, the new producer id at epoch 0."""
+    if snapshot.next_producer_id != NO_PRODUCER_ID:
+        return ProducerIdAndEpoch(snapshot.next_producer_id, 0)
+    return ProducerIdAndEpoch(snapshot.producer_id, snapshot.producer_epoch)
+
+
 def complete_transaction(prepared: TransactionSnapshot, now_ms: int) -> TransactionSnapshot:
-    """Every marker of a prepared transaction is written: it is complete."""
+    """Every marker of a prepared transaction is written: it is complete (and continues
+    with its next producer id, if its end exhausted the epoch)."""
     state = (TransactionState.COMPLETE_COMMIT
              if prepared.state == TransactionState.PREPARE_COMMIT
              else TransactionState.COMPLETE_ABORT)
+    if prepared.next_producer_id != NO_PRODUCER_ID:
+        # last_producer_epoch stays MAX_EPOCH - 1: the last epoch the client saw.
+        return prepared.to(state, now_ms, partitions=frozenset(),
+                           producer_id=prepared.next_producer_id, producer_epoch=0,
+                           last_producer_id=prepared.producer_id,
+                           next_producer_id=NO_PRODUCER_ID)
     return prepared.to(state, now_ms, partitions=frozenset())
 
 

@@ -375,7 +375,7 @@ def test_unsupported_version_closes(broker, check_topic, api_key, version):
     assert_serving(broker, check_topic)
 
 
-@pytest.mark.parametrize("version", [4, 99, 32767])
+@pytest.mark.parametrize("version", [5, 99, 32767])
 def test_api_versions_unknown_version_answers_v0_unsupported(broker, check_topic, version):
     with connect(broker) as sock:
         # KIP-511: a newer client's ApiVersions body is unreadable to us; only the header counts.

@@ -112,7 +112,8 @@ async def test_commit_writes_prepare_markers_and_complete(coordinator, store, se
                                                           clock) -> None:
     producer_id, epoch = await begin(coordinator)
     assert (producer_id, epoch) == (1000, 0)
-    assert await coordinator.end_transaction("tx", producer_id, epoch, True) == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
+        == ErrorCode.none
     await clock.sleep(10)
     assert sorted((node, m.partitions) for node, m in sender.sent) == [
         (1, frozenset({T0})), (2, frozenset({U0}))]
@@ -123,8 +124,9 @@ async def test_commit_writes_prepare_markers_and_complete(coordinator, store, se
                                     TransactionState.PREPARE_COMMIT,
                                     TransactionState.COMPLETE_COMMIT]
     # A retry of the same EndTxn succeeds; the other outcome is refused; a new one starts.
-    assert await coordinator.end_transaction("tx", producer_id, epoch, True) == ErrorCode.none
-    assert await coordinator.end_transaction("tx", producer_id, epoch, False) \
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
+        == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, False)).error \
         == ErrorCode.invalid_txn_state
     assert await coordinator.add_partitions("tx", producer_id, epoch, [T1]) == ErrorCode.none
     assert state_of(coordinator).partitions == {T1}
@@ -132,9 +134,9 @@ async def test_commit_writes_prepare_markers_and_complete(coordinator, store, se
 
 async def test_end_txn_without_a_transaction_is_invalid(coordinator) -> None:
     result = await coordinator.init_producer_id("tx", TIMEOUT_MS, None)
-    assert await coordinator.end_transaction("tx", result.producer_id, 0, True) \
+    assert (await coordinator.end_transaction("tx", result.producer_id, 0, True)).error \
         == ErrorCode.invalid_txn_state
-    assert await coordinator.end_transaction("unknown", 5, 0, True) \
+    assert (await coordinator.end_transaction("unknown", 5, 0, True)).error \
         == ErrorCode.invalid_producer_id_mapping
 
 
@@ -151,7 +153,7 @@ async def test_a_new_instance_fences_the_zombie(coordinator, sender, clock) -> N
                                                                       producer_id, 2)
     assert await coordinator.add_partitions("tx", producer_id, zombie_epoch, [T1]) \
         == ErrorCode.producer_fenced
-    assert await coordinator.end_transaction("tx", producer_id, zombie_epoch, True) \
+    assert (await coordinator.end_transaction("tx", producer_id, zombie_epoch, True)).error \
         == ErrorCode.producer_fenced
 
 
@@ -160,14 +162,15 @@ async def test_a_transaction_past_its_timeout_is_aborted(coordinator, sender, cl
     await clock.sleep(CONFIG.abort_timed_out_transaction_cleanup_interval_ms + 10)
     assert {(commit, e) for commit, e, _ in sender.written()} == {(False, epoch + 1)}
     assert state_of(coordinator).state == TransactionState.COMPLETE_ABORT
-    assert await coordinator.end_transaction("tx", producer_id, epoch, True) \
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
         == ErrorCode.producer_fenced
 
 
 async def test_failover_resumes_a_prepared_commit(coordinator, store, sender, clock) -> None:
     producer_id, epoch = await begin(coordinator)
     sender.blocked = asyncio.Event()
-    assert await coordinator.end_transaction("tx", producer_id, epoch, True) == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, True)).error \
+        == ErrorCode.none
     partition = store.partition_for("tx")
     store.led.discard(partition)
     coordinator.on_metadata_change()
@@ -192,7 +195,8 @@ async def test_markers_retry_until_written_and_skip_deleted_topics(coordinator, 
     producer_id, epoch = await begin(coordinator, partitions=(T0, T1, U0))
     sender.errors[T0] = [ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas]
     del image.topics["u"]
-    assert await coordinator.end_transaction("tx", producer_id, epoch, False) == ErrorCode.none
+    assert (await coordinator.end_transaction("tx", producer_id, epoch, False)).error \
+        == ErrorCode.none
     await clock.sleep(100)
     assert state_of(coordinator).state == TransactionState.COMPLETE_ABORT
     assert [m.partitions for _, m in sender.sent].count(frozenset({T0})) == 3
@@ -251,3 +255,23 @@ async def test_list_transactions_filters(coordinator) -> None:
     error, listed = coordinator.list_transactions([], [1001])
     assert [tid for tid, _ in listed] == ["b"]
     assert len(coordinator.list_transactions([], [])[1]) == 2
+
+
+async def test_end_txn_v2_writes_markers_with_the_bumped_epoch_and_answers_it(
+        coordinator, sender, clock) -> None:
+    producer_id, epoch = await begin(coordinator)
+    result = await coordinator.end_transaction("tx", producer_id, epoch, True, bump_epoch=True)
+    assert (result.error, result.producer_id, result.producer_epoch) == (
+        ErrorCode.none, producer_id, epoch + 1)
+    await clock.sleep(10)
+    assert {(commit, e) for commit, e, _ in sender.written()} == {(True, epoch + 1)}
+    assert state_of(coordinator).state == TransactionState.COMPLETE_COMMIT
+    retry = await coordinator.end_transaction("tx", producer_id, epoch, True, bump_epoch=True)
+    assert (retry.error, retry.producer_epoch) == (ErrorCode.none, epoch + 1)
+    # The next transaction's partitions are added at the bumped epoch only.
+    assert await coordinator.add_partitions("tx", producer_id, epoch, [T1]) \
+        == ErrorCode.producer_fenced
+    assert await coordinator.add_partitions("tx", producer_id, epoch + 1, [T1]) \
+        == ErrorCode.none
+    assert await coordinator.verify_partitions("tx", producer_id, epoch + 1, [T1, T0]) == {
+        T1: ErrorCode.none, T0: ErrorCode.transaction_abortable}

@@ -116,3 +116,89 @@ def test_state_names_are_kafkas() -> None:
     assert TransactionState.from_display_name("CompleteCommit") \
         == TransactionState.COMPLETE_COMMIT
     assert TransactionState.from_display_name("Bogus") is None
+
+
+# -- transaction protocol version 2 (KIP-890: EndTxn v5) ---------------------------------------
+
+def ongoing(epoch: int = 0, partitions=(("t", 0),)) -> TransactionMetadata:
+    metadata = idle(epoch)
+    return applied(metadata, state.add_partitions(metadata, 7, epoch, partitions, NOW))
+
+
+def end_v2(metadata: TransactionMetadata, epoch: int, commit: bool, producer_id: int = 7,
+           allocate=ids):
+    return state.end_transaction_v2(metadata, producer_id, epoch, commit, NOW, allocate)
+
+
+def completed(metadata: TransactionMetadata, decision) -> TransactionMetadata:
+    applied(metadata, decision)
+    return applied(metadata, state.complete_transaction(metadata.current, NOW))
+
+
+def test_v2_every_end_bumps_the_epoch_and_a_retry_after_it_succeeds() -> None:
+    metadata = ongoing(epoch=3)
+    prepared = end_v2(metadata, 3, True)
+    assert (prepared.state, prepared.producer_epoch, prepared.last_producer_epoch) == (
+        TransactionState.PREPARE_COMMIT, 4, 3)
+    assert state.client_producer(prepared) == ProducerIdAndEpoch(7, 4)
+    applied(metadata, prepared)
+    # A retry with the epoch before the bump while the markers are written: retry later.
+    assert end_v2(metadata, 3, True) == ErrorCode.concurrent_transactions
+    assert end_v2(metadata, 3, False) == ErrorCode.invalid_txn_state
+    assert end_v2(metadata, 4, True) == ErrorCode.producer_fenced
+    applied(metadata, state.complete_transaction(metadata.current, NOW))
+    assert metadata.current.producer_epoch == 4
+    # Once complete the retry succeeds (answered with the current epoch); the other outcome
+    # is refused; an epoch older than the retry's is fenced.
+    assert end_v2(metadata, 3, True) == ErrorCode.none
+    assert end_v2(metadata, 3, False) == ErrorCode.invalid_txn_state
+    assert end_v2(metadata, 2, True) == ErrorCode.producer_fenced
+    # The next transaction runs at the bumped epoch and bumps it again.
+    applied(metadata, state.add_partitions(metadata, 7, 4, [("t", 1)], NOW))
+    assert end_v2(metadata, 4, False).producer_epoch == 5
+
+
+def test_v2_abort_without_partitions_bumps_the_epoch_and_commit_is_invalid() -> None:
+    metadata = idle(epoch=2)
+    assert end_v2(metadata, 2, True) == ErrorCode.invalid_txn_state
+    aborted = end_v2(metadata, 2, False)
+    assert (aborted.state, aborted.producer_epoch, aborted.partitions) == (
+        TransactionState.PREPARE_ABORT, 3, frozenset())
+    completed(metadata, aborted)
+    # From CompleteAbort at the current epoch, another abort is a new (empty) one.
+    assert end_v2(metadata, 3, False).producer_epoch == 4
+    assert end_v2(metadata, 2, False) == ErrorCode.none  # the retry of the first
+    assert end_v2(metadata, 3, True) == ErrorCode.invalid_txn_state
+
+
+def test_v2_an_exhausted_epoch_continues_with_a_new_producer_id() -> None:
+    metadata = ongoing(epoch=MAX_EPOCH - 1)
+    prepared = end_v2(metadata, MAX_EPOCH - 1, True, allocate=lambda: 99)
+    # The markers carry the last epoch of the old id; the client continues with the new one.
+    assert (prepared.producer_id, prepared.producer_epoch, prepared.next_producer_id) == (
+        7, MAX_EPOCH, 99)
+    assert state.client_producer(prepared) == ProducerIdAndEpoch(99, 0)
+    completed(metadata, prepared)
+    current = metadata.current
+    assert (current.producer_id, current.producer_epoch, current.last_producer_id,
+            current.next_producer_id) == (99, 0, 7, state.NO_PRODUCER_ID)
+    # A retry with the old id and its last epoch succeeds; the new id's epoch 0 is current.
+    assert end_v2(metadata, MAX_EPOCH - 1, True, producer_id=7) == ErrorCode.none
+    assert end_v2(metadata, 5, True, producer_id=7) == ErrorCode.invalid_producer_id_mapping
+    applied(metadata, state.add_partitions(metadata, 99, 0, [("t", 0)], NOW))
+    assert end_v2(metadata, 0, True, producer_id=99).producer_epoch == 1
+
+
+def test_v1_end_keeps_the_epoch() -> None:
+    metadata = ongoing(epoch=3)
+    prepared = state.end_transaction(metadata, 7, 3, True, NOW)
+    assert (prepared.producer_epoch, prepared.next_producer_id) == (3, state.NO_PRODUCER_ID)
+
+
+def test_verify_partitions() -> None:
+    metadata = ongoing(epoch=1)
+    assert state.verify_partitions(metadata, 7, 1, [("t", 0), ("t", 1)]) == {
+        ("t", 0): ErrorCode.none, ("t", 1): ErrorCode.transaction_abortable}
+    assert state.verify_partitions(metadata, 7, 0, [("t", 0)]) == ErrorCode.producer_fenced
+    assert state.verify_partitions(metadata, 8, 1, [("t", 0)]) \
+        == ErrorCode.invalid_producer_id_mapping
