@@ -191,6 +191,12 @@ class PartitionLog(abc.ABC):
         (DescribeProducers)."""
         return []
 
+    def producer(self, producer_id: int) -> ProducerEntry | None:
+        """One producer's state (whether its transaction is open here); engines that keep
+        it indexed answer without listing every producer."""
+        return next((entry for entry in self.active_producers()
+                     if entry.producer_id == producer_id), None)
+
     def durable_end_offset(self) -> int:
         """Offsets below this are durable without any follower holding them (e.g. uploaded
         with ``active.tiered.ack.on.upload``), so the high watermark may pass them; -1 when

@@ -98,9 +98,9 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int,
 
 def _in_open_transaction(partition: Partition, batch: BatchHeader) -> bool:
     """Kafka's hasOngoingTransaction: the producer's transaction at this epoch is open here."""
-    return any(entry.producer_id == batch.producer_id and entry.epoch == batch.producer_epoch
-               and entry.txn_first_offset != NO_OFFSET
-               for entry in partition.log.active_producers())
+    entry = partition.log.producer(batch.producer_id)
+    return (entry is not None and entry.epoch == batch.producer_epoch
+            and entry.txn_first_offset != NO_OFFSET)
 
 
 async def _add_to_transaction(ctx: RequestContext, transactional_id: str | None,

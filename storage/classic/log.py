@@ -233,6 +233,9 @@ class ClassicLog(PartitionLog):
     def active_producers(self) -> list[ProducerEntry]:
         return list(self._producers.producers.values())
 
+    def producer(self, producer_id: int) -> ProducerEntry | None:
+        return self._producers.producers.get(producer_id)
+
     async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
         for segment in self._local.segments:
             if segment.max_timestamp >= timestamp_ms:
