@@ -3,7 +3,7 @@
 
 Non-flexible versions use int16-length strings and int32-length arrays and bytes; flexible
 ones (``compact_*``) use unsigned-varint lengths plus one and end each structure with tagged
-fields, which kipper reads past (it writes none).
+fields (a count, then per field its tag, size and bytes).
 """
 
 from __future__ import annotations
@@ -51,6 +51,31 @@ class RecordWriter:
     def bytes(self, value: bytes) -> RecordWriter:
         self.int32(len(value))
         self.out += value
+        return self
+
+    def unsigned_varint(self, value: int) -> RecordWriter:
+        while value >= 0x80:
+            self.out.append(value & 0x7F | 0x80)
+            value >>= 7
+        self.out.append(value)
+        return self
+
+    def compact_string(self, value: str) -> RecordWriter:
+        raw = value.encode()
+        self.unsigned_varint(len(raw) + 1)
+        self.out += raw
+        return self
+
+    def array_length(self, length: int, compact: bool) -> RecordWriter:
+        """An array's element count (-1: null), as ``RecordReader.array_length`` reads it."""
+        return self.unsigned_varint(length + 1) if compact else self.int32(length)
+
+    def tagged_fields(self, fields: dict[int, bytes]) -> RecordWriter:
+        """The tagged fields of a flexible structure, by tag (none: an empty set)."""
+        self.unsigned_varint(len(fields))
+        for tag in sorted(fields):
+            self.unsigned_varint(tag).unsigned_varint(len(fields[tag]))
+            self.out += fields[tag]
         return self
 
     def to_bytes(self) -> bytes:
@@ -134,6 +159,12 @@ class RecordReader:
         return self._raw(self.int32())
 
     def skip_tagged_fields(self) -> None:
+        self.tagged_fields()
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        """The tagged fields of a flexible structure, by tag."""
+        fields = {}
         for _ in range(self.unsigned_varint()):
-            self.unsigned_varint()  # tag
-            self._raw(self.unsigned_varint())
+            tag = self.unsigned_varint()
+            fields[tag] = self._raw(self.unsigned_varint())
+        return fields

@@ -12,9 +12,16 @@ from kio.schema.errors import ErrorCode
 from support.coordinators import MemoryCoordinatorLog
 
 from coordinator.transaction.markers import MarkerWriter, TxnMarkers
-from coordinator.transaction.records import decode_key, decode_value
+from coordinator.coordinator_log import LoggedRecord
+from coordinator.transaction.records import (
+    TransactionLogValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from coordinator.transaction.service import TransactionCoordinator
-from coordinator.transaction.state import ProducerIdAndEpoch, TransactionState
+from coordinator.transaction.state import MAX_EPOCH, ProducerIdAndEpoch, TransactionState
 from coordinator.transaction_config import TransactionConfig
 from replication.cluster_metadata import (
     BrokerInfo,
@@ -275,3 +282,38 @@ async def test_end_txn_v2_writes_markers_with_the_bumped_epoch_and_answers_it(
         == ErrorCode.none
     assert await coordinator.verify_partitions("tx", producer_id, epoch + 1, [T1, T0]) == {
         T1: ErrorCode.none, T0: ErrorCode.transaction_abortable}
+
+
+async def test_failover_keeps_the_producer_id_an_exhausted_epoch_rotates_to(
+        coordinator, store, sender, clock) -> None:
+    partition = store.partition_for("tx")
+    store.led.discard(partition)
+    coordinator.on_metadata_change()
+    exhausted = TransactionLogValue(500, MAX_EPOCH - 1, TIMEOUT_MS, TransactionState.ONGOING,
+                                    (T0,), 0, 0)
+    log = store.logs[partition]
+    log.append(LoggedRecord(len(log), encode_key("tx"), encode_value(exhausted)))
+    store.led.add(partition)
+    coordinator.on_metadata_change()
+    await clock.sleep(10)
+
+    sender.blocked = asyncio.Event()
+    result = await coordinator.end_transaction("tx", 500, MAX_EPOCH - 1, True, bump_epoch=True)
+    assert result.error == ErrorCode.none and result.producer_epoch == 0
+    rotated_to = result.producer_id
+    # The coordinator moves before the markers are written; the next one finishes them.
+    store.led.discard(partition)
+    coordinator.on_metadata_change()
+    sender.blocked.set()
+    await clock.sleep(10)
+    store.led.add(partition)
+    store.epochs[partition] = 5
+    coordinator.on_metadata_change()
+    await clock.sleep(10)
+    assert {(m.producer_id, m.producer_epoch) for _, m in sender.sent} == {(500, MAX_EPOCH)}
+    snapshot = state_of(coordinator)
+    assert (snapshot.state, snapshot.producer_id, snapshot.producer_epoch) == (
+        TransactionState.COMPLETE_COMMIT, rotated_to, 0)
+    retry = await coordinator.end_transaction("tx", 500, MAX_EPOCH - 1, True, bump_epoch=True)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (ErrorCode.none,
+                                                                       rotated_to, 0)

@@ -3,6 +3,8 @@ TransactionLogValue v0 and v1)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from coordinator.transaction.records import (
@@ -51,8 +53,18 @@ def test_value_v0_is_kafkas_layout() -> None:
     assert decode_value(ONGOING_V0) == ONGOING
 
 
-def test_value_v1_is_read_past_its_tagged_fields() -> None:
-    assert decode_value(ONGOING_V1) == ONGOING
+def test_value_v1_gives_its_producer_id_tags() -> None:
+    assert decode_value(ONGOING_V1) == dataclasses.replace(ONGOING, previous_producer_id=999)
+
+
+def test_a_producer_id_rotation_is_written_as_v1_with_its_tags() -> None:
+    rotating = dataclasses.replace(ONGOING, state=TransactionState.PREPARE_COMMIT,
+                                   previous_producer_id=999, next_producer_id=1001)
+    encoded = encode_value(rotating)
+    assert encoded[:2] == bytes.fromhex("0001")
+    assert encoded.endswith(bytes.fromhex(
+        "02" "00" "08" "00000000000003e7" "01" "08" "00000000000003e9"))
+    assert decode_value(encoded) == rotating
 
 
 def test_an_empty_transaction_has_null_partitions() -> None:
