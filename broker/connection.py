@@ -182,7 +182,8 @@ class Connection:
 
     async def _handle(self, header: RequestHeader, body: object, traffic_class: str,
                       expected: int, received_at: float) -> bytes | None:
-        context = RequestContext(header, self.services, self.peer)
+        context = RequestContext(header, self.services, self.peer,
+                                 self.authentication.node_id)
         try:
             response = await HANDLERS[header.api_key](context, body)
         except Exception:

@@ -19,7 +19,7 @@ from protocol.records import BatchHeader
 
 from .append_rules import AppendDecision, AppendOrigin, check_append
 from .config import LogConfig
-from .producer_state import AbortedTransaction
+from .producer_state import AbortedTransaction, ProducerEntry
 
 if TYPE_CHECKING:
     from .disk_space import DiskSpace
@@ -184,6 +184,11 @@ class PartitionLog(abc.ABC):
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
         """The aborted transactions with records in [start, end), oldest marker first
         (FetchResponse's aborted_transactions for a read_committed consumer)."""
+        return []
+
+    def active_producers(self) -> list[ProducerEntry]:
+        """The producers the log keeps idempotence or transaction state for
+        (DescribeProducers)."""
         return []
 
     def durable_end_offset(self) -> int:

@@ -62,13 +62,7 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int, records
 @handles(ApiKey.PRODUCE)
 async def produce(ctx: RequestContext, request) -> object | None:
     acks = request.acks
-    if request.transactional_id is not None:
-        # Transactions are not implemented yet; InitProducerId already refuses them.
-        fixed_error: ErrorCode | None = ErrorCode.invalid_txn_state
-    elif acks not in (0, 1, -1):
-        fixed_error = ErrorCode.invalid_required_acks
-    else:
-        fixed_error = None
+    fixed_error = ErrorCode.invalid_required_acks if acks not in (0, 1, -1) else None
 
     keys = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
     if fixed_error is not None:

@@ -39,6 +39,8 @@ class RequestContext:
     header: RequestHeader
     services: "BrokerServices"
     peer: str
+    # The node this connection proved to be (broker.inter_broker); None for a client.
+    broker_node: int | None = None
 
     @property
     def version(self) -> int:

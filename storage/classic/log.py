@@ -30,7 +30,7 @@ from ..config import LogConfig
 from ..disk_space import storage_io
 from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
                    PartitionLog, ReadResult, StorageError, TimestampOffset)
-from ..producer_state import AbortedTransaction, CorruptSnapshot, ProducerState
+from ..producer_state import AbortedTransaction, CorruptSnapshot, ProducerEntry, ProducerState
 from .checkpoint import read_offset, write_atomically, write_offset
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from .local_log import LocalLog
@@ -230,10 +230,8 @@ class ClassicLog(PartitionLog):
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
         return self._producers.aborted_between(start, end)
 
-    @property
-    def producer_state(self) -> ProducerState:
-        """Read-only use (DescribeProducers); changes go through appends."""
-        return self._producers
+    def active_producers(self) -> list[ProducerEntry]:
+        return list(self._producers.producers.values())
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
         for segment in self._local.segments:

@@ -4,9 +4,13 @@ from kafka.record.default_records import DefaultRecordBatch
 from protocol.records import (
     CorruptRecordBatch,
     InvalidRecordBatch,
+    TxnMarker,
     UnsupportedMagic,
     assign_offsets,
+    build_marker_batch,
     iter_batches,
+    read_header,
+    read_marker,
     validate_produce_records,
 )
 from support.batches import build_batch as build_values_batch
@@ -82,3 +86,13 @@ def test_partial_tail_is_tolerated_only_when_asked():
     assert len(list(iter_batches(raw, allow_partial_tail=True))) == 1
     with pytest.raises(InvalidRecordBatch):
         list(iter_batches(raw))
+
+
+def test_a_marker_reads_back_and_clients_may_not_produce_one():
+    marker = TxnMarker(producer_id=9, producer_epoch=3, commit=False, coordinator_epoch=7)
+    batch = build_marker_batch(marker, 1_000)
+    header = read_header(batch)
+    assert header.is_control and header.is_transactional
+    assert read_marker(batch, header) == marker
+    with pytest.raises(InvalidRecordBatch, match="control"):
+        validate_produce_records(bytes(batch))

@@ -17,11 +17,11 @@ def build_batch(values: Sequence[bytes], *, keys: Sequence[bytes] | None = None,
                 timestamps: Sequence[int] | None = None, first_timestamp: int = T0,
                 headers: Sequence[tuple[str, bytes]] = (), compression: int = CODEC_NONE,
                 producer_id: int = -1, producer_epoch: int = -1,
-                base_sequence: int = -1) -> bytearray:
+                base_sequence: int = -1, transactional: bool = False) -> bytearray:
     """One v2 batch of ``values`` at relative offsets 0..n-1, with no keys unless given, the
     same ``headers`` on every record and timestamps ``first_timestamp + i`` unless given."""
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=compression, is_transactional=False,
+        magic=2, compression_type=compression, is_transactional=transactional,
         producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
         batch_size=1 << 30)
     for i, value in enumerate(values):

@@ -12,6 +12,9 @@ from kio.static.constants import EntityType
 
 from protocol.build import make
 from protocol.framing import decode_response, encode_request
+from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody
+
+from .processes import CLUSTER_SECRET
 
 IO_TIMEOUT = 10.0
 
@@ -58,6 +61,16 @@ def assert_closed(sock: socket.socket, timeout: float = IO_TIMEOUT) -> None:
     except socket.timeout:
         pytest.fail(f"broker kept the connection open for {timeout} s")
     assert data == b"", f"expected a closed connection, got {len(data)} bytes: {data[:60]!r}"
+
+
+def prove_broker(sock: socket.socket, node_id: int = 99) -> None:
+    """Authenticate ``sock`` as broker ``node_id`` of the test clusters (broker.inter_broker),
+    so broker-only requests on it are executed."""
+    challenge = call(sock, InternalApiKey.BROKER_CHALLENGE, 0, JsonBody({})).value["challenge"]
+    proof = ClusterCredentials(node_id, CLUSTER_SECRET).proof(challenge)
+    answer = call(sock, InternalApiKey.BROKER_PROOF, 0,
+                  JsonBody({"node_id": node_id, "proof": proof}))
+    assert answer.value == {"error_code": 0}, answer.value
 
 
 def entity(api_key: int, version: int, entity_name: str, /, **values):
