@@ -118,28 +118,25 @@ def test_txn_offset_commit_with_a_wrong_generation(shared_broker, txn_id, topic_
     assert_usable(bootstrap, txn_id, topic_name)
 
 
-def test_write_txn_markers_from_a_client(shared_broker, txn_id, topic_name):
+def test_write_txn_markers_from_a_client(shared_broker, topic_name):
     bootstrap = shared_broker.bootstrap
     create_topic(bootstrap, topic_name)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    producer.produce(topic_name, b"open", partition=0)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer.produce(topic_name, b"plain", partition=0)
     assert producer.flush(60) == 0
     with connect(shared_broker) as sock:
         response = call(sock, WRITE_TXN_MARKERS, 1, entity(
             WRITE_TXN_MARKERS, 1, "WriteTxnMarkersRequest", markers=tuple(
                 entity(WRITE_TXN_MARKERS, 1, "WritableTxnMarker", producer_id=producer_id,
-                       producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+                       producer_epoch=0, transaction_result=commit, coordinator_epoch=0,
                        topics=(entity(WRITE_TXN_MARKERS, 1, "WritableTxnMarkerTopic",
                                       name=topic_name, partition_indexes=(0,)),))
-                for producer_id in (0, 1))))
+                for producer_id, commit in ((0, True), (1, False)))))
     codes = [p.error_code for marker in response.markers for topic in marker.topics
              for p in topic.partitions]
     assert codes == [CLUSTER_AUTHORIZATION_FAILED] * 2
-    # No marker was written: the transaction is still open and holds the LSO back.
+    # No marker was written: a marker would have taken an offset.
     assert (list_offset(bootstrap, topic_name, READ_COMMITTED),
-            list_offset(bootstrap, topic_name, READ_UNCOMMITTED)) == (0, 1)
-    producer.commit_transaction(60)
+            list_offset(bootstrap, topic_name, READ_UNCOMMITTED)) == (1, 1)
     assert consume_all(bootstrap, topic_name, 1,
-                       config={"isolation.level": READ_COMMITTED}) == [b"open"]
+                       config={"isolation.level": READ_COMMITTED}) == [b"plain"]

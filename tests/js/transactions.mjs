@@ -13,25 +13,9 @@
 // level (kafkajs `readUncommitted`) until it has `count` records, then `settle-ms` more; prints
 // {"values": [...]} in the order read.
 import kafkajs from 'kafkajs'
+import { parseFlags, stderrLogCreator } from './common.mjs'
 
 const { Kafka, logLevel } = kafkajs
-
-function parseArgs (argv) {
-  const args = {}
-  for (let i = 0; i < argv.length; i += 2) {
-    if (!argv[i].startsWith('--') || argv[i + 1] === undefined) {
-      throw new Error(`bad argument list near ${argv[i]}`)
-    }
-    args[argv[i].slice(2)] = argv[i + 1]
-  }
-  return args
-}
-
-// kafkajs logs to stdout by default; keep stdout for the JSON result.
-const stderrLogCreator = () => ({ namespace, label, log }) => {
-  const { message, ...extra } = log
-  process.stderr.write(`[kafkajs ${label} ${namespace}] ${message} ${JSON.stringify(extra)}\n`)
-}
 
 function client (bootstrap) {
   return new Kafka({
@@ -111,7 +95,7 @@ async function consume (args) {
 
 async function main () {
   const [command, ...rest] = process.argv.slice(2)
-  const args = parseArgs(rest)
+  const args = parseFlags(rest)
   const commands = { produce, consume }
   if (!(command in commands)) throw new Error(`unknown command ${command}`)
   process.stdout.write(JSON.stringify(await commands[command](args)) + '\n')
