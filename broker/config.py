@@ -133,6 +133,22 @@ class BrokerConfig:
     request_read_timeout_ms: int = setting(
         30_000, "A request whose bytes, once begun, take longer than this to arrive closes "
         "its connection (a slow or stalled client, e.g. slowloris, cannot hold it open).")
+    transaction_state_log_num_partitions: int = setting(
+        50, "Partitions of `__transaction_state`, created on the first FindCoordinator for a "
+        "transaction (`transaction.state.log.num.partitions`; its replication factor is 3 "
+        "lowered to the live brokers).")
+    transaction_max_timeout_ms: int = setting(
+        900_000, "Longest `transaction.timeout.ms` a producer may ask for "
+        "(`transaction.max.timeout.ms`).")
+    transactional_id_expiration_ms: int = setting(
+        7 * 24 * 3600 * 1000, "A transactional id with no transaction for this long is "
+        "forgotten (`transactional.id.expiration.ms`).")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        10_000, "How often transactions open longer than their timeout are aborted "
+        "(`transaction.abort.timed.out.transaction.cleanup.interval.ms`).")
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = setting(
+        3600 * 1000, "How often expired transactional ids are removed "
+        "(`transaction.remove.expired.transaction.cleanup.interval.ms`).")
     log_retention_check_interval_ms: int = setting(
         300_000, "How often `retention.ms` / `retention.bytes` are applied, to the logs of "
         "every storage mode (`log.retention.check.interval.ms`).")

@@ -14,6 +14,10 @@ from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSet
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
 from coordinator.internal_topic import InternalTopicLog
+from coordinator.transaction.markers import MarkerWriter, marker_sender
+from coordinator.transaction.service import TransactionCoordinator
+from coordinator.transaction_config import TransactionConfig
+from coordinator.group.timer import AsyncioTimer
 from protocol.internal import ClusterCredentials, InternalApiKey
 from replication.active_tiered import BrokerReplicaLink
 from replication.cluster_metadata import (
@@ -42,6 +46,7 @@ from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .diskless_metrics import DisklessMetrics
+from .handlers.txn_markers import local_marker_writer
 from .listening import binding
 from .metadata_follower import MetadataFollower
 from .metrics import MetricsServer
@@ -113,6 +118,7 @@ class Broker:
         self.housekeeping: Housekeeping | None = None
         self.follower: MetadataFollower | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
                                                 config.node_id)
         self.controller_channel: ControllerChannel | None = None
@@ -169,6 +175,7 @@ class Broker:
             self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
                 self.image, self.controller_channel.create_topic, self.replicas,
                 group_config.offsets_topic()))
+            self.transaction_coordinator = self._transaction_coordinator()
         self._serve_requests()
         if self.config.broker_role:
             advertised_host, advertised_port = split_host_port(
@@ -181,6 +188,7 @@ class Broker:
                 await self.active_tiered.start(BrokerReplicaLink(
                     self.replicas, self.image, self.nodes, self.controller_channel.create_topic))
             await self.group_coordinator.start()
+            await self.transaction_coordinator.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
         self._background = [
@@ -199,10 +207,34 @@ class Broker:
             config=self.config,
             image=self.image, replicas=self.replicas, controller=self.controller,
             controller_channel=self.controller_channel,
-            group_coordinator=self.group_coordinator, batch_coordinator=self.batch_coordinator,
+            group_coordinator=self.group_coordinator,
+            transaction_coordinator=self.transaction_coordinator,
+            batch_coordinator=self.batch_coordinator,
             producer_ids=self.producer_ids, capture=self.capture,
             storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics)
         self._services_ready.set()
+
+    def _transaction_coordinator(self) -> TransactionCoordinator:
+        config = TransactionConfig(
+            state_log_num_partitions=self.config.transaction_state_log_num_partitions,
+            max_timeout_ms=self.config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
+            abort_timed_out_transaction_cleanup_interval_ms=(
+                self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+            remove_expired_transaction_cleanup_interval_ms=(
+                self.config.transaction_remove_expired_transaction_cleanup_interval_ms))
+        timer = AsyncioTimer()
+        return TransactionCoordinator(
+            config,
+            InternalTopicLog(self.image, self.controller_channel.create_topic, self.replicas,
+                             config.state_topic()),
+            MarkerWriter(self.image, marker_sender(
+                self.nodes, self.config.node_id,
+                # Handlers are served (and so this broker's own markers written) once the
+                # services exist: the coordinator sends none before it starts.
+                lambda request: local_marker_writer(self.services, self.config.node_id)(request)),
+                config.retry_backoff_ms, timer),
+            self.producer_ids.next_id, timer)
 
     def _start_diskless(self) -> None:
         """The diskless engine: WAL writer, read cache, and this broker's part of the batch
@@ -255,8 +287,10 @@ class Broker:
 
     def _on_metadata_record(self, record: dict) -> None:
         self.replicas.on_metadata_record(record)
-        # After the replica manager: leadership of __consumer_offsets partitions may move.
+        # After the replica manager: leadership of __consumer_offsets and
+        # __transaction_state partitions may move.
         self.group_coordinator.on_metadata_change()
+        self.transaction_coordinator.on_metadata_change()
 
     def _serve_metadata_log(self) -> None:
         """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
@@ -303,6 +337,8 @@ class Broker:
         # still waiting, which their connections' response senders wait for.
         if self.group_coordinator is not None:
             await _bounded("the group coordinator", self.group_coordinator.stop())
+        if self.transaction_coordinator is not None:
+            await _bounded("the transaction coordinator", self.transaction_coordinator.stop())
         if self.metrics is not None:
             await _bounded("the metrics listener", self.metrics.stop())
         if self.active_tiered is not None:

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.diskless import BatchCoordinator
 from coordinator.controller import Controller, ControllerError
 from coordinator.group.service import GroupCoordinator
+from coordinator.transaction.service import TransactionCoordinator
 from protocol.apis import ApiKey
 from protocol.build import make
 from replication.cluster_metadata import MetadataImage
@@ -92,6 +93,7 @@ class BrokerServices:
     controller: Controller | None
     controller_channel: ControllerChannel
     group_coordinator: GroupCoordinator | None
+    transaction_coordinator: TransactionCoordinator | None
     batch_coordinator: BatchCoordinator | None
     producer_ids: ProducerIdAllocator
     capture: TraceCapture | None

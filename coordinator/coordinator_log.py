@@ -59,6 +59,10 @@ class CoordinatorLog(Protocol):
     def led_partitions(self) -> set[int]:
         """Every partition this broker leads."""
 
+    def coordinator_epoch(self, partition: int) -> int:
+        """The leader epoch of ``partition``: a coordinator's epoch, which fences what an
+        earlier coordinator of its keys sends (transaction markers)."""
+
     async def append(self, partition: int, records: Sequence[LogRecord],
                      timestamp_ms: int) -> int:
         """Append ``records`` as leader and wait until every in-sync replica has them; the

@@ -134,6 +134,11 @@ class InternalTopicLog(CoordinatorLog):
     def led_partitions(self) -> set[int]:
         return {p for p in range(self.num_partitions) if self.is_local_leader(p)}
 
+    def coordinator_epoch(self, partition: int) -> int:
+        topic = self.image.topics.get(self.topic.name)
+        info = topic.partitions.get(partition) if topic else None
+        return info.leader_epoch if info else -1
+
     def _replica(self, partition: int) -> HostedPartition:
         hosted = self.replicas.partitions.get((self.topic.name, partition))
         if hosted is None:

@@ -5,6 +5,6 @@ from .registry import HANDLERS, RequestContext, handles
 from . import (admin, api_versions, controller_apis, describe_producers,  # noqa: E402,F401
                diskless_coordinator, fetch,
                groups, metadata, offsets, produce, producer_id,  # (registration)
-               txn_markers)
+               transactions, txn_markers)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]

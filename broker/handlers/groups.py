@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.coordinator_log import CoordinatorLog
 from coordinator.group.classic import JoinRequest, JoinResult
 from coordinator.group.offsets import OffsetCommit
 from coordinator.group.service import GroupCoordinator
@@ -43,8 +44,9 @@ def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 @handles(ApiKey.FIND_COORDINATOR)
 async def find_coordinator(ctx: RequestContext, request) -> object:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
-    if key_type == GROUP_KEY_TYPE:
-        await _coordinator(ctx).store.ensure_topic()
+    store = _coordinator_log(ctx, key_type)
+    if store is not None:
+        await store.ensure_topic()
     if ctx.version >= 4:
         return ctx.response("FindCoordinatorResponse", throttle_time=0, coordinators=tuple(
             ctx.response("Coordinator", key=key, **_locate(ctx, key_type, key))
@@ -53,21 +55,26 @@ async def find_coordinator(ctx: RequestContext, request) -> object:
                         **_locate(ctx, key_type, request.key))
 
 
+def _coordinator_log(ctx: RequestContext, key_type: int) -> CoordinatorLog | None:
+    """The internal topic of the coordinator of ``key_type`` (group or transaction)."""
+    if key_type == GROUP_KEY_TYPE:
+        return _coordinator(ctx).store
+    if key_type == TRANSACTION_KEY_TYPE:
+        return ctx.services.transaction_coordinator.store
+    return None
+
+
 def _locate(ctx: RequestContext, key_type: int, key: str) -> dict:
     def failure(error: ErrorCode, message: str) -> dict:
         return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
 
-    if key_type == TRANSACTION_KEY_TYPE:
-        # Non-retriable, so a transactional producer fails at once with this message
-        # instead of retrying until its timeout.
-        return failure(ErrorCode.invalid_request, "kipper does not support transactions yet")
-    if key_type != GROUP_KEY_TYPE:
+    store = _coordinator_log(ctx, key_type)
+    if store is None:
         return failure(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
-    store = _coordinator(ctx).store
     node = store.coordinator_node(store.partition_for(key))
     if node is None:
         return failure(ErrorCode.coordinator_not_available,
-                       "the group's __consumer_offsets partition has no leader")
+                       "the key's partition of its coordinator's topic has no leader")
     return dict(error_code=ErrorCode.none, error_message=None, node_id=node.node_id,
                 host=node.host, port=node.port)
 

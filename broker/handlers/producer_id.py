@@ -1,8 +1,5 @@
-"""InitProducerId for idempotent producers (ids from broker.producer_ids).
-
-Transactions are not built: a transactional id is refused with INVALID_REQUEST, which
-clients treat as fatal (a Java producer fails with "unexpected error" instead of retrying
-until its timeout); FindCoordinator for a transaction gives the same code with a message.
+"""InitProducerId for idempotent producers (ids from broker.producer_ids); with a
+transactional id it is the transaction coordinator's (broker.handlers.transactions).
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError
 
 from .registry import RequestContext, handles
+from .transactions import init_transactional_producer_id
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +21,7 @@ log = logging.getLogger(__name__)
 @handles(ApiKey.INIT_PRODUCER_ID)
 async def init_producer_id(ctx: RequestContext, request) -> object:
     if request.transactional_id is not None:
-        return ctx.response("InitProducerIdResponse", throttle_time=0,
-                            error_code=ErrorCode.invalid_request, producer_id=-1,
-                            producer_epoch=-1)
+        return await init_transactional_producer_id(ctx, request)
     # Without a transactional id Kafka always issues a fresh id at epoch 0, also when an
     # idempotent producer asks to bump the epoch of its current one (KIP-360).
     try:

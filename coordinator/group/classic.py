@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ..group_config import GroupConfig
-from .loader import Spawn
+from ..partition_loader import Spawn
 from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LogRecord
 from .records import (
     GroupKey,

@@ -1,22 +1,15 @@
-"""Which ``__consumer_offsets`` partitions this coordinator serves, and loading them
-(Kafka's CoordinatorLoader with the replay of its group and offset managers).
-
-When this broker becomes the leader of a partition, the partition is replayed to the latest
-metadata of each group and the latest commit of each offset in it; requests for its groups
-get COORDINATOR_LOAD_IN_PROGRESS until then. When it stops leading, the groups are dropped.
+"""Loading a ``__consumer_offsets`` partition (the replay of Kafka's group and offset
+managers): the latest metadata of each group and the latest commit of each offset in it.
+``coordinator.partition_loader`` decides when.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..state_machine import Applier
 from ..coordinator_log import LoggedRecord, CoordinatorLog
+from ..partition_loader import replay_into
 from .records import (
     GroupValue,
     MalformedGroupRecord,
@@ -30,7 +23,6 @@ from .state import CommittedOffset
 log = logging.getLogger(__name__)
 # (group id, topic, partition) of a committed offset.
 OffsetSlot = tuple[str, str, int]
-Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task]
 
 
 @dataclass(slots=True)
@@ -67,65 +59,8 @@ class LoadedPartition:
 
 async def replay(topic_log: CoordinatorLog, partition: int) -> LoadedPartition:
     """The partition's records, replayed from its start."""
-    loaded = LoadedPartition(partition)
-    applier = Applier(loaded)
-    async for record in topic_log.replay(partition):
-        applier.apply([(record.offset, record)])
+    loaded = await replay_into(topic_log, partition, LoadedPartition(partition))
+    if loaded.groups or loaded.offsets:
+        log.info("loaded %d groups and %d offsets of __consumer_offsets-%d", len(loaded.groups),
+                 len(loaded.offsets), partition)
     return loaded
-
-
-class PartitionLoader:
-    """Follows leadership of the partitions: loads the ones this broker leads and unloads
-    the others, telling the coordinator through ``on_loaded`` and ``on_unloaded``."""
-
-    def __init__(self, topic_log: CoordinatorLog, spawn: Spawn,
-                 on_loaded: Callable[[int, LoadedPartition], None],
-                 on_unloaded: Callable[[int], None]) -> None:
-        self.topic_log = topic_log
-        self.spawn = spawn
-        self.on_loaded = on_loaded
-        self.on_unloaded = on_unloaded
-        self._loaded: set[int] = set()
-        self._loading: dict[int, asyncio.Task] = {}
-
-    def is_loaded(self, partition: int) -> bool:
-        return partition in self._loaded
-
-    @property
-    def is_loading(self) -> bool:
-        return bool(self._loading)
-
-    def sync(self) -> None:
-        """Load the partitions this broker now leads, unload those it no longer leads."""
-        led = self.topic_log.led_partitions()
-        for partition in led - self._loaded - set(self._loading):
-            self._loading[partition] = self.spawn(self._load(partition))
-        for partition in (self._loaded | set(self._loading)) - led:
-            self._unload(partition)
-
-    def unload_all(self) -> None:
-        for partition in self._loaded | set(self._loading):
-            self._unload(partition)
-
-    async def _load(self, partition: int) -> None:
-        started = time.monotonic()
-        try:
-            loaded = await replay(self.topic_log, partition)
-        except Exception:
-            log.exception("loading groups of __consumer_offsets-%d failed", partition)
-            self._loading.pop(partition, None)
-            return
-        self.on_loaded(partition, loaded)
-        self._loading.pop(partition, None)
-        self._loaded.add(partition)
-        if loaded.groups or loaded.offsets:
-            log.info("loaded %d groups and %d offsets of __consumer_offsets-%d in %.2f s",
-                     len(loaded.groups), len(loaded.offsets), partition,
-                     time.monotonic() - started)
-
-    def _unload(self, partition: int) -> None:
-        loading = self._loading.pop(partition, None)
-        if loading is not None:
-            loading.cancel()
-        self._loaded.discard(partition)
-        self.on_unloaded(partition)

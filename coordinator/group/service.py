@@ -17,8 +17,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..group_config import GroupConfig
+from ..internal_topic import OFFSETS_TOPIC
 from .classic import ClassicGroupManager, JoinRequest, JoinResult, SyncResult
-from .loader import LoadedPartition, PartitionLoader
+from ..partition_loader import PartitionLoader
+from .loader import LoadedPartition, replay
 from .offsets import OffsetCommit, OffsetManager, TopicPartition
 from ..coordinator_log import CoordinatorLog
 from .state import CommittedOffset, Group, GroupState
@@ -37,8 +39,9 @@ class GroupCoordinator:
         timer = timer or AsyncioTimer()
         self.classic = ClassicGroupManager(config, store, timer, self._spawn)
         self.offsets = OffsetManager(self.classic, store, timer)
-        self.loader = PartitionLoader(store, self._spawn, self._on_loaded,
-                                      self.classic.unload_partition)
+        self.loader: PartitionLoader[LoadedPartition] = PartitionLoader(
+            OFFSETS_TOPIC, store, self._spawn, lambda partition: replay(store, partition),
+            self._on_loaded, self.classic.unload_partition)
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -78,12 +81,7 @@ class GroupCoordinator:
         """Why this broker cannot serve ``group_id`` now, if it cannot."""
         if not self._active:
             return ErrorCode.coordinator_not_available
-        partition = self.store.partition_for(group_id)
-        if not self.store.is_local_leader(partition):
-            return ErrorCode.not_coordinator
-        if not self.loader.is_loaded(partition):
-            return ErrorCode.coordinator_load_in_progress
-        return None
+        return self.loader.serving_error(self.store.partition_for(group_id))
 
     # -- the classic group protocol ---------------------------------------------------------
 

@@ -93,3 +93,18 @@ class ManualTimer:
             ran += 1
         self._now_ms = target
         return ran
+
+
+async def sleep(timer: Timer, delay_ms: int) -> None:
+    """``asyncio.sleep`` on ``timer``'s time."""
+    wake = asyncio.get_running_loop().create_future()
+    scheduled = timer.schedule(delay_ms, _wake, wake)
+    try:
+        await wake
+    finally:
+        scheduled.cancel()
+
+
+def _wake(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

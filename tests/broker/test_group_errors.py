@@ -20,8 +20,11 @@ from protocol.build import make
 from protocol.framing import decode_response, encode_request
 from support.groups import assert_exactly_once, names, produce, python_member, wait_for_values
 from support.topics import create_topic
+from support.wait import wait_until
 
 SESSION_MS = 10_000
+ADD_TOPIC = vars(load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, 3, EntityType.request))[
+    "AddPartitionsToTxnTopic"]
 
 
 def subscription(topic: str) -> bytes:
@@ -189,15 +192,67 @@ def test_bad_requests_get_kafka_error_codes(broker_and_client, topic_name, tmp_p
     assert_exactly_once([member], names(range(5, 10)))
 
 
-def test_transactions_are_refused_clearly(broker_and_client):
+def test_transaction_requests_get_kafka_error_codes(broker_and_client, topic_name):
     broker, client = broker_and_client
+    create_topic(broker.bootstrap, topic_name, 1)
     [coordinator] = client.call(ApiKey.FIND_COORDINATOR, 4, key_type=1,
                                 coordinator_keys=("txn-1",)).coordinators
-    assert coordinator.error_code == ErrorCode.invalid_request
-    assert "transactions" in coordinator.error_message
-    response = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="txn-1",
-                           transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
-    assert response.error_code == ErrorCode.invalid_request
+    assert coordinator.error_code == ErrorCode.none and coordinator.port == broker.port
+
+    def init(**fields):
+        fields = {"transactional_id": "txn-1", "transaction_timeout": 60_000,
+                  "producer_id": -1, "producer_epoch": -1, **fields}
+        # The first requests wait for __transaction_state to be led and loaded here.
+        return wait_until(lambda: retriable(client.call(ApiKey.INIT_PRODUCER_ID, 4, **fields)),
+                          timeout=30)
+
+    def retriable(response):
+        return None if response.error_code in (ErrorCode.coordinator_load_in_progress,
+                                               ErrorCode.not_coordinator,
+                                               ErrorCode.coordinator_not_available) else response
+
+    assert init(transaction_timeout=900_001).error_code == ErrorCode.invalid_transaction_timeout
+    first = init()
+    assert (first.error_code, first.producer_epoch) == (ErrorCode.none, 0)
+    producer = dict(producer_id=first.producer_id, producer_epoch=0)
+
+    def add(version: int, *topics, epoch: int = 0):
+        return {(t.name, r.partition_index): r.partition_error_code
+                for t in client.call(
+                    ApiKey.ADD_PARTITIONS_TO_TXN, version,
+                    v3_and_below_transactional_id="txn-1",
+                    v3_and_below_producer_id=first.producer_id,
+                    v3_and_below_producer_epoch=epoch, v3_and_below_topics=tuple(
+                        make(ADD_TOPIC, name=name, partitions=(0,)) for name in topics)
+                ).results_by_topic_v3_and_below
+                for r in t.results_by_partition}
+
+    def end(version: int, commit: bool, epoch: int = 0) -> ErrorCode:
+        return client.call(ApiKey.END_TXN, version, transactional_id="txn-1",
+                           producer_id=first.producer_id, producer_epoch=epoch,
+                           committed=commit).error_code
+
+    assert end(3, True) == ErrorCode.invalid_txn_state  # no transaction open
+    assert add(3, topic_name, "no-such-topic") == {
+        (topic_name, 0): ErrorCode.operation_not_attempted,
+        ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition}
+    assert add(3, topic_name, epoch=5) == {(topic_name, 0): ErrorCode.producer_fenced}
+    assert add(1, topic_name, epoch=5) == {(topic_name, 0): ErrorCode.invalid_producer_epoch}
+    assert add(3, topic_name) == {(topic_name, 0): ErrorCode.none}
+    offsets = client.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id="txn-1",
+                          group_id="g", **producer)
+    assert offsets.error_code == ErrorCode.none
+    [described] = client.call(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                              transactional_ids=("txn-1",)).transaction_states
+    assert described.transaction_state == "Ongoing"
+    assert {t.topic for t in described.topics} == {topic_name, "__consumer_offsets"}
+    listed = client.call(ApiKey.LIST_TRANSACTIONS, 1, state_filters=("Ongoing", "Bogus"),
+                         producer_id_filters=(), duration_filter=-1)
+    assert listed.unknown_state_filters == ("Bogus",)
+    assert [t.transactional_id for t in listed.transaction_states] == ["txn-1"]
+    assert end(3, True, epoch=1) == ErrorCode.producer_fenced
+    assert end(1, True, epoch=1) == ErrorCode.invalid_producer_epoch
+    assert end(3, False) == ErrorCode.none
     idempotent = client.call(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None,
                              transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
     assert (idempotent.error_code, idempotent.producer_epoch) == (ErrorCode.none, 0)
