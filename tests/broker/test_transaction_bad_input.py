@@ -19,7 +19,8 @@ from confluent_kafka import Consumer, Producer
 from support.clients import consume_all
 from support.raw import call, connect, entity
 from support.topics import create_topic
-from support.transactions import READ_COMMITTED, READ_UNCOMMITTED, list_offset
+from support.transactions import (READ_COMMITTED, READ_UNCOMMITTED, list_offset,
+                                  transaction_coordinator)
 from support.wait import wait_until
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
@@ -33,9 +34,12 @@ def txn_id() -> str:
     return f"bad-input-{uuid.uuid4().hex[:8]}"
 
 
-def init_producer_id(sock, txn_id: str) -> tuple[int, int]:
-    """InitProducerId for ``txn_id`` (retried while the coordinator loads): (id, epoch)."""
+def init_producer_id(broker, sock, txn_id: str) -> tuple[int, int]:
+    """FindCoordinator (which creates __transaction_state, as in Kafka), then InitProducerId
+    for ``txn_id``, retried while the coordinator loads: (id, epoch)."""
     def attempt():
+        if transaction_coordinator(broker, txn_id) < 0:
+            return None
         response = call(sock, INIT_PRODUCER_ID, 4, entity(
             INIT_PRODUCER_ID, 4, "InitProducerIdRequest", transactional_id=txn_id,
             transaction_timeout=60_000))
@@ -62,7 +66,7 @@ def assert_usable(bootstrap: str, txn_id: str, topic: str) -> None:
 def test_end_txn_without_a_transaction(shared_broker, txn_id, topic_name):
     create_topic(shared_broker.bootstrap, topic_name)
     with connect(shared_broker) as sock:
-        producer = init_producer_id(sock, txn_id)
+        producer = init_producer_id(shared_broker, sock, txn_id)
         assert end_txn(sock, txn_id, producer, commit=True) == INVALID_TXN_STATE
         assert end_txn(sock, txn_id, producer, commit=False) == INVALID_TXN_STATE
     assert_usable(shared_broker.bootstrap, txn_id, topic_name)
@@ -71,7 +75,7 @@ def test_end_txn_without_a_transaction(shared_broker, txn_id, topic_name):
 def test_add_partitions_for_an_unknown_topic(shared_broker, txn_id, topic_name):
     create_topic(shared_broker.bootstrap, topic_name)
     with connect(shared_broker) as sock:
-        producer = init_producer_id(sock, txn_id)
+        producer = init_producer_id(shared_broker, sock, txn_id)
         response = call(sock, ADD_PARTITIONS_TO_TXN, 3, entity(
             ADD_PARTITIONS_TO_TXN, 3, "AddPartitionsToTxnRequest",
             v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=producer[0],
@@ -97,7 +101,7 @@ def test_txn_offset_commit_with_a_wrong_generation(shared_broker, txn_id, topic_
     try:
         wait_until(lambda: member.poll(0.2) is None and member.assignment(), 30)
         with connect(shared_broker) as sock:
-            producer = init_producer_id(sock, txn_id)
+            producer = init_producer_id(shared_broker, sock, txn_id)
             added = call(sock, ADD_OFFSETS_TO_TXN, 3, entity(
                 ADD_OFFSETS_TO_TXN, 3, "AddOffsetsToTxnRequest", transactional_id=txn_id,
                 producer_id=producer[0], producer_epoch=producer[1], group_id=group))
