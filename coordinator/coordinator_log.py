@@ -17,6 +17,7 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from protocol.records import NO_PRODUCER_ID
 from replication.cluster_metadata import BrokerInfo
 
 
@@ -28,11 +29,31 @@ class LogRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnProducer:
+    """The transactional producer whose transaction appended records belong to (the group
+    coordinator's transactional offset commits): they count only once its commit marker
+    follows them in the partition, and not at all after an abort marker."""
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class LoggedRecord:
-    """A record as replayed, with its offset in the partition."""
+    """A record as replayed, with its offset in the partition; ``producer_id`` is the
+    producer whose transaction it belongs to (NO_PRODUCER_ID outside one)."""
     offset: int
     key: bytes | None
     value: bytes | None
+    producer_id: int = NO_PRODUCER_ID
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedMarker:
+    """A transaction marker as replayed: ``producer_id``'s records before it, since its
+    previous marker, are committed or aborted."""
+    offset: int
+    producer_id: int
+    commit: bool
 
 
 class CoordinatorLogError(Exception):
@@ -63,13 +84,15 @@ class CoordinatorLog(Protocol):
         """The leader epoch of ``partition``: a coordinator's epoch, which fences what an
         earlier coordinator of its keys sends (transaction markers)."""
 
-    async def append(self, partition: int, records: Sequence[LogRecord],
-                     timestamp_ms: int) -> int:
-        """Append ``records`` as leader and wait until every in-sync replica has them; the
-        offset of the last one. Raises CoordinatorLogError."""
+    async def append(self, partition: int, records: Sequence[LogRecord], timestamp_ms: int,
+                     transaction: TxnProducer | None = None) -> int:
+        """Append ``records`` as leader (in one batch, of ``transaction`` if given) and wait
+        until every in-sync replica has them; the offset of the last one. Raises
+        CoordinatorLogError."""
 
-    def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
-        """Every record of ``partition``, oldest first."""
+    def replay(self, partition: int) -> AsyncIterator[LoggedRecord | LoggedMarker]:
+        """Every record and transaction marker of ``partition``, oldest first, up to its
+        end when the iteration ends (records appended meanwhile included)."""
 
 
 def java_string_hash(value: str) -> int:

@@ -17,16 +17,28 @@ from typing import Protocol
 from kio.records.readers import read_batch
 from kio.schema.errors import ErrorCode
 
-from protocol.records import BatchHeader, build_batch, iter_batches
+from protocol.records import (
+    NO_PRODUCER_ID,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    InvalidRecordBatch,
+    build_batch,
+    iter_batches,
+    read_marker,
+)
 from replication.cluster_metadata import BrokerInfo, MetadataImage
 from replication.partition import PartitionError
+from storage.append_rules import AppendOrigin
 from storage.log import AppendResult, PartitionLog, RecordTooLarge, StorageError
+from storage.producer_state import ProducerStateError
 
 from .coordinator_log import (
-    LoggedRecord,
     CoordinatorLog,
     CoordinatorLogError,
+    LoggedMarker,
+    LoggedRecord,
     LogRecord,
+    TxnProducer,
     partition_for,
 )
 
@@ -50,7 +62,7 @@ class HostedPartition(Protocol):
     def log(self) -> PartitionLog: ...
 
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
-                               required_acks: int) -> AppendResult:
+                               required_acks: int, *, origin: AppendOrigin) -> AppendResult:
         """Raises PartitionError when this replica cannot take the append."""
 
 
@@ -63,6 +75,9 @@ class HostedReplicas(Protocol):
 
 def _client_error(error: Exception) -> ErrorCode:
     """Kafka's mapping of append errors to what a group's client should do about them."""
+    if isinstance(error, ProducerStateError):
+        # A transactional append of a fenced producer epoch: the producer's own error.
+        return error.error_code
     if isinstance(error, PartitionError):
         if error.error_code == ErrorCode.not_leader_or_follower:
             return ErrorCode.not_coordinator
@@ -148,33 +163,61 @@ class InternalTopicLog(CoordinatorLog):
                                   f"{self.topic.name}-{partition} is not hosted here")
         return hosted
 
-    async def append(self, partition: int, records: Sequence[LogRecord],
-                     timestamp_ms: int) -> int:
-        batch = build_batch([(r.key, r.value) for r in records], timestamp_ms)
+    async def append(self, partition: int, records: Sequence[LogRecord], timestamp_ms: int,
+                     transaction: TxnProducer | None = None) -> int:
+        pairs = [(r.key, r.value) for r in records]
+        if transaction is None:
+            batch = build_batch(pairs, timestamp_ms)
+        else:
+            # Without sequence numbers, as Kafka's coordinator writes them: the partition
+            # checks only the producer's epoch and transaction (AppendOrigin.COORDINATOR).
+            batch = build_batch(pairs, timestamp_ms, producer_id=transaction.producer_id,
+                                producer_epoch=transaction.producer_epoch,
+                                attributes=TRANSACTIONAL_FLAG)
         target = self._replica(partition)
         try:
-            result = await target.append_as_leader(batch, list(iter_batches(batch)), _ACKS_ALL)
-        except (PartitionError, StorageError) as e:
+            result = await target.append_as_leader(batch, list(iter_batches(batch)), _ACKS_ALL,
+                                                   origin=AppendOrigin.COORDINATOR)
+        except (PartitionError, StorageError, ProducerStateError) as e:
             raise CoordinatorLogError(_client_error(e), str(e)) from e
         return result.last_offset
 
-    async def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
+    async def replay(self, partition: int) -> AsyncIterator[LoggedRecord | LoggedMarker]:
         log_ = self._replica(partition).log
-        offset, end = log_.log_start_offset, log_.log_end_offset
-        while offset < end:
+        offset = log_.log_start_offset
+        # Up to the end as it is when the replay ends, not when it began: a marker written
+        # while the partition loads (WriteTxnMarkers does not wait for the coordinator) is
+        # replayed, and the loader takes the state over without yielding to the event loop
+        # in between, so no marker falls between the replay and the loaded state.
+        while offset < (end := log_.log_end_offset):
             chunk = (await log_.read(offset, _READ_BYTES, max_offset=end)).records
             progress = offset
             for header in iter_batches(chunk, allow_partial_tail=True):
                 if header.next_offset <= offset:
                     continue
-                if header.compression or header.is_control:
+                if header.is_control:
+                    marker = self._marker(partition, chunk, header)
+                    if marker is not None:
+                        yield marker
+                elif header.compression:
                     log.warning("%s-%d: skipping batch at offset %d that kipper did not write",
                                 self.topic.name, partition, header.base_offset)
                 else:
+                    producer_id = (header.producer_id if header.is_transactional
+                                   else NO_PRODUCER_ID)
                     batch, _ = read_batch(chunk, header.position)
                     for record in batch.records:
                         if record.offset >= offset:
-                            yield LoggedRecord(record.offset, record.key, record.value)
+                            yield LoggedRecord(record.offset, record.key, record.value,
+                                               producer_id)
                 offset = header.next_offset
             if offset == progress:
                 raise StorageError(f"{self.topic.name}-{partition}: no batch readable at {offset}")
+
+    def _marker(self, partition: int, chunk: bytes, header: BatchHeader) -> LoggedMarker | None:
+        try:
+            marker = read_marker(chunk, header)
+        except InvalidRecordBatch as e:
+            log.warning("%s-%d: skipping control batch: %s", self.topic.name, partition, e)
+            return None
+        return LoggedMarker(header.base_offset, marker.producer_id, marker.commit)

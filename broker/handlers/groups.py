@@ -1,4 +1,5 @@
-"""Consumer-group APIs: FindCoordinator, the classic group protocol, committed offsets.
+"""Consumer-group APIs: FindCoordinator, the classic group protocol, committed offsets
+(also those a transactional producer commits, TxnOffsetCommit).
 
 The handlers translate between kio entities and coordinator.group, and check
 what Kafka checks before the coordinator (group id, topic existence, metadata size).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.coordinator_log import CoordinatorLog
+from coordinator.coordinator_log import CoordinatorLog, TxnProducer
 from coordinator.group.classic import JoinRequest, JoinResult
 from coordinator.group.offsets import OffsetCommit
 from coordinator.group.service import GroupCoordinator
@@ -156,12 +157,15 @@ async def leave_group(ctx: RequestContext, request) -> object:
         for (member_id, instance_id), member_error in zip(leaving, member_errors)))
 
 
-@handles(ApiKey.OFFSET_COMMIT)
-async def offset_commit(ctx: RequestContext, request) -> object:
+def _offsets_to_commit(ctx: RequestContext, topics
+                       ) -> tuple[dict[tuple[str, int], ErrorCode],
+                                  dict[tuple[str, int], OffsetCommit]]:
+    """What OffsetCommit and TxnOffsetCommit check before the coordinator: the refused
+    partitions with their errors, and the offsets to commit."""
     max_metadata = _coordinator(ctx).config.offset_metadata_max_bytes
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetCommit] = {}
-    for topic in request.topics:
+    for topic in topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
@@ -172,37 +176,75 @@ async def offset_commit(ctx: RequestContext, request) -> object:
             else:
                 offsets[key] = OffsetCommit(p.committed_offset,
                                             getattr(p, "committed_leader_epoch", -1), metadata)
+    return errors, offsets
+
+
+def _commit_response(ctx: RequestContext, response: str, topics,
+                     errors: dict[tuple[str, int], ErrorCode]) -> object:
+    """``response`` (OffsetCommitResponse, TxnOffsetCommitResponse) with the error of each
+    partition of ``topics``."""
+    return ctx.response(response, throttle_time=0, topics=tuple(
+        ctx.response(f"{response}Topic", name=topic.name, partitions=tuple(
+            ctx.response(f"{response}Partition", partition_index=p.partition_index,
+                         error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions))
+        for topic in topics))
+
+
+@handles(ApiKey.OFFSET_COMMIT)
+async def offset_commit(ctx: RequestContext, request) -> object:
+    errors, offsets = _offsets_to_commit(ctx, request.topics)
     if offsets:
         errors |= await _coordinator(ctx).commit_offsets(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
             getattr(request, "group_instance_id", None), offsets)
-    return ctx.response("OffsetCommitResponse", throttle_time=0, topics=tuple(
-        ctx.response("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
-            ctx.response("OffsetCommitResponsePartition", partition_index=p.partition_index,
-                         error_code=errors[(topic.name, p.partition_index)])
-            for p in topic.partitions))
-        for topic in request.topics))
+    return _commit_response(ctx, "OffsetCommitResponse", request.topics, errors)
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT)
+async def txn_offset_commit(ctx: RequestContext, request) -> object:
+    """A transactional producer's sendOffsetsToTransaction, after AddOffsetsToTxn: pending
+    until the transaction's marker reaches the group's __consumer_offsets partition. Before
+    v3 there is no member id nor generation, and the group's membership is not checked."""
+    errors, offsets = _offsets_to_commit(ctx, request.topics)
+    if not request.group_id:
+        errors |= dict.fromkeys(offsets, ErrorCode.invalid_group_id)
+    elif offsets:
+        errors |= await _coordinator(ctx).commit_offsets(
+            request.group_id, getattr(request, "generation_id", -1),
+            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
+            offsets, TxnProducer(request.producer_id, request.producer_epoch))
+    return _commit_response(ctx, "TxnOffsetCommitResponse", request.topics, errors)
 
 
 @handles(ApiKey.OFFSET_FETCH)
 async def offset_fetch(ctx: RequestContext, request) -> object:
     asked = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
-    error, committed = _coordinator(ctx).fetch_offsets(request.group_id, asked)
+    coordinator = _coordinator(ctx)
+    error, committed = coordinator.fetch_offsets(request.group_id, asked)
     if error != ErrorCode.none:
         if ctx.version >= 2:
             return ctx.response("OffsetFetchResponse", throttle_time=0, error_code=error,
                                 topics=())
         # v1 has no group-level error: every partition carries it.
         committed = dict.fromkeys(asked or [])
+    # v7: a read_committed consumer must not start from an offset a transaction may still
+    # replace; it retries UNSTABLE_OFFSET_COMMIT until the transaction is decided.
+    unstable = (coordinator.pending_partitions(request.group_id)
+                if getattr(request, "require_stable", False) else set())
     partition_error = ErrorCode.none if ctx.version >= 2 else error
     by_topic: dict[str, list] = {}
     for (topic, index), found in committed.items():
+        if (topic, index) in unstable:
+            found, found_error = None, ErrorCode.unstable_offset_commit
+        else:
+            found_error = partition_error
         by_topic.setdefault(topic, []).append(ctx.response(
             "OffsetFetchResponsePartition", partition_index=index,
             committed_offset=found.offset if found else NO_OFFSET,
             committed_leader_epoch=found.leader_epoch if found else -1,
-            metadata=found.metadata if found else "", error_code=partition_error))
+            metadata=found.metadata if found else "", error_code=found_error))
     return ctx.response("OffsetFetchResponse", throttle_time=0, error_code=ErrorCode.none,
                         topics=tuple(ctx.response("OffsetFetchResponseTopic", name=topic,
                                                   partitions=tuple(partitions))

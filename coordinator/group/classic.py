@@ -131,7 +131,8 @@ class ClassicGroupManager:
     def forget_if_unused(self, group: Group) -> None:
         """Drop a group that a failed request created and nothing refers to."""
         if (group.in_state(EMPTY) and group.generation_id == 0 and not group.members
-                and not group.pending_members and not group.offsets):
+                and not group.pending_members and not group.offsets
+                and not group.pending_offsets):
             group.cancel_timers()
             self.groups.pop(group.group_id, None)
 

@@ -1,6 +1,11 @@
 """Loading a ``__consumer_offsets`` partition (the replay of Kafka's group and offset
 managers): the latest metadata of each group and the latest commit of each offset in it.
 ``coordinator.partition_loader`` decides when.
+
+Offsets committed in a transaction (a transactional batch of the producer) stay pending
+until the producer's marker: a commit marker makes them committed unless a later commit of
+the same partition is, an abort marker drops them (Kafka's OffsetMetadataManager.replay and
+replayEndTransactionMarker). A tombstone deletes an offset's pending commits too.
 """
 
 from __future__ import annotations
@@ -8,7 +13,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ..coordinator_log import LoggedRecord, CoordinatorLog
+from protocol.records import NO_PRODUCER_ID
+
+from ..coordinator_log import CoordinatorLog, LoggedMarker, LoggedRecord
 from ..partition_loader import replay_into
 from .records import (
     GroupValue,
@@ -18,7 +25,7 @@ from .records import (
     decode_key,
     decode_offset_value,
 )
-from .state import CommittedOffset
+from .state import CommittedOffset, keep_later
 
 log = logging.getLogger(__name__)
 # (group id, topic, partition) of a committed offset.
@@ -34,20 +41,31 @@ class LoadedPartition:
     partition: int
     groups: dict[str, GroupValue] = field(default_factory=dict)
     offsets: dict[OffsetSlot, CommittedOffset] = field(default_factory=dict)
+    # Offsets of transactions without a marker yet, by producer id.
+    pending: dict[int, dict[OffsetSlot, CommittedOffset]] = field(default_factory=dict)
     next_offset: int = 0
 
-    def apply(self, offset: int, record: LoggedRecord) -> None:
+    def apply(self, offset: int, record: LoggedRecord | LoggedMarker) -> None:
         self.next_offset = offset + 1
+        if isinstance(record, LoggedMarker):
+            self._end_transaction(record.producer_id, record.commit)
+            return
         try:
             decoded = decode_key(record.key or b"")
             if isinstance(decoded, OffsetKey):
                 slot = (decoded.group_id, decoded.topic, decoded.partition)
                 if record.value is None:
                     self.offsets.pop(slot, None)
+                    for pending in self.pending.values():
+                        pending.pop(slot, None)
+                    return
+                v = decode_offset_value(record.value)
+                committed = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
+                                            v.commit_timestamp, offset)
+                if record.producer_id == NO_PRODUCER_ID:
+                    self.offsets[slot] = committed
                 else:
-                    v = decode_offset_value(record.value)
-                    self.offsets[slot] = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
-                                                         v.commit_timestamp, offset)
+                    self.pending.setdefault(record.producer_id, {})[slot] = committed
             elif record.value is None:
                 self.groups.pop(decoded.group_id, None)
             else:
@@ -55,6 +73,12 @@ class LoadedPartition:
         except MalformedGroupRecord as e:
             log.warning("__consumer_offsets-%d offset %d: skipping record: %s", self.partition,
                         offset, e)
+
+    def _end_transaction(self, producer_id: int, commit: bool) -> None:
+        pending = self.pending.pop(producer_id, {})
+        if commit:
+            for slot, committed in pending.items():
+                keep_later(self.offsets, slot, committed)
 
 
 async def replay(topic_log: CoordinatorLog, partition: int) -> LoadedPartition:

@@ -3,7 +3,8 @@
 It answers whether this broker coordinates a group at all (active, leading the group's
 partition of ``__consumer_offsets``, done loading it) and hands the request to the part
 that runs it: ``classic`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) or ``offsets``
-(OffsetCommit, OffsetFetch, OffsetDelete). ``loader`` follows leadership of the partitions.
+(OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, and the transaction markers that
+decide transactional commits). ``loader`` follows leadership of the partitions.
 The writes it starts in the background finish before ``stop`` returns.
 """
 
@@ -22,7 +23,7 @@ from .classic import ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from ..partition_loader import PartitionLoader
 from .loader import LoadedPartition, replay
 from .offsets import OffsetCommit, OffsetManager, TopicPartition
-from ..coordinator_log import CoordinatorLog
+from ..coordinator_log import CoordinatorLog, TxnProducer
 from .state import CommittedOffset, Group, GroupState
 from .timer import AsyncioTimer, Timer
 
@@ -69,7 +70,7 @@ class GroupCoordinator:
     def _on_loaded(self, partition: int, loaded: LoadedPartition) -> None:
         for group_id, value in loaded.groups.items():
             self.classic.restore_group(group_id, value)
-        self.offsets.restore(loaded.offsets)
+        self.offsets.restore(loaded.offsets, loaded.pending)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.ensure_future(coroutine)
@@ -120,13 +121,28 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None,
-                             offsets: dict[TopicPartition, OffsetCommit]
+                             offsets: dict[TopicPartition, OffsetCommit],
+                             transaction: TxnProducer | None = None
                              ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit, or with ``transaction`` TxnOffsetCommit: then the offsets are
+        pending until ``complete_transaction``."""
         error = self._group_error(group_id)
         if error is not None:
             return dict.fromkeys(offsets, error)
         return await self.offsets.commit_offsets(group_id, generation_id, member_id,
-                                                 group_instance_id, offsets)
+                                                 group_instance_id, offsets, transaction)
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's commit or abort marker is written to ``partition`` of
+        __consumer_offsets (WriteTxnMarkers calls this once it is): the transaction's pending
+        offsets in the partition's groups become committed, or are dropped.
+
+        Nothing to do unless the partition is loaded here: a partition still loading
+        replays the marker (loading reads the partition up to its end as it is when loading
+        ends), and one this broker does not coordinate is replayed, marker included, by
+        whichever broker loads it."""
+        if self._active and self.loader.is_loaded(partition):
+            self.offsets.complete_transaction(partition, producer_id, commit)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
@@ -135,6 +151,11 @@ class GroupCoordinator:
         if error is not None:
             return error, {}
         return ErrorCode.none, self.offsets.fetch_offsets(group_id, partitions)
+
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with transactional offsets not decided yet: OffsetFetch
+        with require_stable answers them UNSTABLE_OFFSET_COMMIT."""
+        return self.offsets.pending_partitions(group_id)
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
@@ -171,8 +192,8 @@ class GroupCoordinator:
                 deleted.append(group)
             results[group_id] = error or ErrorCode.none
         for group in deleted:
-            error = await self.offsets.write_tombstones(group.group_id, list(group.offsets),
-                                                        with_group=True)
+            error = await self.offsets.write_tombstones(
+                group.group_id, sorted(group.offset_partitions()), with_group=True)
             if error is not None:
                 results[group.group_id] = error
             else:

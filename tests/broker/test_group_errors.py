@@ -297,3 +297,88 @@ def test_group_and_offsets_survive_a_broker_sigkill(broker_and_client, topic_nam
         assert fetched.topics[0].partitions[0].committed_offset == 42
     finally:
         client.close()
+
+
+def txn_commit(client: RawClient, group: str, offsets: dict[tuple[str, int], int], *,
+               version: int = 3, producer_epoch: int = 0, generation: int = -1,
+               member_id: str = "", instance_id: str | None = None,
+               metadata: str = "") -> dict[tuple[str, int], ErrorCode]:
+    """TxnOffsetCommit of producer 1000 (no AddOffsetsToTxn: the group coordinator does not
+    ask the transaction coordinator, as Kafka's before KIP-890's verification)."""
+    topics = {}
+    for (topic, partition), offset in offsets.items():
+        topics.setdefault(topic, []).append(entity(
+            ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestPartition",
+            partition_index=partition, committed_offset=offset, committed_metadata=metadata))
+    membership = {"generation_id": generation, "member_id": member_id,
+                  "group_instance_id": instance_id} if version >= 3 else {}
+    response = client.call(
+        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id="txn", group_id=group,
+        producer_id=1000, producer_epoch=producer_epoch, **membership, topics=tuple(
+            entity(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestTopic", name=t,
+                   partitions=tuple(ps)) for t, ps in topics.items()))
+    return {(t.name, p.partition_index): p.error_code
+            for t in response.topics for p in t.partitions}
+
+
+def fetch_offset(client: RawClient, group: str, topic: str, *, require_stable: bool):
+    response = client.call(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=require_stable,
+                           topics=(entity(ApiKey.OFFSET_FETCH, 7, "OffsetFetchRequestTopic",
+                                          name=topic, partition_indexes=(0,)),))
+    [partition] = response.topics[0].partitions
+    return partition.error_code, partition.committed_offset
+
+
+def test_transactional_offset_commits_get_kafka_error_codes(broker_and_client, topic_name):
+    broker, client = broker_and_client
+    group = f"group-{topic_name}"
+    create_topic(broker.bootstrap, topic_name, 1)
+    first = join(client, group, topic=topic_name, instance_id="instance-1")
+    assert sync(client, group, first).error_code == ErrorCode.none
+    again = join(client, group, topic=topic_name, instance_id="instance-1")
+    generation, member_id = again.generation_id, again.member_id
+    assert commit(client, group, generation, member_id, {(topic_name, 0): 3}) == {
+        (topic_name, 0): ErrorCode.none}
+
+    assert txn_commit(client, group, {("no-such-topic", 0): 1, (topic_name, 0): 1},
+                      metadata="x" * 5000) == {
+        ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
+        (topic_name, 0): ErrorCode.offset_metadata_too_large}
+    assert txn_commit(client, "", {(topic_name, 0): 1}) == {
+        (topic_name, 0): ErrorCode.invalid_group_id}
+    membership_errors = {
+        ErrorCode.illegal_generation: {"generation": generation + 1, "member_id": member_id},
+        ErrorCode.unknown_member_id: {"generation": generation, "member_id": "made-up-id"},
+        ErrorCode.fenced_instance_id: {"generation": generation, "member_id": first.member_id,
+                                       "instance_id": "instance-1"},
+    }
+    for error, membership in membership_errors.items():
+        assert txn_commit(client, group, {(topic_name, 0): 1}, **membership) == {
+            (topic_name, 0): error}
+    # Nothing is pending yet.
+    assert fetch_offset(client, group, topic_name, require_stable=True) == (ErrorCode.none, 3)
+
+    assert txn_commit(client, group, {(topic_name, 0): 5}, producer_epoch=1,
+                      generation=generation, member_id=member_id) == {
+        (topic_name, 0): ErrorCode.none}
+    # v0 carries no membership: accepted from a stable group, as Kafka does.
+    assert txn_commit(client, group, {(topic_name, 0): 6}, version=0, producer_epoch=1) == {
+        (topic_name, 0): ErrorCode.none}
+    assert txn_commit(client, group, {(topic_name, 0): 7}) == {
+        (topic_name, 0): ErrorCode.invalid_producer_epoch}
+    assert fetch_offset(client, group, topic_name, require_stable=True) == (
+        ErrorCode.unstable_offset_commit, -1)
+    assert fetch_offset(client, group, topic_name, require_stable=False) == (ErrorCode.none, 3)
+    client.close()
+
+    # The pending offsets are in __consumer_offsets: they survive a crash, still pending.
+    broker.kill()
+    broker.start()
+    client = RawClient(broker.port)
+    try:
+        assert fetch_offset(client, group, topic_name, require_stable=True) == (
+            ErrorCode.unstable_offset_commit, -1)
+        assert fetch_offset(client, group, topic_name, require_stable=False) == (
+            ErrorCode.none, 3)
+    finally:
+        client.close()

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import JoinRequest
 from coordinator.group.offsets import OffsetCommit
+from coordinator.coordinator_log import TxnProducer
 from coordinator.group.service import GroupCoordinator
 from coordinator.group.state import GroupState
 from coordinator.group_config import GroupConfig
@@ -439,6 +440,158 @@ async def test_losing_leadership_answers_waiting_members(coordinator, store, set
     coordinator.on_metadata_change()
     assert (await waiting).error == ErrorCode.not_coordinator
     assert coordinator.groups == {}
+
+
+# --- offsets committed in transactions ---------------------------------------------------
+
+PRODUCER = TxnProducer(producer_id=7, producer_epoch=0)
+
+
+async def txn_commit(coordinator, offsets: dict[tuple[str, int], int], *, group="simple",
+                     producer=PRODUCER, generation=-1, member_id="", instance=None):
+    return await coordinator.commit_offsets(
+        group, generation, member_id, instance,
+        {tp: OffsetCommit(offset, -1, "") for tp, offset in offsets.items()}, producer)
+
+
+def end_transaction(coordinator, store, group: str, producer_id: int, commit: bool) -> None:
+    """What WriteTxnMarkers does to the group's partition: the marker, then the coordinator."""
+    partition = store.partition_for(group)
+    store.write_marker(partition, producer_id, commit)
+    coordinator.complete_transaction(partition, producer_id, commit)
+
+
+def fetched(coordinator, tp=("t", 0), group="simple") -> int | None:
+    found = coordinator.fetch_offsets(group, [tp])[1][tp]
+    return None if found is None else found.offset
+
+
+async def test_transactional_offsets_are_pending_until_the_commit_marker(coordinator, store):
+    await coordinator.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommit(3, -1, "")})
+    assert await txn_commit(coordinator, {("t", 0): 5, ("t", 1): 6}) == {
+        ("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none}
+    [*_, record] = store.logs[store.partition_for("simple")]
+    assert record.producer_id == PRODUCER.producer_id
+    assert (fetched(coordinator), fetched(coordinator, ("t", 1))) == (3, None)
+    assert coordinator.pending_partitions("simple") == {("t", 0), ("t", 1)}
+    # Another producer's marker, or this producer's in another partition, decides nothing.
+    end_transaction(coordinator, store, "simple", 8, commit=True)
+    coordinator.complete_transaction(store.partition_for("simple") + 1, 7, commit=True)
+    assert fetched(coordinator) == 3
+    end_transaction(coordinator, store, "simple", 7, commit=True)
+    assert (fetched(coordinator), fetched(coordinator, ("t", 1))) == (5, 6)
+    assert coordinator.pending_partitions("simple") == set()
+
+
+async def test_aborted_transactional_offsets_are_dropped(coordinator, store):
+    await coordinator.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommit(3, -1, "")})
+    await txn_commit(coordinator, {("t", 0): 5})
+    end_transaction(coordinator, store, "simple", 7, commit=False)
+    assert fetched(coordinator) == 3
+    assert coordinator.pending_partitions("simple") == set()
+
+
+async def test_a_commit_written_after_the_transactional_one_wins(coordinator, store):
+    await txn_commit(coordinator, {("t", 0): 5})
+    await coordinator.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommit(8, -1, "")})
+    end_transaction(coordinator, store, "simple", 7, commit=True)
+    assert fetched(coordinator) == 8
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_marker_written_while_the_commit_awaits_the_isr_decides_it(coordinator, store,
+                                                                         settle, commit):
+    store.acknowledge_gate = asyncio.Event()
+    writing = asyncio.ensure_future(txn_commit(coordinator, {("t", 0): 5}))
+    await settle()
+    end_transaction(coordinator, store, "simple", 7, commit=commit)
+    store.acknowledge_gate.set()
+    assert await writing == {("t", 0): ErrorCode.none}
+    assert fetched(coordinator) == (5 if commit else None)
+    assert coordinator.pending_partitions("simple") == set()
+
+
+async def test_transactional_commits_check_the_generation_from_v3_on(coordinator, settle):
+    leader, follower = await stable_group(coordinator, 2)
+    tp = {("t", 0): 1}
+    assert await txn_commit(coordinator, tp, group="g", generation=1,
+                            member_id=leader.member_id) == {("t", 0): ErrorCode.none}
+    assert await txn_commit(coordinator, tp, group="g", generation=2,
+                            member_id=leader.member_id) == {("t", 0): ErrorCode.illegal_generation}
+    assert await txn_commit(coordinator, tp, group="g", generation=1,
+                            member_id="ghost") == {("t", 0): ErrorCode.unknown_member_id}
+    # v0-v2 carry no member id nor generation: accepted whatever the group's state.
+    assert await txn_commit(coordinator, tp, group="g") == {("t", 0): ErrorCode.none}
+    # An unknown group can only be a "simple" one.
+    assert await txn_commit(coordinator, tp, group="new", generation=1,
+                            member_id="m") == {("t", 0): ErrorCode.illegal_generation}
+    # Unlike OffsetCommit, a group completing a rebalance takes transactional commits.
+    rejoined = await join_all(coordinator, leader.member_id, follower.member_id)
+    assert state(coordinator) == GroupState.COMPLETING_REBALANCE
+    assert await txn_commit(coordinator, tp, group="g", generation=2,
+                            member_id=rejoined[0].member_id) == {("t", 0): ErrorCode.none}
+
+
+async def test_transactional_commit_of_a_fenced_static_member(coordinator):
+    first = await join(coordinator, instance="instance-1")
+    await sync(coordinator, first)
+    again = await join(coordinator, instance="instance-1")
+    assert again.member_id != first.member_id
+    assert await txn_commit(coordinator, {("t", 0): 1}, group="g", generation=1,
+                            member_id=first.member_id, instance="instance-1") == {
+        ("t", 0): ErrorCode.fenced_instance_id}
+
+
+async def test_pending_offsets_survive_a_reload_until_their_marker(coordinator, store, clock):
+    await coordinator.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommit(3, -1, "")})
+    await txn_commit(coordinator, {("t", 0): 5})
+    await txn_commit(coordinator, {("t", 1): 6}, producer=TxnProducer(8, 0))
+    await txn_commit(coordinator, {("t", 2): 7}, producer=TxnProducer(9, 0))
+    end_transaction(coordinator, store, "simple", 8, commit=True)
+    end_transaction(coordinator, store, "simple", 9, commit=False)
+    await coordinator.stop()
+
+    reloaded = await started(store, clock)
+    try:
+        assert [fetched(reloaded, ("t", i)) for i in range(3)] == [3, 6, None]
+        assert reloaded.pending_partitions("simple") == {("t", 0)}
+        end_transaction(reloaded, store, "simple", 7, commit=True)
+        assert fetched(reloaded) == 5
+    finally:
+        await reloaded.stop()
+
+
+async def test_a_marker_written_while_the_partition_loads_is_replayed(store, clock, settle):
+    coordinator = await started(store, clock)
+    await txn_commit(coordinator, {("t", 0): 5})
+    await coordinator.stop()
+    store.replay_gate = asyncio.Event()
+    reloaded = await started(store, clock)
+    try:
+        end_transaction(reloaded, store, "simple", 7, commit=True)  # ignored while loading
+        store.replay_gate.set()
+        await settle()
+        assert fetched(reloaded) == 5
+    finally:
+        await reloaded.stop()
+
+
+async def test_deleting_pending_offsets_deletes_them_for_good(coordinator, store, clock):
+    await txn_commit(coordinator, {("t", 0): 5, ("t", 1): 6})
+    assert await coordinator.delete_offsets("simple", [("t", 0)]) == (
+        ErrorCode.none, {("t", 0): ErrorCode.none})
+    assert coordinator.pending_partitions("simple") == {("t", 1)}
+    end_transaction(coordinator, store, "simple", 7, commit=True)
+    assert (fetched(coordinator), fetched(coordinator, ("t", 1))) == (None, 6)
+
+    await txn_commit(coordinator, {("t", 2): 7})
+    assert await coordinator.delete_groups(["simple"]) == {"simple": ErrorCode.none}
+    end_transaction(coordinator, store, "simple", 7, commit=True)
+    assert "simple" not in coordinator.groups
+    await coordinator.stop()
+    reloaded = await started(store, clock)
+    assert "simple" not in reloaded.groups
+    await reloaded.stop()
 
 
 # --- the manual timer ---------------------------------------------------------------------

@@ -13,11 +13,14 @@ from kio.schema.errors import ErrorCode
 from coordinator.coordinator_log import (
     CoordinatorLog,
     CoordinatorLogError,
+    LoggedMarker,
     LoggedRecord,
     LogRecord,
+    TxnProducer,
     partition_for,
 )
 from coordinator.group.timer import ManualTimer, sleep
+from protocol.records import NO_PRODUCER_ID
 from replication.cluster_metadata import BrokerInfo
 
 # Event-loop rounds after which every task is taken to wait on the timer. The longest chain
@@ -29,14 +32,18 @@ IDLE_ROUNDS = 50
 
 class MemoryCoordinatorLog(CoordinatorLog):
     """Partitions as plain lists, all led by this broker until a test says otherwise;
-    appends can be made to fail and replays held back."""
+    appends can be made to fail, their acknowledgement (the ISR's) and replays held back.
+    Transactional appends keep their producer id, and ``write_marker`` ends a transaction
+    as WriteTxnMarkers does."""
 
     def __init__(self, partitions: int = 3) -> None:
-        self.logs: dict[int, list[LogRecord]] = {p: [] for p in range(partitions)}
+        self.logs: dict[int, list[LoggedRecord | LoggedMarker]] = {
+            p: [] for p in range(partitions)}
         self.led = set(self.logs)
         self.epochs: dict[int, int] = {}
         self.failure: ErrorCode | None = None
         self.replay_gate: asyncio.Event | None = None
+        self.acknowledge_gate: asyncio.Event | None = None
 
     async def ensure_topic(self) -> None:
         pass
@@ -56,19 +63,30 @@ class MemoryCoordinatorLog(CoordinatorLog):
     def coordinator_epoch(self, partition: int) -> int:
         return self.epochs.get(partition, 0)
 
-    async def append(self, partition: int, records: Sequence[LogRecord],
-                     timestamp_ms: int) -> int:
+    async def append(self, partition: int, records: Sequence[LogRecord], timestamp_ms: int,
+                     transaction: TxnProducer | None = None) -> int:
         await asyncio.sleep(0)  # the write is asynchronous, as the replicated one is
         if self.failure is not None:
             raise CoordinatorLogError(self.failure, "injected")
-        self.logs[partition].extend(records)
-        return len(self.logs[partition]) - 1
+        log = self.logs[partition]
+        producer_id = NO_PRODUCER_ID if transaction is None else transaction.producer_id
+        base = len(log)
+        log.extend(LoggedRecord(base + i, r.key, r.value, producer_id)
+                   for i, r in enumerate(records))
+        last = len(log) - 1
+        if self.acknowledge_gate is not None:
+            await self.acknowledge_gate.wait()
+        return last
 
-    async def replay(self, partition: int) -> AsyncIterator[LoggedRecord]:
+    def write_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        log = self.logs[partition]
+        log.append(LoggedMarker(len(log), producer_id, commit))
+
+    async def replay(self, partition: int) -> AsyncIterator[LoggedRecord | LoggedMarker]:
         if self.replay_gate is not None:
             await self.replay_gate.wait()
-        for offset, record in enumerate(list(self.logs[partition])):
-            yield LoggedRecord(offset, record.key, record.value)
+        for entry in self.logs[partition]:  # the live list: up to its end when replay ends
+            yield entry
 
 
 class Clock:
