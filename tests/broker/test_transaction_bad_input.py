@@ -4,7 +4,8 @@ commits a transaction. Raw requests (support.raw) against the session's shared b
 
 - EndTxn with no transaction open: INVALID_TXN_STATE (48);
 - AddPartitionsToTxn for a topic that does not exist: UNKNOWN_TOPIC_OR_PARTITION (3);
-- TxnOffsetCommit with a generation the group does not have: ILLEGAL_GENERATION (22);
+- TxnOffsetCommit of a group's member with a generation the group does not have:
+  ILLEGAL_GENERATION (22);
 - WriteTxnMarkers on a connection that did not authenticate as a broker:
   CLUSTER_AUTHORIZATION_FAILED (31) for every partition, and no marker written.
 """
@@ -109,7 +110,7 @@ def test_txn_offset_commit_with_a_wrong_generation(shared_broker, txn_id, topic_
             response = call(sock, TXN_OFFSET_COMMIT, 3, entity(
                 TXN_OFFSET_COMMIT, 3, "TxnOffsetCommitRequest", transactional_id=txn_id,
                 group_id=group, producer_id=producer[0], producer_epoch=producer[1],
-                generation_id=999, member_id="", topics=(entity(
+                generation_id=999, member_id=member.memberid(), topics=(entity(
                     TXN_OFFSET_COMMIT, 3, "TxnOffsetCommitRequestTopic", name=topic_name,
                     partitions=(entity(TXN_OFFSET_COMMIT, 3, "TxnOffsetCommitRequestPartition",
                                        partition_index=0, committed_offset=1,
