@@ -159,7 +159,7 @@ class Processor:
         self.consumer.close()
 
 
-@dataclass
+@dataclass(eq=False)  # a Thread must stay hashable
 class Killer(threading.Thread):
     """Kills the targets in turn, each when the processor has committed its share of the
     input: target ``i`` of ``n`` at ``(i + 1) / (n + 1)`` of the records."""
