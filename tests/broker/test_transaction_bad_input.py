@@ -16,12 +16,15 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-
 from support.clients import consume_all
 from support.raw import call, connect, entity
 from support.topics import create_topic
-from support.transactions import (READ_COMMITTED, READ_UNCOMMITTED, list_offset,
-                                  transaction_coordinator)
+from support.transactions import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    list_offset,
+    transaction_coordinator,
+)
 from support.wait import wait_until
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26

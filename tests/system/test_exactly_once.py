@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
-from replication.cluster_metadata import DISKLESS_METADATA_TOPIC
 from support.diskless import DisklessCluster
 from support.processes import BrokerProcess
 from support.topics import create_topic
 from support.transactions import READ_COMMITTED, transaction_coordinator
 from support.wait import wait_until
+
+from replication.cluster_metadata import DISKLESS_METADATA_TOPIC
 
 pytestmark = pytest.mark.system
 

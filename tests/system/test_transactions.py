@@ -15,13 +15,19 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-
 from support.clients import consume_all
 from support.topics import create_topic
-from support.transactions import (CLIENTS, READ_COMMITTED, READ_UNCOMMITTED,
-                                  OpenTransactionProcess, commit_abort_commit,
-                                  end_offset_kafka_python, expected_reads, list_offset,
-                                  transactional_client)
+from support.transactions import (
+    CLIENTS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    OpenTransactionProcess,
+    commit_abort_commit,
+    end_offset_kafka_python,
+    expected_reads,
+    list_offset,
+    transactional_client,
+)
 from support.wait import wait_until
 
 # The errors a fenced producer may report: Kafka's two codes, or librdkafka's fatal _FENCED.
