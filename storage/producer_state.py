@@ -328,11 +328,18 @@ class ProducerState:
         """The first offset a read_committed consumer may not read yet: the start of the
         oldest open transaction, or of a decided one whose marker is not below
         ``high_watermark`` (not yet replicated); None when there is none."""
-        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        self.forget_replicated(high_watermark)
         firsts = [e.txn_first_offset for e in self.producers.values()
                   if e.txn_first_offset != NO_OFFSET]
         firsts += [t.first_offset for t in self._unreplicated]
         return min(firsts, default=None)
+
+    def forget_replicated(self, high_watermark: int) -> None:
+        """Forget the decided transactions whose markers are below ``high_watermark``: they
+        no longer bound the last stable offset. A log whose markers are readable once
+        appended (diskless: committed is the high watermark) calls it after each append, so
+        that they do not pile up between queries."""
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
 
     def last_stable_offset(self, high_watermark: int) -> int:
         first_unstable = self.first_unstable_offset(high_watermark)

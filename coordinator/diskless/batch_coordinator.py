@@ -49,6 +49,7 @@ from storage.diskless.control_plane import (
     decode_request,
 )
 from storage.log import AppendResult, NotCaughtUp, PartitionLog
+from storage.producer_state import AbortedTransaction, ProducerEntry
 
 from ..state_machine import Applier
 from .batch_state import BatchCoordinatorState
@@ -162,6 +163,16 @@ class BatchCoordinator(RecordControlPlane):
     def merge_candidates(self, max_object_size: int,
                          limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
         return self.state.merge_candidates(max_object_size, limit)
+
+    def last_stable_offset(self, topic_id: str, partition: int) -> int:
+        return self.state.last_stable_offset(topic_id, partition)
+
+    def aborted_transactions(self, topic_id: str, partition: int, start: int,
+                             end: int) -> list[AbortedTransaction]:
+        return self.state.aborted_transactions(topic_id, partition, start, end)
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        return self.state.active_producers(topic_id, partition)
 
     def logs(self) -> list[tuple[str, int]]:
         return self.state.logs()

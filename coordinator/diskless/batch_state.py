@@ -43,12 +43,13 @@ from storage.diskless.control_plane import (
     Request,
     RetentionLimits,
     StateStats,
+    apply_commit_plan,
     check_commit_batch,
     new_log_start,
     refused_commit,
     retention_keep_from,
 )
-from storage.producer_state import ProducerState
+from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (id INTEGER PRIMARY KEY CHECK (id = 0), offset INTEGER);
@@ -169,8 +170,7 @@ class BatchCoordinatorState(RecordControlPlane):
         results = tuple(self._commit_batch(key, now_ms, batch, touched)
                         for batch in request.batches)
         for log in sorted(touched):
-            self._db.execute("INSERT OR REPLACE INTO producer_state VALUES (?, ?, ?)",
-                             (*log, self._producer_state(*log).snapshot()))
+            self._save_producer_state(*log)
         self._mark_emptied([key], now_ms)
         return CommitFileResult(results)
 
@@ -185,7 +185,7 @@ class BatchCoordinatorState(RecordControlPlane):
         verdict = check_commit_batch(producers, batch, info, now_ms)
         if isinstance(verdict, BatchResult):
             return verdict
-        producers.apply(verdict)
+        apply_commit_plan(producers, verdict, batch, info)
         touched.add((topic_id, partition))
         base_offset, size = info.high_watermark, batch.byte_size
         self._db.execute(
@@ -204,6 +204,8 @@ class BatchCoordinatorState(RecordControlPlane):
                                   info.log_start_offset)
 
     def _producer_state(self, topic_id: str, partition: int) -> ProducerState:
+        """The log's producer state, decoded from its snapshot once and then kept (queries
+        as well as commits use it)."""
         state = self._producer_states.get((topic_id, partition))
         if state is None:
             row = self._db.execute(
@@ -212,6 +214,10 @@ class BatchCoordinatorState(RecordControlPlane):
             state = ProducerState() if row is None else ProducerState.restore(row[0])
             self._producer_states[(topic_id, partition)] = state
         return state
+
+    def _save_producer_state(self, topic_id: str, partition: int) -> None:
+        self._db.execute("INSERT OR REPLACE INTO producer_state VALUES (?, ?, ?)",
+                         (topic_id, partition, self._producer_state(topic_id, partition).snapshot()))
 
     # -- removing batches --------------------------------------------------------------------
 
@@ -288,6 +294,12 @@ class BatchCoordinatorState(RecordControlPlane):
         self._db.execute("UPDATE logs SET log_start_offset = ? "
                          "WHERE topic_id = ? AND partition = ?",
                          (log_start, topic_id, partition))
+        # Aborted transactions go with their offsets.
+        producers = self._producer_state(topic_id, partition)
+        aborted = len(producers.aborted)
+        producers.trim(log_start)
+        if len(producers.aborted) != aborted:
+            self._save_producer_state(topic_id, partition)
 
     # -- objects -------------------------------------------------------------------------------
 
@@ -396,6 +408,18 @@ class BatchCoordinatorState(RecordControlPlane):
         return [(key, [BatchCoordinate(*row) for row in self._db.execute(
             f"SELECT {_BATCH_COLUMNS} FROM batches WHERE object_key = ? "
             f"ORDER BY topic_id, partition, base_offset", (key,))]) for key in keys]
+
+    def last_stable_offset(self, topic_id: str, partition: int) -> int:
+        info = self.log_info(topic_id, partition)
+        return self._producer_state(topic_id, partition).last_stable_offset(info.high_watermark)
+
+    def aborted_transactions(self, topic_id: str, partition: int, start: int,
+                             end: int) -> list[AbortedTransaction]:
+        return self._producer_state(topic_id, partition).aborted_between(start, end)
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        return sorted(self._producer_state(topic_id, partition).producers.values(),
+                      key=lambda entry: entry.producer_id)
 
     def logs(self) -> list[tuple[str, int]]:
         return self._db.execute(

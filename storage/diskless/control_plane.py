@@ -24,12 +24,14 @@ from typing import Any, ClassVar, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from protocol.records import TxnMarker
 from storage.producer_state import (
+    AbortedTransaction,
     AppendPlan,
-    InvalidProducerEpoch,
     InvalidSequence,
-    OutOfOrderSequence,
+    ProducerEntry,
     ProducerState,
+    ProducerStateError,
 )
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
@@ -97,7 +99,9 @@ class RecordRejected(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CommitBatch(WireRecord):
-    """One producer batch inside an uploaded WAL object, to be given offsets."""
+    """One producer batch inside an uploaded WAL object, to be given offsets; or one
+    transaction marker (a control batch the broker wrote for WriteTxnMarkers), which takes
+    its offset like any batch and ends the producer's transaction in the partition."""
 
     topic_id: str
     partition: int
@@ -111,10 +115,21 @@ class CommitBatch(WireRecord):
     base_sequence: int
     last_sequence: int
     is_transactional: bool = field(default=False, metadata={"omit_default": True})
+    # A marker batch: True commits the transaction, False aborts it; None for data.
+    marker_commit: bool | None = field(default=None, metadata={"omit_default": True})
+    # The epoch of the transaction coordinator that wrote the marker.
+    coordinator_epoch: int = field(default=-1, metadata={"omit_default": True})
 
     @property
     def last_offset_delta(self) -> int:  # with the fields above: a producer_state.ProducerBatch
         return self.record_count - 1
+
+    @property
+    def marker(self) -> TxnMarker | None:
+        if self.marker_commit is None:
+            return None
+        return TxnMarker(self.producer_id, self.producer_epoch, self.marker_commit,
+                         self.coordinator_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +159,9 @@ class BatchResult(WireRecord):
         return cls(ErrorCode.out_of_order_sequence_number, error_message=message)
 
     @classmethod
-    def invalid_producer_epoch(cls, message: str) -> BatchResult:
-        return cls(ErrorCode.invalid_producer_epoch, error_message=message)
+    def rejected(cls, error: ProducerStateError) -> BatchResult:
+        """Refused by producer state: a fenced epoch, a sequence gap, a transaction state."""
+        return cls(error.error_code, error_message=str(error))
 
     @classmethod
     def invalid_record(cls, message: str) -> BatchResult:
@@ -411,6 +427,18 @@ class ControlPlane(Protocol):
         """Up to ``limit`` live objects smaller than ``max_object_size``, oldest first, each
         with its batches by (topic id, partition, offset)."""
 
+    def last_stable_offset(self, topic_id: str, partition: int) -> int:
+        """The log's high watermark, or the first offset of its oldest open transaction if
+        that is lower (a marker is readable once committed, as any batch)."""
+
+    def aborted_transactions(self, topic_id: str, partition: int, start: int,
+                             end: int) -> list[AbortedTransaction]:
+        """The aborted transactions with records in [start, end), oldest marker first; kept
+        while any of their offsets is at or above the log start."""
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        """The producers the log keeps state for, by producer id (DescribeProducers)."""
+
     def logs(self) -> list[tuple[str, int]]:
         """Every (topic id, partition) with state, sorted."""
 
@@ -462,21 +490,30 @@ def refused_commit(request: CommitFile, *, object_deleted: bool,
 
 def check_commit_batch(producers: ProducerState, batch: CommitBatch, info: LogInfo,
                        now_ms: int) -> BatchResult | AppendPlan:
-    """The idempotent-producer verdict on a batch that would take offsets from the high
-    watermark on: a result if it is rejected or a duplicate, else the plan to apply."""
+    """The producer-state verdict (idempotence, transactions, markers) on a batch that would
+    take offsets from the high watermark on: a result if it is rejected or a duplicate,
+    else the plan to apply with ``apply_commit_plan``. A rejected batch (e.g. of a producer
+    whose epoch a marker fenced) takes no offset: its bytes stay dead in its object."""
     append_time = now_ms if batch.log_append_time else None
     try:
-        plan = producers.check_append([batch], info.high_watermark, append_time)
-    except InvalidProducerEpoch as e:
-        return BatchResult.invalid_producer_epoch(str(e))
-    except OutOfOrderSequence as e:
-        return BatchResult.out_of_order_sequence(str(e))
+        plan = producers.check_append([batch], info.high_watermark, append_time, batch.marker)
+    except ProducerStateError as e:
+        return BatchResult.rejected(e)
     except InvalidSequence as e:  # a producer id without a sequence
         return BatchResult.invalid_record(str(e))
     if plan.duplicate is not None:
         return BatchResult.duplicate(plan.duplicate.first_offset, plan.duplicate.timestamp,
                                      batch.log_append_time, info.log_start_offset)
     return plan
+
+
+def apply_commit_plan(producers: ProducerState, plan: AppendPlan, batch: CommitBatch,
+                      info: LogInfo) -> None:
+    """Apply the plan of ``batch``, committed at the high watermark of ``info``. Committed
+    is readable here (the new high watermark is past the batch), so a marker's transaction
+    never waits to be replicated, as it would on a classic leader."""
+    producers.apply(plan)
+    producers.forget_replicated(info.high_watermark + batch.record_count)
 
 
 def new_log_start(request: DeleteRecords, info: LogInfo | None) -> DeleteRecordsResult:

@@ -15,7 +15,7 @@ from protocol.records import (
     rebase,
     stamp_log_append_time,
 )
-from storage.producer_state import ProducerStateError
+from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerStateError
 
 from ..append_rules import AppendDecision
 from ..config import LogConfig
@@ -73,6 +73,18 @@ class DisklessLog(PartitionLog):
 
     async def catch_up(self, since: float) -> None:
         await self.control_plane.catch_up(since)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        # Markers are committed into the log like any batch: the coordinator's copy knows
+        # every open transaction up to its high watermark.
+        return min(high_watermark,
+                   self.control_plane.last_stable_offset(self.topic_id, self.partition))
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
+        return self.control_plane.aborted_transactions(self.topic_id, self.partition, start, end)
+
+    def active_producers(self) -> list[ProducerEntry]:
+        return self.control_plane.active_producers(self.topic_id, self.partition)
 
     async def append_as_follower(self, records: bytes) -> None:
         raise KafkaStorageError("diskless partitions have no followers")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from storage.producer_state import ProducerState
+from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerState
 
 from .control_plane import (
     CREATE_TIME,
@@ -33,6 +33,7 @@ from .control_plane import (
     RecordControlPlane,
     Request,
     StateStats,
+    apply_commit_plan,
     check_commit_batch,
     new_log_start,
     refused_commit,
@@ -50,6 +51,10 @@ class _Log:
 
     def info(self) -> LogInfo:
         return LogInfo(self.log_start_offset, self.high_watermark, self.size_bytes)
+
+    def move_start(self, log_start_offset: int) -> None:
+        self.log_start_offset = log_start_offset
+        self.producers.trim(log_start_offset)  # aborted transactions go with their offsets
 
 
 @dataclass
@@ -103,7 +108,7 @@ class InMemoryControlPlane(RecordControlPlane):
         verdict = check_commit_batch(log.producers, batch, log.info(), now_ms)
         if isinstance(verdict, BatchResult):
             return verdict
-        log.producers.apply(verdict)
+        apply_commit_plan(log.producers, verdict, batch, log.info())
         base_offset = log.high_watermark
         log.batches.append(BatchCoordinate(
             batch.topic_id, batch.partition, base_offset, base_offset + batch.record_count - 1,
@@ -125,7 +130,7 @@ class InMemoryControlPlane(RecordControlPlane):
             # A batch straddling the new start stays: reads begin inside it, as in Kafka.
             self._remove_batches(log, lambda b: b.last_offset < result.low_watermark,
                                  request.now_ms)
-            log.log_start_offset = result.low_watermark
+            log.move_start(result.low_watermark)
         return result
 
     def _enforce_retention(self, request: EnforceRetention) -> EnforceRetentionResult:
@@ -136,7 +141,7 @@ class InMemoryControlPlane(RecordControlPlane):
                                                 limits)
                 batches, size = self._remove_batches(
                     log, lambda b, keep_from=keep_from: b.base_offset < keep_from, request.now_ms)
-                log.log_start_offset = max(log.log_start_offset, keep_from)
+                log.move_start(max(log.log_start_offset, keep_from))
                 removed_batches += batches
                 removed_bytes += size
         return EnforceRetentionResult(removed_batches, removed_bytes)
@@ -274,6 +279,20 @@ class InMemoryControlPlane(RecordControlPlane):
                           if batch.object_key in keys),
                          key=lambda b: (b.topic_id, b.partition, b.base_offset))
         return [(key, [b for b in batches if b.object_key == key]) for key in keys]
+
+    def last_stable_offset(self, topic_id: str, partition: int) -> int:
+        log = self._logs.get((topic_id, partition))
+        return 0 if log is None else log.producers.last_stable_offset(log.high_watermark)
+
+    def aborted_transactions(self, topic_id: str, partition: int, start: int,
+                             end: int) -> list[AbortedTransaction]:
+        log = self._logs.get((topic_id, partition))
+        return [] if log is None else log.producers.aborted_between(start, end)
+
+    def active_producers(self, topic_id: str, partition: int) -> list[ProducerEntry]:
+        log = self._logs.get((topic_id, partition))
+        return [] if log is None else sorted(log.producers.producers.values(),
+                                             key=lambda entry: entry.producer_id)
 
     def logs(self) -> list[tuple[str, int]]:
         return sorted(self._logs)

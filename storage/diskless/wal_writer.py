@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, TxnMarker, read_marker
 from storage.histogram import Histogram
 from storage.log import KafkaStorageError
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
@@ -41,6 +41,8 @@ class PendingAppend:
     partition: int
     log_append_time: bool
     batches: list[BatchHeader]
+    # The transaction marker each batch carries (control batches), else None.
+    markers: list[TxnMarker | None]
     # Position of the first batch in the buffer.
     position: int
     done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
@@ -82,8 +84,13 @@ class WalWriter:
     def append(self, topic_id: str, partition: int, records: bytes | bytearray,
                batches: list[BatchHeader], log_append_time: bool) -> asyncio.Future:
         """Add validated batches to the open buffer. The future resolves to the coordinator's
-        BatchResult of each batch once committed, or fails with a KafkaStorageError."""
-        pending = PendingAppend(topic_id, partition, log_append_time, batches, len(self._buffer))
+        BatchResult of each batch once committed, or fails with a KafkaStorageError.
+        A control batch must carry a transaction marker (else InvalidRecordBatch, before
+        anything is buffered): the coordinator applies it to the producer's transaction."""
+        markers = [read_marker(records, batch) if batch.is_control else None
+                   for batch in batches]
+        pending = PendingAppend(topic_id, partition, log_append_time, batches, markers,
+                                len(self._buffer))
         self._buffer += records
         self._pending.append(pending)
         if len(self._buffer) >= self.buffer_max_bytes:
@@ -152,13 +159,15 @@ class WalWriter:
                       pending: list[PendingAppend]) -> list[BatchResult]:
         batches = []
         for entry in pending:
-            for batch in entry.batches:
+            for batch, marker in zip(entry.batches, entry.markers):
                 start = entry.position + batch.position
                 batches.append(CommitBatch(
                     entry.topic_id, entry.partition, start, batch.size,
                     batch.last_offset_delta + 1, batch.max_timestamp, entry.log_append_time,
                     batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                    batch.last_sequence))
+                    batch.last_sequence, batch.is_transactional,
+                    None if marker is None else marker.commit,
+                    -1 if marker is None else marker.coordinator_epoch))
                 if self.cache is not None:
                     self.cache.put(key, start, batch.size, data[start:start + batch.size])
         request = CommitFile(f"{self.node_id}:{key}", key, len(data), self.node_id,

@@ -4,6 +4,7 @@ directly (no replicated log); both must answer the same."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -13,6 +14,7 @@ from support.control_plane_records import (
     commit_file,
     delete_records,
     live_bytes,
+    marker,
     random_records,
     retention,
 )
@@ -33,9 +35,10 @@ from storage.diskless.control_plane import (
     decode_request,
 )
 from storage.diskless.memory_control_plane import InMemoryControlPlane
+from storage.producer_state import AbortedTransaction
 
 STORAGE_ERROR, UNKNOWN_TOPIC, OUT_OF_ORDER, FENCED_EPOCH, INVALID_RECORD = 56, 3, 45, 47, 87
-OFFSET_OUT_OF_RANGE = 1
+OFFSET_OUT_OF_RANGE, INVALID_TXN_STATE, COORDINATOR_FENCED = 1, 48, 52
 
 
 @pytest.fixture(params=["in-memory", "sqlite"])
@@ -212,12 +215,93 @@ async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_pl
     assert control_plane.files_to_delete(now_ms=4, delay_ms=0) == ["a", "b", "m2"]
 
 
+async def test_markers_take_offsets_and_decide_the_last_stable_offset(control_plane):
+    assert [r.base_offset for r in await commit(
+        control_plane, "o1", batch(producer=5, seq=0, count=2, transactional=True),
+        batch())] == [0, 2]
+    assert control_plane.last_stable_offset("t", 0) == 0  # producer 5's transaction is open
+    (abort,) = await commit(control_plane, "o2", marker(5, commit=False))
+    assert (abort.error_code, abort.base_offset) == (0, 3)  # the marker is a batch of the log
+    assert control_plane.last_stable_offset("t", 0) == 4
+    assert control_plane.aborted_transactions("t", 0, 0, 4) == [AbortedTransaction(5, 0, 3)]
+    await commit(control_plane, "o3", batch(producer=5, seq=2, transactional=True),
+                 batch(producer=6, seq=0, transactional=True))
+    assert control_plane.last_stable_offset("t", 0) == 4
+    # Producer 5 commits at 6; producer 6's transaction, open from 5, still holds the LSO.
+    assert (await commit(control_plane, "o4", marker(5, commit=True)))[0].base_offset == 6
+    assert control_plane.last_stable_offset("t", 0) == 5
+    await commit(control_plane, "o5", marker(6, commit=True))
+    assert control_plane.last_stable_offset("t", 0) == control_plane.log_info("t", 0).high_watermark == 8
+    assert control_plane.aborted_transactions("t", 0, 4, 8) == []  # commits are not listed
+    assert control_plane.aborted_transactions("t", 0, 3, 4) == [AbortedTransaction(5, 0, 3)]
+    assert [(p.producer_id, p.txn_first_offset) for p in control_plane.active_producers(
+        "t", 0)] == [(5, -1), (6, -1)]
+    assert control_plane.last_stable_offset("t", 9) == 0
+    assert control_plane.aborted_transactions("unknown", 0, 0, 10) == []
+    assert control_plane.active_producers("unknown", 0) == []
+
+
+async def test_transaction_errors_and_a_fenced_producer_s_dead_bytes(control_plane):
+    await commit(control_plane, "o1", batch(producer=5, seq=0, transactional=True))
+    not_in_txn, = await commit(control_plane, "o2", batch(producer=5, seq=1, size=10))
+    assert not_in_txn.error_code == INVALID_TXN_STATE
+    # The transaction coordinator aborts with a bumped epoch: producer 5 epoch 0 is fenced.
+    await commit(control_plane, "o3", marker(5, commit=False, epoch=1, coordinator_epoch=3))
+    zombie, stale_coordinator, stale_marker = await commit(
+        control_plane, "o4", batch(producer=5, seq=1, size=20, transactional=True),
+        marker(5, commit=True, epoch=1, coordinator_epoch=2, size=30),
+        marker(5, commit=True, epoch=0, coordinator_epoch=3, size=40))
+    assert zombie.error_code == FENCED_EPOCH and zombie.base_offset == -1
+    assert stale_coordinator.error_code == COORDINATOR_FENCED
+    assert stale_marker.error_code == FENCED_EPOCH
+    # Nothing of them is visible and their object holds no live byte: the GC takes it.
+    assert control_plane.log_info("t", 0) == LogInfo(0, 2, 170)
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 0, 1 << 20)] == [0, 1]
+    assert live_bytes(control_plane, "o4") is None
+    assert control_plane.stats().dead_bytes == 10 + 20 + 30 + 40
+    assert control_plane.files_to_delete(now_ms=1_000, delay_ms=0) == ["o2", "o4"]
+    # The new epoch starts over at sequence 0.
+    (restart,) = await commit(control_plane, "o5", batch(producer=5, epoch=1, seq=0,
+                                                         transactional=True))
+    assert (restart.error_code, control_plane.last_stable_offset("t", 0)) == (0, 2)
+
+
+async def test_aborted_transactions_go_with_their_offsets_not_with_merges(control_plane):
+    for i, (first_ts, ts) in enumerate([(100, 200), (300, 400)]):
+        await commit(control_plane, f"o{i}", batch(producer=i, seq=0, ts=first_ts,
+                                                   transactional=True),
+                     marker(i, commit=False, ts=ts), now=500)
+    aborted = [AbortedTransaction(0, 0, 1), AbortedTransaction(1, 2, 3)]
+    assert control_plane.aborted_transactions("t", 0, 0, 4) == aborted
+    moves = tuple(BatchMove("t", 0, c.base_offset, c.object_key, 0, c.byte_size)
+                  for c in control_plane.find_batches("t", 0, 0, 1 << 20))
+    assert await control_plane.merge(Merge("m", 1_000, 600, moves)) == MergeResult(4, 0)
+    assert control_plane.aborted_transactions("t", 0, 0, 4) == aborted
+    # Retention removes the first transaction's data but not its marker: it stays listed.
+    await control_plane.enforce_retention(retention(now=1_000, retention_ms=850))
+    assert control_plane.log_info("t", 0).log_start_offset == 1
+    assert control_plane.aborted_transactions("t", 0, 1, 4) == aborted
+    await control_plane.enforce_retention(retention(now=1_000, retention_ms=750))
+    assert control_plane.aborted_transactions("t", 0, 0, 4) == aborted[1:]
+    await control_plane.delete_records(delete_records(4, now=1_000))
+    assert control_plane.aborted_transactions("t", 0, 0, 4) == []
+
+
 async def test_both_implementations_give_identical_results_and_answers(tmp_path):
     sqlite, memory = BatchCoordinatorState(tmp_path / "a.db"), InMemoryControlPlane()
     rng = random.Random(7)
+    errors, aborted = set(), []
     for request in random_records(rng, sqlite, count=300):
-        assert await memory.submit(request) == await sqlite.submit(request)
+        result = await memory.submit(request)
+        assert result == await sqlite.submit(request)
+        errors |= {r.error_code for r in getattr(result, "batches", ())}
+        aborted.append(sum(len(memory.aborted_transactions(*log, 0, 1 << 62))
+                           for log in memory.logs()))
     assert answers(memory) == answers(sqlite)
+    # The records exercised transactions: markers fenced epochs, aborted transactions were
+    # listed, then trimmed with their offsets.
+    assert {FENCED_EPOCH, INVALID_TXN_STATE, COORDINATOR_FENCED} <= errors
+    assert max(aborted) > 0 and any(b < a for a, b in itertools.pairwise(aborted))
     sqlite.close()
 
 

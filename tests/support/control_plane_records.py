@@ -17,9 +17,16 @@ from storage.diskless.control_plane import (
 
 
 def batch(topic="t", partition=0, size=100, count=1, ts=1_000, log_append_time=False,
-          producer=-1, epoch=0, seq=-1, byte_offset=0) -> CommitBatch:
+          producer=-1, epoch=0, seq=-1, byte_offset=0, transactional=False) -> CommitBatch:
     return CommitBatch(topic, partition, byte_offset, size, count, ts, log_append_time,
-                       producer, epoch, seq, -1 if seq < 0 else seq + count - 1)
+                       producer, epoch, seq, -1 if seq < 0 else seq + count - 1, transactional)
+
+
+def marker(producer, commit, epoch=0, coordinator_epoch=0, topic="t", partition=0, size=70,
+           ts=1_000) -> CommitBatch:
+    """A commit or abort marker's control batch, as the WAL writer describes it."""
+    return CommitBatch(topic, partition, 0, size, 1, ts, False, producer, epoch, -1, -1, True,
+                       commit, coordinator_epoch)
 
 
 def commit_file(key, *batches, now=1_000, request_id=None, object_size=None,
@@ -42,18 +49,34 @@ def live_bytes(control_plane, key):
             for k, bs in control_plane.merge_candidates(1 << 40, 100)}.get(key)
 
 
+def random_batch(rng, now, epochs):
+    """A data batch or a marker; producer 3 is transactional, 1 and 2 sometimes. Markers
+    may bump a producer's epoch in ``epochs`` (fencing it) or come from an old producer or
+    coordinator epoch; data batches sometimes come from a fenced (older) epoch."""
+    topic, partition = rng.choice("xyz"), rng.randrange(3)
+    producer = rng.choice([-1, 1, 2, 3])
+    if producer >= 0 and rng.random() < 0.25:
+        epochs[producer] += rng.random() < 0.2
+        return marker(producer, rng.random() < 0.5,
+                      epoch=epochs[producer] - (rng.random() < 0.1),
+                      coordinator_epoch=rng.choice([0, 1, 1, 1]), topic=topic,
+                      partition=partition, ts=now)
+    return batch(topic=topic, partition=partition, size=rng.randrange(1, 500),
+                 count=rng.randrange(1, 5), ts=now - rng.randrange(5_000),
+                 log_append_time=rng.random() < 0.3, producer=producer,
+                 epoch=epochs[producer] - (rng.random() < 0.1) if producer >= 0 else 0,
+                 seq=rng.randrange(6), transactional=producer == 3 or rng.random() < 0.2)
+
+
 def random_records(rng, state, count):
     """Records as a coordinator would write them; merges move what ``state`` proposes."""
+    epochs = {1: 0, 2: 0, 3: 0}
     for i in range(count):
         kind = rng.choices(["commit", "delete", "retention", "gc", "merge", "topic"],
                            [60, 8, 8, 8, 8, 1])[0]
         now = 1_000 * i
         if kind == "commit":
-            batches = [batch(topic=rng.choice("xyz"), partition=rng.randrange(3),
-                             size=rng.randrange(1, 500), count=rng.randrange(1, 5),
-                             ts=now - rng.randrange(5_000), log_append_time=rng.random() < 0.3,
-                             producer=rng.choice([-1, 1, 2]), epoch=rng.randrange(2),
-                             seq=rng.randrange(6)) for _ in range(rng.randrange(1, 6))]
+            batches = [random_batch(rng, now, epochs) for _ in range(rng.randrange(1, 6))]
             yield commit_file(f"o{i}", *batches, request_id=f"r{rng.randrange(i + 1)}",
                               object_size=3_000, uploader=0, now=now)
         elif kind == "delete":
@@ -78,7 +101,9 @@ def random_records(rng, state, count):
 def answers(control_plane):
     per_log = [(log, control_plane.log_info(*log), control_plane.find_batches(*log, 0, 1 << 30),
                 control_plane.offset_for_timestamp(*log, 100_000),
-                control_plane.max_timestamp_batch(*log))
+                control_plane.max_timestamp_batch(*log), control_plane.last_stable_offset(*log),
+                control_plane.aborted_transactions(*log, 0, 1 << 62),
+                control_plane.active_producers(*log))
                for log in control_plane.logs()]
     return (per_log, control_plane.stats(), control_plane.files_to_delete(400_000, 10_000),
             control_plane.merge_candidates(2_000, 10))

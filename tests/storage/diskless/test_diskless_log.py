@@ -1,6 +1,6 @@
 """The diskless log against the in-memory control plane and the session S3 server:
 append results, reads with the offsets the coordinator gave, LogAppendTime, offsets for
-timestamps, DeleteRecords."""
+timestamps, DeleteRecords, transaction markers and fenced producers."""
 
 from __future__ import annotations
 
@@ -8,13 +8,22 @@ import dataclasses
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
-from protocol.records import validate_produce_records
+from protocol.records import (
+    TxnMarker,
+    build_marker_batch,
+    iter_batches,
+    read_marker,
+    validate_produce_records,
+)
+from storage.append_rules import AppendOrigin
 from storage.config import LogConfig
 from storage.diskless.log import BatchRejected, DisklessLog
 from storage.diskless.read_cache import ReadCache
 from storage.diskless.wal_writer import WalWriter
 from storage.log import OffsetOutOfRange
+from storage.producer_state import AbortedTransaction
 
 T0 = 1_700_000_000_000  # the storage conftest's default record timestamps start here
 
@@ -34,6 +43,15 @@ async def make_log(store, control_plane, s3_prefix):
 async def append(log, build_batch, values, **batch_kwargs):
     records = build_batch(values, **batch_kwargs)
     return await log.append(records, validate_produce_records(records), -1)
+
+
+async def append_marker(log, marker: TxnMarker):
+    """As the WriteTxnMarkers handler appends one."""
+    records = build_marker_batch(marker, T0)
+    return await log.append(records, list(iter_batches(records)), -1, AppendOrigin.COORDINATOR)
+
+
+TXN = {"producer_id": 7, "producer_epoch": 0, "transactional": True}
 
 
 async def test_appends_get_consecutive_offsets_per_partition(make_log, build_batch):
@@ -114,3 +132,53 @@ async def test_rejected_batch_fails_the_append_with_its_error(make_log, build_ba
         await log.append(records, [out_of_order], -1)
     assert rejected.value.error_code.name == "out_of_order_sequence_number"
     assert log.log_end_offset == 1
+
+
+async def test_markers_are_batches_of_the_log_and_decide_what_read_committed_reads(
+        make_log, build_batch):
+    log = make_log()
+    await append(log, build_batch, [b"a", b"b"], base_sequence=0, **TXN)
+    await append(log, build_batch, [b"plain"])
+    assert log.last_stable_offset(log.log_end_offset) == 0  # producer 7's transaction is open
+    assert [(p.producer_id, p.txn_first_offset) for p in log.active_producers()] == [(7, 0)]
+    abort = await append_marker(log, TxnMarker(7, 0, False, 0))
+    assert (abort.base_offset, abort.last_offset) == (3, 3)
+    assert (log.last_stable_offset(4), log.last_stable_offset(2)) == (4, 2)
+    assert log.aborted_transactions(0, 4) == [AbortedTransaction(7, 0, 3)]
+    await append(log, build_batch, [b"c"], base_sequence=2, **TXN)
+    assert log.last_stable_offset(log.log_end_offset) == 4
+    assert (await append_marker(log, TxnMarker(7, 0, True, 0))).base_offset == 5
+    assert log.last_stable_offset(log.log_end_offset) == 6
+    assert log.aborted_transactions(4, 6) == []
+    # Reads return the markers' control batches at their offsets, as from a classic log.
+    records = (await log.read(0, 1 << 20)).records
+    headers = list(iter_batches(records))
+    assert [(h.base_offset, h.is_control) for h in headers] == [
+        (0, False), (2, False), (3, True), (4, False), (5, True)]
+    assert read_marker(records, headers[2]) == TxnMarker(7, 0, False, 0)
+    # Aborted transactions go once the log start passes their markers.
+    await log.delete_records_before(3)
+    assert log.aborted_transactions(3, 6) == [AbortedTransaction(7, 0, 3)]
+    await log.delete_records_before(4)
+    assert log.aborted_transactions(0, 6) == []
+
+
+async def test_a_fenced_producer_s_batches_are_rejected_and_their_bytes_dead(
+        make_log, build_batch, control_plane, store):
+    log = make_log()
+    await append(log, build_batch, [b"a"], base_sequence=0, **TXN)
+    # The transaction coordinator aborts with a bumped epoch: epoch 0 is fenced.
+    await append_marker(log, TxnMarker(7, 1, False, 3))
+    dead_bytes = control_plane.stats().dead_bytes
+    zombie = build_batch([b"zombie"], base_sequence=1, **TXN)
+    with pytest.raises(BatchRejected) as rejected:
+        await log.append(zombie, validate_produce_records(zombie), -1)
+    assert rejected.value.error_code == ErrorCode.invalid_producer_epoch
+    assert control_plane.stats().dead_bytes == dead_bytes + len(zombie)
+    zombie_object = store.puts[-1]
+    assert zombie_object in control_plane.files_to_delete(time.time_ns() // 1_000_000, 0)
+    with pytest.raises(BatchRejected) as rejected:  # an older coordinator's marker
+        await append_marker(log, TxnMarker(7, 1, True, 2))
+    assert rejected.value.error_code == ErrorCode.transaction_coordinator_fenced
+    assert [h.base_offset for h in iter_batches((await log.read(0, 1 << 20)).records)] == [0, 1]
+    assert log.last_stable_offset(log.log_end_offset) == 2
