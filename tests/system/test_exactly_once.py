@@ -108,8 +108,7 @@ class Processor:
     def _restart(self) -> None:
         self.restarts += 1
         self.consumer.close()
-        self.producer.flush(0)
-        self._open()
+        self._open()  # the old producer is dropped: a fenced one refuses even a flush
 
     def run(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
