@@ -16,6 +16,7 @@ import LZ4Codec from '@2l/kafkajs-lz4'
 // Registers CompressionTypes.ZSTD on kafkajs itself. Its CommonJS build is broken
 // (`__importDefault is not defined`), which is why this script is an ES module.
 import '@sensejs/kafkajs-zstd-support'
+import { parseFlags, stderrLogCreator } from './common.mjs'
 
 const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = kafkajs
 
@@ -31,13 +32,7 @@ const CODECS = {
 }
 
 function parseArgs (argv) {
-  const args = {}
-  for (let i = 0; i < argv.length; i += 2) {
-    if (!argv[i].startsWith('--') || argv[i + 1] === undefined) {
-      throw new Error(`bad argument list near ${argv[i]}`)
-    }
-    args[argv[i].slice(2)] = argv[i + 1]
-  }
+  const args = parseFlags(argv)
   for (const required of ['bootstrap', 'topic', 'compression', 'count', 'base-ts']) {
     if (args[required] === undefined) throw new Error(`missing --${required}`)
   }
@@ -68,12 +63,6 @@ function makeRecord (i, baseTs, tsStep) {
     headers,
     timestamp: String(baseTs + i * tsStep),
   }
-}
-
-// kafkajs logs to stdout by default; keep stdout for the JSON result.
-const stderrLogCreator = () => ({ namespace, level, label, log }) => {
-  const { message, ...extra } = log
-  process.stderr.write(`[kafkajs ${label} ${namespace}] ${message} ${JSON.stringify(extra)}\n`)
 }
 
 function withTimeout (promise, ms, what) {

@@ -26,6 +26,11 @@ from .wait import wait_until
 # Every node a test starts belongs to one cluster: they share its secret (a test of a node
 # outside the cluster gives its own in ``env``).
 CLUSTER_SECRET = "kipper-test-cluster-secret"
+# Settings of every node a test starts (``env`` overrides them): transactions open longer
+# than their timeout are aborted within a second, not Kafka's 10 s, so that a test of a
+# hanging transaction does not wait for the sweep.
+TEST_NODE_ENV = {"KIPPER_CLUSTER_SECRET": CLUSTER_SECRET,
+                 "KIPPER_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "1000"}
 
 
 @dataclass
@@ -59,8 +64,7 @@ class BrokerProcess:
         log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file,
                                      stdin=subprocess.DEVNULL, text=True,
-                                     env={**os.environ, "KIPPER_CLUSTER_SECRET": CLUSTER_SECRET,
-                                          **(self.env or {})})
+                                     env={**os.environ, **TEST_NODE_ENV, **(self.env or {})})
         log_file.close()
 
     def wait_ready(self, timeout: float = 30.0) -> "BrokerProcess":
