@@ -71,11 +71,22 @@ def _log_task_stacks() -> None:
     node that did not stop, so the log says what it was stuck on)."""
     lines = []
     for task in asyncio.all_tasks():
-        frames = task.get_stack()
         where = " <- ".join(f"{f.f_code.co_name} ({Path(f.f_code.co_filename).name}:{f.f_lineno})"
-                            for f in reversed(frames))
+                            for f in reversed(_awaiting_frames(task.get_coro())))
         lines.append(f"  {task.get_name()}: {where or 'not started'}")
     log.warning("%d tasks:\n%s", len(lines), "\n".join(sorted(lines)))
+
+
+def _awaiting_frames(coroutine) -> list:
+    """The frames of ``coroutine`` and of what it awaits, outermost first (a task's own
+    stack stops at its outermost coroutine)."""
+    frames = []
+    while coroutine is not None:
+        frame = getattr(coroutine, "cr_frame", None) or getattr(coroutine, "gi_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        coroutine = getattr(coroutine, "cr_await", None) or getattr(coroutine, "gi_yieldfrom", None)
+    return frames
 
 
 def _run_node(args: argparse.Namespace) -> NoReturn:
