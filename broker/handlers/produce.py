@@ -109,9 +109,9 @@ async def _add_to_transaction(ctx: RequestContext, transactional_id: str | None,
     """Produce v12+: add every partition whose transactional batches open a transaction here
     to the producer's transaction at its coordinator, in one call; the partitions that could
     not be added, with the error their producer gets."""
-    adder = ctx.services.transaction_partitions
-    if ctx.version < _ADDS_PARTITIONS_SINCE or not transactional_id or adder is None:
+    if ctx.version < _ADDS_PARTITIONS_SINCE or not transactional_id:
         return {}
+    adder = ctx.services.transaction_partitions
     first: BatchHeader | None = None
     to_add = []
     for tp, checked in validated.items():
