@@ -31,14 +31,15 @@ from support.wait import wait_until
 
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC
 
-pytestmark = pytest.mark.system
-
 RECORDS = int(os.environ.get("KIPPER_EOS_RECORDS", "3000"))
 ROUNDS = int(os.environ.get("KIPPER_EOS_ROUNDS", "1"))
 PARTITIONS = 2
 TXN_RECORDS = 200  # input records per transaction, at most
 DOWN_S = 1.0  # how long a killed broker stays down
 PIPELINE_TIMEOUT_S = 240 + RECORDS / 50
+# The suite's per-test timeout is too short for the full run: the pipeline's own bound, plus
+# setting up and reading the output.
+pytestmark = [pytest.mark.system, pytest.mark.timeout(PIPELINE_TIMEOUT_S + 300)]
 REPLICATION = {"classic": 3, "active-tiered": 3, "diskless": 1}
 # name: (input mode, output mode)
 PIPELINES = {"classic": ("classic", "classic"), "active-tiered": ("active-tiered", "active-tiered"),
