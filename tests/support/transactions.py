@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -234,9 +235,13 @@ class TransactionalClient:
 
     def read_both(self, bootstrap: str, topic: str,
                   expected: dict[str, list[bytes]]) -> dict[str, list[bytes]]:
-        """What this client's consumers read of ``topic`` at each isolation level."""
-        return {isolation: self.read(bootstrap, topic, isolation, len(expected[isolation]))
-                for isolation in ISOLATIONS}
+        """What this client's consumers read of ``topic`` at each isolation level (both
+        consumers at once: each waits for its records, then a settling time)."""
+        with ThreadPoolExecutor(len(ISOLATIONS)) as readers:
+            reads = {isolation: readers.submit(self.read, bootstrap, topic, isolation,
+                                               len(expected[isolation]))
+                     for isolation in ISOLATIONS}
+            return {isolation: read.result() for isolation, read in reads.items()}
 
 
 TRANSACTIONAL_CLIENTS = {
