@@ -1,8 +1,9 @@
 """Transaction markers written by WriteTxnMarkers end transactions in every storage mode:
 read_committed consumers (confluent-kafka, kafka-python) see committed records only, stop
 at the last stable offset while a transaction is open, and read_uncommitted ones see
-everything. The markers are sent raw, as a transaction coordinator sends them, so this
-tests the partitions' side alone (the coordinator's tests drive whole transactions)."""
+everything; DescribeProducers shows where a producer's open transaction starts. The markers
+are sent raw, as a transaction coordinator sends them, so this tests the partitions' side
+alone (the coordinator's tests drive whole transactions)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from support.raw import call, connect, entity, prove_broker
 from support.topics import create_topic
 
 PRODUCE_VERSION, MARKERS_VERSION, INIT_VERSION, LIST_OFFSETS_VERSION = 9, 1, 4, 7
+DESCRIBE_PRODUCERS_VERSION = 0
 READ_COMMITTED, READ_UNCOMMITTED = 1, 0
 
 
@@ -65,6 +67,18 @@ def end_offset(sock, topic: str, isolation: int) -> int:
             entity(ApiKey.LIST_OFFSETS, v, "ListOffsetsPartition", partition_index=0,
                    current_leader_epoch=-1, timestamp=-1),)),)))
     return response.topics[0].partitions[0].offset
+
+
+def open_transactions(sock, topic: str) -> dict[int, int]:
+    """DescribeProducers: each producer of partition 0 and where its open transaction starts
+    (-1: none open)."""
+    v = DESCRIBE_PRODUCERS_VERSION
+    response = call(sock, ApiKey.DESCRIBE_PRODUCERS, v, entity(
+        ApiKey.DESCRIBE_PRODUCERS, v, "DescribeProducersRequest", topics=(entity(
+            ApiKey.DESCRIBE_PRODUCERS, v, "TopicRequest", name=topic, partition_indexes=(0,)),)))
+    partition = response.topics[0].partitions[0]
+    assert partition.error_code == ErrorCode.none, partition.error_message
+    return {p.producer_id: p.current_txn_start_offset for p in partition.active_producers}
 
 
 def confluent_values(bootstrap: str, topic: str, isolation: str, count: int) -> list[bytes]:
@@ -118,6 +132,7 @@ def test_markers_decide_what_read_committed_consumers_see(storage_mode, topic_na
         assert end_offset(sock, topic_name, READ_COMMITTED) == 4
         assert write_marker(sock, topic_name, producer, commit=False) == ErrorCode.none
         assert end_offset(sock, topic_name, READ_COMMITTED) == 7
+        assert open_transactions(sock, topic_name) == {producer[0]: -1}
         # A non-transactional batch of the producer after its transactions: accepted.
         assert produce(sock, topic_name, build_batch(
             [b"after"], producer_id=producer[0], producer_epoch=producer[1], base_sequence=5)
@@ -142,3 +157,4 @@ def test_markers_from_a_client_are_refused_and_not_written(storage_mode, topic_n
             ErrorCode.cluster_authorization_failed
         assert end_offset(sock, topic_name, READ_UNCOMMITTED) == 1
         assert end_offset(sock, topic_name, READ_COMMITTED) == 0
+        assert open_transactions(sock, topic_name) == {producer[0]: 0}
