@@ -278,6 +278,7 @@ class ReplicatedPartition(Partition):
         new_hw = max(min(ends), min(self.log.durable_end_offset(), self.log.log_end_offset))
         if new_hw > self._high_watermark:
             self._high_watermark = new_hw
+            self.log.on_high_watermark_updated(new_hw)
             self.notify_waiters()
 
     def maybe_shrink_isr(self, max_lag_s: float) -> None:
@@ -300,6 +301,7 @@ class ReplicatedPartition(Partition):
         new_hw = min(leader_high_watermark, self.log.log_end_offset)
         if new_hw != self._high_watermark:
             self._high_watermark = new_hw
+            self.log.on_high_watermark_updated(new_hw)
             self.notify_waiters()
 
 

@@ -181,6 +181,11 @@ class PartitionLog(abc.ABC):
         ``high_watermark``: what read_committed consumers may read up to (the LSO)."""
         return high_watermark
 
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The partition's high watermark moved (Kafka's UnifiedLog.updateHighWatermark): an
+        engine that keeps decided transactions until their markers are replicated forgets
+        those now below it, also on a follower that no consumer reads from."""
+
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
         """The aborted transactions with records in [start, end), oldest marker first
         (FetchResponse's aborted_transactions for a read_committed consumer)."""

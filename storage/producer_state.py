@@ -336,9 +336,10 @@ class ProducerState:
 
     def forget_replicated(self, high_watermark: int) -> None:
         """Forget the decided transactions whose markers are below ``high_watermark``: they
-        no longer bound the last stable offset. A log whose markers are readable once
-        appended (diskless: committed is the high watermark) calls it after each append, so
-        that they do not pile up between queries."""
+        no longer bound the last stable offset. Called whenever the high watermark moves
+        (classic, active-tiered: PartitionLog.on_high_watermark_updated, also on followers)
+        or after each commit (diskless: committed is the high watermark), so that they do not
+        pile up between queries."""
         self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
 
     def last_stable_offset(self, high_watermark: int) -> int:

@@ -227,6 +227,9 @@ class ClassicLog(PartitionLog):
     def last_stable_offset(self, high_watermark: int) -> int:
         return self._producers.last_stable_offset(high_watermark)
 
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self._producers.forget_replicated(high_watermark)
+
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
         return self._producers.aborted_between(start, end)
 

@@ -84,3 +84,15 @@ async def test_the_abort_index_is_trimmed_with_the_log(open_log):
     _, abort_marker, _ = await committed_then_aborted_then_open(log)
     await log.delete_records_before(abort_marker + 1)
     assert log.aborted_transactions(0, log.log_end_offset) == []
+
+
+async def test_decided_transactions_are_forgotten_as_the_high_watermark_passes(open_log):
+    log = open_log()
+    await committed_then_aborted_then_open(log)
+    follower = open_log("follower")
+    await follower.append_as_follower((await log.read(0, 1 << 20)).records)
+    # Decided transactions bound the LSO until the high watermark passes their markers.
+    assert follower.last_stable_offset(1) == 0
+    follower.on_high_watermark_updated(follower.log_end_offset)
+    # Forgotten: only the open transaction (from offset 6) is left to bound it.
+    assert follower.last_stable_offset(1) == 1
