@@ -23,7 +23,7 @@ from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.static.primitive import i8, i16, i32, i64
 
-from .compression import decompress
+from .compression import compress, decompress
 
 HEADER_SIZE = 61
 # baseOffset and batchLength precede the part of the header the batch length counts.
@@ -356,6 +356,72 @@ def first_matching_record(batch: bytes, header: BatchHeader,
     except (IndexError, ValueError, cramjam.DecompressionError):
         pass
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record of a stored batch: what the log cleaner decides on (offset, timestamp,
+    key, whether it is a tombstone) and its bytes as stored (length prefix included),
+    copied unchanged into a rewritten batch, whose header keeps the original base offset
+    and base timestamp the record's deltas are relative to."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    is_tombstone: bool
+    raw: bytes
+
+
+def stored_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> list[StoredRecord]:
+    """Every record of the whole batch ``header`` describes, decompressed. Raises
+    InvalidRecordBatch if the records do not decode."""
+    body = bytes(buf[header.position + HEADER_SIZE:header.position + header.size])
+    try:
+        if header.compression:
+            body = decompress(header.compression, body)
+        records = []
+        position = 0
+        for _ in range(header.record_count):
+            length, start = _varint(body, position)
+            end = start + length
+            # attributes (int8), timestampDelta (varlong), offsetDelta (varint), key
+            timestamp_delta, cursor = _varint(body, start + 1)
+            offset_delta, cursor = _varint(body, cursor)
+            key_length, cursor = _varint(body, cursor)
+            key = None if key_length < 0 else body[cursor:cursor + key_length]
+            cursor += max(key_length, 0)
+            value_length, _ = _varint(body, cursor)
+            if end > len(body) or cursor > end:
+                raise ValueError("record runs past the end of its batch")
+            records.append(StoredRecord(header.base_offset + offset_delta,
+                                        header.base_timestamp + timestamp_delta, key,
+                                        value_length < 0, body[position:end]))
+            position = end
+    except (IndexError, ValueError, cramjam.DecompressionError) as e:
+        raise InvalidRecordBatch(f"records of the batch at offset {header.base_offset} do "
+                                 f"not decode: {e}") from None
+    return records
+
+
+def rewrite_batch(header: BatchHeader, records: list[StoredRecord], codec: int,
+                  level: int | None = None) -> bytearray:
+    """The batch ``header`` describes holding only ``records`` (some of its own, in order),
+    compressed with ``codec``. Everything else is kept: base offset, last offset delta,
+    timestamps, producer id, epoch and base sequence, the transactional and control flags,
+    so offsets and producer state read the same as before (Kafka's cleaner keeps a batch's
+    last offset and producer fields too). An empty ``records`` makes an empty batch, as
+    Kafka keeps one to retain a producer's last sequence."""
+    payload = compress(codec, b"".join(r.raw for r in records), level) if records else b""
+    attributes = (header.attributes & ~COMPRESSION_MASK) | (codec if records else 0)
+    out = bytearray(_HEADER.size + len(payload))
+    _HEADER.pack_into(out, 0, header.base_offset, len(out) - LOG_OVERHEAD,
+                      header.partition_leader_epoch, 2, 0, attributes,
+                      header.last_offset_delta, header.base_timestamp, header.max_timestamp,
+                      header.producer_id, header.producer_epoch, header.base_sequence,
+                      len(records))
+    out[_HEADER.size:] = payload
+    _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[CRC_COVERED_FROM:]))
+    return out
 
 
 def _record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:

@@ -27,6 +27,11 @@ class PartitionInfo:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # A reassignment under way (KRaft's PartitionRecord): ``replicas`` holds the old and
+    # the new replicas; these are the ones being added and those to remove once they
+    # have caught up.
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -56,6 +61,10 @@ class MetadataImage:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.brokers: dict[int, BrokerInfo] = {}
+        # Dynamic broker configs (IncrementalAlterConfigs/AlterConfigs of a BROKER
+        # resource) by resource name, as Kafka names them: "" for the cluster-wide
+        # default, "<node id>" for one broker.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         # Offset of the next record to apply.
         self.next_offset = 0
 
@@ -78,9 +87,15 @@ class MetadataImage:
             topic.partitions[record["partition"]] = PartitionInfo(
                 record["topic"], record["partition"], list(record["replicas"]),
                 list(record["isr"]), record["leader"], record["leader_epoch"],
-                record["partition_epoch"])
+                record["partition_epoch"], list(record.get("adding_replicas", ())),
+                list(record.get("removing_replicas", ())))
         elif kind == "config":
             self.topics[record["topic"]].configs = dict(record["configs"])
+        elif kind == "broker_config":
+            if record["configs"]:
+                self.broker_configs[record["resource"]] = dict(record["configs"])
+            else:
+                self.broker_configs.pop(record["resource"], None)
         elif kind == "remove_topic":
             topic = self.topics.pop(record["name"])
             self.topics_by_id.pop(topic.topic_id, None)
@@ -100,6 +115,10 @@ class MetadataImage:
 
 
 def partition_record(info: PartitionInfo) -> dict:
-    return {"type": "partition", "topic": info.topic, "partition": info.partition,
-            "replicas": info.replicas, "isr": info.isr, "leader": info.leader,
-            "leader_epoch": info.leader_epoch, "partition_epoch": info.partition_epoch}
+    record = {"type": "partition", "topic": info.topic, "partition": info.partition,
+              "replicas": info.replicas, "isr": info.isr, "leader": info.leader,
+              "leader_epoch": info.leader_epoch, "partition_epoch": info.partition_epoch}
+    if info.adding_replicas or info.removing_replicas:  # older logs have neither
+        record["adding_replicas"] = info.adding_replicas
+        record["removing_replicas"] = info.removing_replicas
+    return record

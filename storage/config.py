@@ -37,13 +37,40 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
-def _cleanup_policy(raw: str) -> str:
-    if raw != "delete":
-        raise InvalidConfig(
-            f"cleanup.policy={raw!r} is not supported by kipper yet: only 'delete' "
-            "(log compaction is not implemented)"
-        )
+def _double(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidConfig(f"{raw!r} is not a number") from None
+        if not lo <= value <= hi:
+            raise InvalidConfig(f"{value} is not in [{lo}, {hi}]")
+        return value
+    return parse
+
+
+def _cleanup_policy(raw: str) -> frozenset[str]:
+    """Kafka's list: ``delete``, ``compact`` or both (``compact,delete``); empty = neither."""
+    policies = frozenset(p.strip() for p in raw.split(",") if p.strip())
+    unknown = policies - {"delete", "compact"}
+    if unknown:
+        raise InvalidConfig(f"{', '.join(sorted(unknown))} is not one of delete, compact")
+    return policies
+
+
+def _replica_list(raw: str) -> str:
+    """Kafka's throttled-replicas list: ``*``, empty, or ``partition:broker`` pairs."""
+    if raw.strip() in ("", "*"):
+        return raw.strip()
+    for item in raw.split(","):
+        partition, _, broker = item.strip().partition(":")
+        if not (partition.isdigit() and broker.isdigit()):
+            raise InvalidConfig(f"{item.strip()!r} is not partition:broker")
     return raw
+
+
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -52,6 +79,9 @@ class ConfigDef:
     default: str
     parse: Callable[[str], object]
     doc: str
+    # Kafka's ConfigDef type, as DescribeConfigs reports it: boolean, string, int, short,
+    # long, double, list, class or password.
+    kind: str = "string"
 
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
@@ -59,42 +89,74 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "Storage engine of the topic: classic, active-tiered or diskless (the last two need "
               "brokers with an S3 endpoint); fixed at creation"),
     ConfigDef("cleanup.policy", "delete", _cleanup_policy,
-              "Only delete: log compaction is not implemented"),
+              "delete: old segments are deleted by retention; compact: the log cleaner keeps "
+              "the latest record of each key; compact,delete: both", "list"),
+    ConfigDef("min.cleanable.dirty.ratio", "0.5", _double(0, 1),
+              "Compacted topics: the cleaner cleans a log once this share of it is uncleaned",
+              "double"),
+    ConfigDef("min.compaction.lag.ms", "0", _int(0),
+              "Compacted topics: a record stays uncompacted at least this long", "long"),
+    ConfigDef("max.compaction.lag.ms", str(LONG_MAX), _int(1),
+              "Compacted topics: a record is eligible for compaction at most this long after "
+              "it was written, whatever the dirty ratio", "long"),
+    ConfigDef("delete.retention.ms", str(24 * 3600 * 1000), _int(0),
+              "Compacted topics: tombstones (null values) are kept this long after the "
+              "cleaner reached them, so consumers see deletes", "long"),
+    ConfigDef("compression.type", "producer", _choice(*COMPRESSION_TYPES),
+              "Codec the broker stores batches with: producer keeps the producer's; "
+              "uncompressed, gzip, snappy, lz4 or zstd recompress batches that differ"),
+    ConfigDef("compression.gzip.level", "-1", _int(-1),
+              "gzip level when compression.type=gzip (1-9; -1 = the codec's default)", "int"),
+    ConfigDef("compression.lz4.level", "9", _int(1),
+              "lz4 level when compression.type=lz4 (1-17)", "int"),
+    ConfigDef("compression.zstd.level", "3", _int(-131072),
+              "zstd level when compression.type=zstd (-131072 to 22)", "int"),
     ConfigDef("retention.ms", str(7 * 24 * 3600 * 1000), _int(-1),
-              "Batches older than this are deleted; -1 = forever"),
+              "Batches older than this are deleted; -1 = forever", "long"),
     ConfigDef("retention.bytes", "-1", _int(-1),
-              "Oldest batches are deleted while a partition holds more; -1 = unbounded"),
+              "Oldest batches are deleted while a partition holds more; -1 = unbounded",
+              "long"),
     ConfigDef("segment.bytes", str(1 << 30), _int(14),
-              "A segment this large is closed and a new one started"),
+              "A segment this large is closed and a new one started", "int"),
     ConfigDef("segment.ms", str(7 * 24 * 3600 * 1000), _int(1),
-              "A segment this old is closed and a new one started"),
+              "A segment this old is closed and a new one started", "long"),
     ConfigDef("segment.index.bytes", str(10 << 20), _int(8),
-              "Largest offset or time index file of a segment"),
+              "Largest offset or time index file of a segment", "int"),
     ConfigDef("index.interval.bytes", "4096", _int(0),
-              "Bytes of log between two offset index entries"),
+              "Bytes of log between two offset index entries", "int"),
     ConfigDef("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append"),
-    ConfigDef("max.message.bytes", str(1048588), _int(0), "Largest record batch accepted"),
+    ConfigDef("max.message.bytes", str(1048588), _int(0), "Largest record batch accepted",
+              "int"),
     ConfigDef("min.insync.replicas", "1", _int(1),
-              "In-sync replicas needed to accept acks=all produce"),
+              "In-sync replicas needed to accept acks=all produce", "int"),
     ConfigDef("flush.messages", str(2**63 - 1), _int(1),
-              "Messages appended between two fsyncs of a local log"),
+              "Messages appended between two fsyncs of a local log", "long"),
     ConfigDef("flush.ms", str(2**63 - 1), _int(0),
-              "Milliseconds between two fsyncs of a local log"),
+              "Milliseconds between two fsyncs of a local log", "long"),
     ConfigDef("unclean.leader.election.enable", "false", _choice("true", "false"),
-              "Elect an out-of-sync replica when no in-sync one is alive (may lose acked data)"),
+              "Elect an out-of-sync replica when no in-sync one is alive (may lose acked data)",
+              "boolean"),
     ConfigDef("file.delete.delay.ms", "60000", _int(0),
-              "Delay between removing a segment from the log and deleting its files"),
+              "Delay between removing a segment from the log and deleting its files", "long"),
+    ConfigDef("leader.replication.throttled.replicas", "", _replica_list,
+              "Replicas (partition:broker, or *) whose leader-side replication is throttled "
+              "by the broker's leader.replication.throttled.rate (set during reassignment)",
+              "list"),
+    ConfigDef("follower.replication.throttled.replicas", "", _replica_list,
+              "Replicas (partition:broker, or *) whose follower-side replication is "
+              "throttled by the broker's follower.replication.throttled.rate", "list"),
     ConfigDef("active.tiered.metadata.scheme", "topic", _choice(*WAL_METADATA_SCHEMES),
               "Active-tiered: how followers learn of uploaded WAL objects: topic (the "
               "`__remote_wal_log_metadata` topic), fetch (the leader's fetch responses, refs "
               "kept in a file) or memory (likewise, refs kept in the leader's memory only)"),
     ConfigDef("active.tiered.ack.on.upload", "false", _choice("true", "false"),
               "Active-tiered: acks=all completes once the data is uploaded, before followers have "
-              "it (weaker: a single-AZ bucket outage plus a leader loss loses acked data)"),
+              "it (weaker: a single-AZ bucket outage plus a leader loss loses acked data)",
+              "boolean"),
     ConfigDef("active.tiered.wal.retention.ms", str(5 * 60 * 1000), _int(0),
               "Active-tiered: WAL objects not yet held by every in-sync replica are deleted "
-              "once this old"),
+              "once this old", "long"),
 )}
 
 
@@ -136,6 +198,19 @@ class LogConfig:
     wal_metadata_scheme: str = "topic"
     ack_on_upload: bool = False
     wal_retention_ms: int = 5 * 60 * 1000
+    # cleanup.policy: retention deletes old data (delete) and/or the cleaner keeps the
+    # latest record per key (compact).
+    delete_policy: bool = True
+    compact: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 24 * 3600 * 1000
+    # compression.type and the level of the codec it names (None: the codec's default).
+    compression_type: str = "producer"
+    compression_level: int | None = None
+    leader_throttled_replicas: str = ""
+    follower_throttled_replicas: str = ""
     explicit: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -163,5 +238,21 @@ class LogConfig:
             wal_metadata_scheme=value["active.tiered.metadata.scheme"],
             ack_on_upload=value["active.tiered.ack.on.upload"] == "true",
             wal_retention_ms=value["active.tiered.wal.retention.ms"],
+            delete_policy="delete" in value["cleanup.policy"],
+            compact="compact" in value["cleanup.policy"],
+            min_cleanable_dirty_ratio=value["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=value["min.compaction.lag.ms"],
+            max_compaction_lag_ms=value["max.compaction.lag.ms"],
+            delete_retention_ms=value["delete.retention.ms"],
+            compression_type=value["compression.type"],
+            compression_level=_compression_level(value),
+            leader_throttled_replicas=value["leader.replication.throttled.replicas"],
+            follower_throttled_replicas=value["follower.replication.throttled.replicas"],
             explicit=dict(explicit),
         )
+
+
+def _compression_level(value: dict[str, object]) -> int | None:
+    codec = value["compression.type"]
+    level = value.get(f"compression.{codec}.level")
+    return None if level is None or level == -1 else int(level)
