@@ -37,6 +37,8 @@ from storage.diskless.control_plane import (
     LogInfo,
     Merge,
     MergeResult,
+    Compact,
+    CompactResult,
     ObjectsDeleted,
     ObjectsDeletedResult,
     RecordControlPlane,
@@ -44,7 +46,10 @@ from storage.diskless.control_plane import (
     RetentionLimits,
     StateStats,
     apply_commit_plan,
+    batches_from,
     check_commit_batch,
+    compaction_refusal,
+    compaction_result,
     new_log_start,
     refused_commit,
     retention_keep_from,
@@ -55,11 +60,12 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (id INTEGER PRIMARY KEY CHECK (id = 0), offset INTEGER);
 CREATE TABLE IF NOT EXISTS logs (
     topic_id TEXT, partition INTEGER, log_start_offset INTEGER, high_watermark INTEGER,
-    size_bytes INTEGER, PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
+    size_bytes INTEGER, cleaned_offset INTEGER DEFAULT 0,
+    PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     topic_id TEXT, partition INTEGER, base_offset INTEGER, last_offset INTEGER,
     object_key TEXT, byte_offset INTEGER, byte_size INTEGER, max_timestamp INTEGER,
-    timestamp_type INTEGER, append_time_ms INTEGER,
+    timestamp_type INTEGER, append_time_ms INTEGER, cleaned_at_ms INTEGER DEFAULT -1,
     PRIMARY KEY (topic_id, partition, base_offset)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batches_by_object ON batches (object_key);
 CREATE TABLE IF NOT EXISTS objects (
@@ -72,11 +78,13 @@ CREATE TABLE IF NOT EXISTS producer_state (
     PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, result TEXT) WITHOUT ROWID;
 """
+# Columns added since the first schema, with their defaults: added to older databases.
+_ADDED_COLUMNS = (("logs", "cleaned_offset", 0), ("batches", "cleaned_at_ms", -1))
 _TABLES = ("applied", "logs", "batches", "objects", "deleted_objects", "deleted_topics",
            "producer_state", "requests")
 
 _BATCH_COLUMNS = ("topic_id, partition, base_offset, last_offset, object_key, byte_offset, "
-                  "byte_size, max_timestamp, timestamp_type, append_time_ms")
+                  "byte_size, max_timestamp, timestamp_type, append_time_ms, cleaned_at_ms")
 # LogAppendTime batches are stamped by the coordinator; their client timestamps do not count.
 _EFFECTIVE_TIMESTAMP = "CASE timestamp_type WHEN 1 THEN append_time_ms ELSE max_timestamp END"
 
@@ -91,6 +99,10 @@ class BatchCoordinatorState(RecordControlPlane):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        for table, column, default in _ADDED_COLUMNS:
+            if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
+                self._db.execute(
+                    f"ALTER TABLE {table} ADD COLUMN {column} INTEGER DEFAULT {default}")
         row = self._db.execute("SELECT offset FROM applied").fetchone()
         self._applied_offset = -1 if row is None else row[0]
         # Decoded producer state per (topic_id, partition); only valid while it matches the
@@ -179,7 +191,8 @@ class BatchCoordinatorState(RecordControlPlane):
         topic_id, partition = batch.topic_id, batch.partition
         if self._is_deleted_topic(topic_id):
             return BatchResult.unknown_topic_or_partition()
-        self._db.execute("INSERT OR IGNORE INTO logs VALUES (?, ?, 0, 0, 0)", (topic_id, partition))
+        self._db.execute("INSERT OR IGNORE INTO logs VALUES (?, ?, 0, 0, 0, 0)",
+                         (topic_id, partition))
         info = self.log_info(topic_id, partition)
         producers = self._producer_state(topic_id, partition)
         verdict = check_commit_batch(producers, batch, info, now_ms)
@@ -189,7 +202,7 @@ class BatchCoordinatorState(RecordControlPlane):
         touched.add((topic_id, partition))
         base_offset, size = info.high_watermark, batch.byte_size
         self._db.execute(
-            f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, -1)",
             (topic_id, partition, base_offset, base_offset + batch.record_count - 1, key,
              batch.byte_offset, size, batch.max_timestamp,
              LOG_APPEND_TIME if batch.log_append_time else CREATE_TIME,
@@ -343,6 +356,50 @@ class BatchCoordinatorState(RecordControlPlane):
         self._mark_emptied(sorted(old_keys | {key}), now_ms)
         return MergeResult(moved, len(request.moves) - moved)
 
+    def _compact(self, request: Compact) -> CompactResult:
+        topic_id, partition, key, now_ms = (request.topic_id, request.partition,
+                                            request.object_key, request.now_ms)
+        exists = self._log_exists(topic_id, partition)
+        object_known = bool(key) and self.is_known_object(key)
+        refusal = compaction_refusal(
+            request, self.log_info(topic_id, partition) if exists else None,
+            lambda base_offset: self._one_batch(
+                "WHERE topic_id = ? AND partition = ? AND base_offset = ?",
+                (topic_id, partition, base_offset)),
+            object_known=object_known)
+        if key and not object_known:
+            # Registered even when refused: with no live batch, the GC collects it.
+            self._db.execute("INSERT INTO objects VALUES (?, ?, 0, ?, NULL)",
+                             (key, request.object_size, now_ms))
+        if refusal is not None:
+            self._mark_emptied([key] if key and not object_known else [], now_ms)
+            return CompactResult(refused=refusal)
+        where = "topic_id = ? AND partition = ? AND base_offset = ?"
+        for rewrite in request.batches:
+            at = (topic_id, partition, rewrite.base_offset)
+            if rewrite.dropped:
+                self._db.execute(f"DELETE FROM batches WHERE {where}", at)
+            else:
+                self._db.execute(f"UPDATE batches SET object_key = ?, byte_offset = ?, "
+                                 f"byte_size = ? WHERE {where}",
+                                 (key, rewrite.byte_offset, rewrite.byte_size, *at))
+            self._db.execute("UPDATE objects SET live_bytes = live_bytes - ? WHERE key = ?",
+                             (rewrite.old_byte_size, rewrite.old_object_key))
+            self._db.execute("UPDATE objects SET live_bytes = live_bytes + ? WHERE key = ?",
+                             (rewrite.byte_size, key))
+            self._db.execute("UPDATE logs SET size_bytes = size_bytes - ? "
+                             "WHERE topic_id = ? AND partition = ?",
+                             (rewrite.old_byte_size - rewrite.byte_size, topic_id, partition))
+        self._db.execute("UPDATE batches SET cleaned_at_ms = ? WHERE topic_id = ? AND "
+                         "partition = ? AND last_offset < ? AND cleaned_at_ms < 0",
+                         (now_ms, topic_id, partition, request.cleaned_offset))
+        self._db.execute("UPDATE logs SET cleaned_offset = MAX(cleaned_offset, ?) "
+                         "WHERE topic_id = ? AND partition = ?",
+                         (request.cleaned_offset, topic_id, partition))
+        self._mark_emptied(sorted({r.old_object_key for r in request.batches}
+                                  | ({key} if key else set())), now_ms)
+        return compaction_result(request)
+
     _HANDLERS = {
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
@@ -350,34 +407,28 @@ class BatchCoordinatorState(RecordControlPlane):
         DeleteTopic: _delete_topic,
         ObjectsDeleted: _objects_deleted,
         Merge: _merge,
+        Compact: _compact,
     }
 
     # -- queries -------------------------------------------------------------------------------
 
     def log_info(self, topic_id: str, partition: int) -> LogInfo:
         row = self._db.execute(
-            "SELECT log_start_offset, high_watermark, size_bytes FROM logs "
+            "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset FROM logs "
             "WHERE topic_id = ? AND partition = ?", (topic_id, partition)).fetchone()
         return LogInfo(0, 0, 0) if row is None else LogInfo(*row)
 
     def find_batches(self, topic_id: str, partition: int, offset: int,
                      max_bytes: int) -> list[BatchCoordinate]:
-        """Batches from the one holding ``offset`` on; always one if any, else up to max_bytes."""
         info = self.log_info(topic_id, partition)
         if not info.log_start_offset <= offset < info.high_watermark:
             return []
         rows = self._db.execute(
             f"SELECT {_BATCH_COLUMNS} FROM batches WHERE topic_id = ? AND partition = ? "
-            f"AND base_offset >= (SELECT MAX(base_offset) FROM batches "
-            f"WHERE topic_id = ? AND partition = ? AND base_offset <= ?) ORDER BY base_offset",
-            (topic_id, partition, topic_id, partition, offset))
-        found, total = [], 0
-        for row in rows:
-            batch = BatchCoordinate(*row)
-            if found and total + batch.byte_size > max_bytes:
-                break
-            found.append(batch)
-            total += batch.byte_size
+            f"AND base_offset >= COALESCE((SELECT MAX(base_offset) FROM batches "
+            f"WHERE topic_id = ? AND partition = ? AND base_offset <= ?), -1) "
+            f"ORDER BY base_offset", (topic_id, partition, topic_id, partition, offset))
+        found = batches_from((BatchCoordinate(*row) for row in rows), offset, max_bytes)
         rows.close()
         return found
 

@@ -1,5 +1,7 @@
 """What the writable batch coordinator does on a timer: topic deletion and WAL object
-garbage collection (KIP-1150/1164), object merging (KIP-1165), and retention.
+garbage collection (KIP-1150/1164), object merging (KIP-1165), log compaction of
+compacted topics (compaction.py), and retention (of topics whose cleanup.policy has
+delete).
 
 Retention runs on the schedule every engine's retention runs on, the broker's
 ``log.retention.check.interval.ms`` (``LogManager.run_retention`` calls ``apply_retention``);
@@ -28,6 +30,7 @@ from replication.cluster_metadata import MetadataImage
 from storage.config import LogConfig
 from storage.diskless.control_plane import (
     BatchMove,
+    CompactResult,
     ControlPlane,
     DeleteTopic,
     EnforceRetention,
@@ -38,6 +41,7 @@ from storage.diskless.control_plane import (
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
 from .batch_coordinator import CoordinatorUnavailable
+from .compaction import LogCleaner
 
 log = logging.getLogger(__name__)
 # A topic id the state knows but the metadata does not must stay unknown this long
@@ -55,6 +59,10 @@ class HousekeepingSettings:
     merge_max_object_bytes: int = 4 * 1024 * 1024
     merge_min_objects: int = 8
     merge_max_objects: int = 64
+    # Compaction: keys the cleaner's key → offset map holds in one pass (Kafka's dedupe
+    # buffer, about 100 bytes a key here), and bytes read from object storage at a time.
+    compaction_max_keys: int = 1_000_000
+    compaction_read_bytes: int = 8 * 1024 * 1024
 
 
 @dataclass
@@ -64,6 +72,11 @@ class HousekeepingStats:
     deleted_orphans: int = 0
     merges: int = 0
     merged_objects: int = 0
+    compactions: int = 0
+    # Swaps the coordinator refused (a batch changed while it was being rewritten).
+    compactions_refused: int = 0
+    compaction_bytes_before: int = 0
+    compaction_bytes_after: int = 0
 
 
 class Housekeeping:
@@ -77,9 +90,12 @@ class Housekeeping:
         self.store = store
         self.wal_prefix = f"{key_prefix}wal/"
         self.merged_prefix = f"{self.wal_prefix}merged-"
+        self.compacted_prefix = f"{self.wal_prefix}compacted-"
         self.topic_defaults = topic_defaults
         self.settings = settings
         self.stats = HousekeepingStats()
+        self.cleaner = LogCleaner(control_plane, store, self.compacted_prefix,
+                                  settings.compaction_max_keys, settings.compaction_read_bytes)
         self._unknown_since: dict[str, float] = {}
         self._task: asyncio.Task | None = None
 
@@ -101,6 +117,7 @@ class Housekeeping:
         # must not keep dead objects from being deleted.
         for what, step in (("topic deletion", self._drop_deleted_topics),
                            ("merge", self.merge_small_objects),
+                           ("compaction", self.compact_logs),
                            ("object deletion", self._delete_dead_objects),
                            ("orphan deletion", self._delete_orphans)):
             await self._on_writable_coordinator(what, step)
@@ -149,7 +166,8 @@ class Housekeeping:
     async def _apply_retention(self, now_ms: int) -> int:
         topics = tuple(RetentionLimits(topic_id, config.retention_ms, config.retention_bytes)
                        for topic_id, config in self._diskless_topics().items()
-                       if config.retention_ms >= 0 or config.retention_bytes >= 0)
+                       if config.delete_policy
+                       and (config.retention_ms >= 0 or config.retention_bytes >= 0))
         if not topics:
             return 0
         result = await self.control_plane.enforce_retention(EnforceRetention(now_ms, topics))
@@ -186,11 +204,13 @@ class Housekeeping:
     async def merge_small_objects(self) -> None:
         """KIP-1165: rewrite small WAL objects' live batches into one object, ordered by
         partition and offset, and repoint their coordinates in one record."""
-        # Only WAL objects as brokers wrote them: merged objects are already ordered by
-        # partition, and merging them again would rewrite the same bytes over and over.
+        # Only WAL objects as brokers wrote them: merged and compacted objects are already
+        # ordered by partition, and merging them again would rewrite the same bytes over
+        # and over.
         candidates = [(key, batches) for key, batches in self.control_plane.merge_candidates(
             self.settings.merge_max_object_bytes, 4 * self.settings.merge_max_objects)
-            if not key.startswith(self.merged_prefix)][:self.settings.merge_max_objects]
+            if not key.startswith((self.merged_prefix, self.compacted_prefix))
+        ][:self.settings.merge_max_objects]
         if len(candidates) < self.settings.merge_min_objects:
             return
         coordinates = sorted((c for _, batches in candidates for c in batches),
@@ -217,6 +237,30 @@ class Housekeeping:
         self.stats.merged_objects += len(candidates)
         log.info("merged %d WAL objects into %s (%d batches moved, %d skipped)",
                  len(candidates), key, result.moved, result.skipped)
+
+    async def compact_logs(self) -> None:
+        """Clean every partition of the compacted diskless topics that needs it."""
+        compacted = {topic_id: config for topic_id, config in self._diskless_topics().items()
+                     if config.compact}
+        for topic_id, partition in self.control_plane.logs():
+            config = compacted.get(topic_id)
+            if config is None:
+                continue
+            for result in await self.cleaner.clean(topic_id, partition, config, _now_ms()):
+                self._count_compaction(topic_id, partition, result)
+
+    def _count_compaction(self, topic_id: str, partition: int, result: CompactResult) -> None:
+        if result.refused is not None:
+            self.stats.compactions_refused += 1
+            log.info("compaction of %s-%d refused, to be retried: %s", topic_id, partition,
+                     result.refused)
+            return
+        self.stats.compactions += 1
+        self.stats.compaction_bytes_before += result.bytes_before
+        self.stats.compaction_bytes_after += result.bytes_after
+        log.info("compacted %s-%d: %d batches rewritten, %d dropped, %d bytes to %d",
+                 topic_id, partition, result.rewritten, result.dropped, result.bytes_before,
+                 result.bytes_after)
 
 
 def _now_ms() -> int:

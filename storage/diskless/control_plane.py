@@ -18,7 +18,7 @@ rules both follow are the functions at the end of this module.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
@@ -321,9 +321,60 @@ class Merge(Request):
     moves: tuple[BatchMove, ...]
 
 
+# --- compaction -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRewrite(WireRecord):
+    """One batch of a compacted partition: the coordinates it had when the cleaner read it
+    (the swap is refused if they changed since) and where its rewritten bytes are in the
+    compacted object. ``byte_size`` 0: every record of it went, the batch is dropped."""
+
+    base_offset: int
+    old_object_key: str
+    old_byte_offset: int
+    old_byte_size: int
+    byte_offset: int
+    byte_size: int
+
+    @property
+    def dropped(self) -> bool:
+        return self.byte_size == 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult(WireRecord):
+    rewritten: int = 0
+    dropped: int = 0
+    # Sizes of the rewritten and dropped batches before and after the swap.
+    bytes_before: int = 0
+    bytes_after: int = 0
+    # Why nothing was swapped (None: applied).
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Compact(Request):
+    """The log cleaner's swap for one partition: repoint the rewritten batches to the
+    compacted object ``object_key`` ("" when no batch kept a record) and drop the emptied
+    ones, all or nothing, then move the partition's cleaner checkpoint to
+    ``cleaned_offset``. Offsets never change."""
+
+    TYPE: ClassVar = "compact"
+    RESULT: ClassVar = CompactResult
+    NESTED: ClassVar = {"batches": BatchRewrite}
+    topic_id: str
+    partition: int
+    object_key: str
+    object_size: int
+    now_ms: int
+    cleaned_offset: int
+    batches: tuple[BatchRewrite, ...]
+
+
 _REQUEST_TYPES: dict[str, type[Request]] = {
     cls.TYPE: cls for cls in (CommitFile, DeleteRecords, EnforceRetention, DeleteTopic,
-                              ObjectsDeleted, Merge)}
+                              ObjectsDeleted, Merge, Compact)}
 
 
 def decode_request(wire: dict[str, Any]) -> Request:
@@ -342,6 +393,8 @@ class LogInfo:
     log_start_offset: int
     high_watermark: int
     size_bytes: int
+    # The cleaner checkpoint: batches below it were compacted at least once.
+    cleaned_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +411,9 @@ class BatchCoordinate:
     max_timestamp: int
     timestamp_type: int
     append_time_ms: int
+    # When the cleaner first reached the batch (-1: not yet): its tombstones and
+    # transaction markers may go delete.retention.ms later (Kafka's delete horizon).
+    cleaned_at_ms: int = -1
 
     @property
     def record_count(self) -> int:
@@ -398,6 +454,8 @@ class ControlPlane(Protocol):
 
     async def merge(self, request: Merge) -> MergeResult: ...
 
+    async def compact(self, request: Compact) -> CompactResult: ...
+
     async def catch_up(self, since: float) -> None:
         """Return once the queries below include every state change acknowledged before
         ``since`` (time.monotonic()), wherever it was submitted; raises
@@ -407,7 +465,8 @@ class ControlPlane(Protocol):
 
     def find_batches(self, topic_id: str, partition: int, offset: int,
                      max_bytes: int) -> list[BatchCoordinate]:
-        """Batches from the one holding ``offset`` on; always one if any, else up to max_bytes."""
+        """Batches from the first ending at or after ``offset`` on (compaction may have
+        dropped the one that held it); always one if any, else up to max_bytes."""
 
     def offset_for_timestamp(self, topic_id: str, partition: int,
                              timestamp_ms: int) -> BatchCoordinate | None:
@@ -469,6 +528,9 @@ class RecordControlPlane(abc.ABC):
         return await self.submit(request)
 
     async def merge(self, request: Merge) -> MergeResult:
+        return await self.submit(request)
+
+    async def compact(self, request: Compact) -> CompactResult:
         return await self.submit(request)
 
 
@@ -539,3 +601,52 @@ def retention_keep_from(oldest_first: Iterable[BatchCoordinate], info: LogInfo, 
             return batch.base_offset
         size -= batch.byte_size
     return info.high_watermark
+
+
+def batches_from(batches: Iterable[BatchCoordinate], offset: int,
+                 max_bytes: int) -> list[BatchCoordinate]:
+    """``find_batches`` over a log's batches from the last one starting at or before
+    ``offset``, in offset order: that one is skipped if it ends before ``offset`` (the
+    batches holding ``offset`` were all compacted away)."""
+    found, total = [], 0
+    for batch in batches:
+        if batch.last_offset < offset:
+            continue
+        if found and total + batch.byte_size > max_bytes:
+            break
+        found.append(batch)
+        total += batch.byte_size
+    return found
+
+
+COMPACTED_OBJECT_KNOWN = "the compacted object is already known (a replay, or collected)"
+LOG_GONE = "the partition has no state (its topic was deleted)"
+
+
+def compaction_refusal(request: Compact, info: LogInfo | None,
+                       current: Callable[[int], BatchCoordinate | None], *,
+                       object_known: bool) -> str | None:
+    """Why ``request`` cannot be applied (None: it can): its log is gone, its object is
+    known already, or a batch it rewrites is no longer where the cleaner read it (removed
+    by retention or DeleteRecords, moved by a merge). ``current`` gives the log's live
+    batch at a base offset."""
+    if info is None:
+        return LOG_GONE
+    if request.object_key and object_known:
+        return COMPACTED_OBJECT_KNOWN
+    if request.cleaned_offset > info.high_watermark:
+        return f"cleaned offset {request.cleaned_offset} is past the log end"
+    for rewrite in request.batches:
+        batch = current(rewrite.base_offset)
+        if batch is None or (batch.object_key, batch.byte_offset, batch.byte_size) != (
+                rewrite.old_object_key, rewrite.old_byte_offset, rewrite.old_byte_size):
+            return f"the batch at offset {rewrite.base_offset} changed since it was read"
+    return None
+
+
+def compaction_result(request: Compact) -> CompactResult:
+    """The result of applying ``request`` (not refused)."""
+    dropped = sum(rewrite.dropped for rewrite in request.batches)
+    return CompactResult(len(request.batches) - dropped, dropped,
+                         sum(rewrite.old_byte_size for rewrite in request.batches),
+                         sum(rewrite.byte_size for rewrite in request.batches))

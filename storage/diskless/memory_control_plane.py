@@ -28,13 +28,18 @@ from .control_plane import (
     LogInfo,
     Merge,
     MergeResult,
+    Compact,
+    CompactResult,
     ObjectsDeleted,
     ObjectsDeletedResult,
     RecordControlPlane,
     Request,
     StateStats,
     apply_commit_plan,
+    batches_from,
     check_commit_batch,
+    compaction_refusal,
+    compaction_result,
     new_log_start,
     refused_commit,
     retention_keep_from,
@@ -46,11 +51,13 @@ class _Log:
     log_start_offset: int = 0
     high_watermark: int = 0
     size_bytes: int = 0
+    cleaned_offset: int = 0
     batches: list[BatchCoordinate] = field(default_factory=list)  # by base offset
     producers: ProducerState = field(default_factory=ProducerState)
 
     def info(self) -> LogInfo:
-        return LogInfo(self.log_start_offset, self.high_watermark, self.size_bytes)
+        return LogInfo(self.log_start_offset, self.high_watermark, self.size_bytes,
+                       self.cleaned_offset)
 
     def move_start(self, log_start_offset: int) -> None:
         self.log_start_offset = log_start_offset
@@ -224,6 +231,43 @@ class InMemoryControlPlane(RecordControlPlane):
         self._mark_emptied(sorted(old_keys | {key}), request.now_ms)
         return MergeResult(moved, len(request.moves) - moved)
 
+    def _compact(self, request: Compact) -> CompactResult:
+        key, now_ms = request.object_key, request.now_ms
+        log = self._logs.get((request.topic_id, request.partition))
+        by_offset = {b.base_offset: i for i, b in enumerate(log.batches)} if log else {}
+        object_known = bool(key) and self.is_known_object(key)
+        refusal = compaction_refusal(
+            request, None if log is None else log.info(),
+            lambda base_offset: (log.batches[by_offset[base_offset]]
+                                 if base_offset in by_offset else None),
+            object_known=object_known)
+        if key and not object_known:
+            # Registered even when refused: with no live batch, the GC collects it.
+            self._objects[key] = _Object(request.object_size, now_ms)
+        if refusal is not None:
+            self._mark_emptied([key] if key and not object_known else [], now_ms)
+            return CompactResult(refused=refusal)
+        rewrites = {rewrite.base_offset: rewrite for rewrite in request.batches}
+        kept = []
+        for batch in log.batches:
+            rewrite = rewrites.get(batch.base_offset)
+            if rewrite is not None:
+                self._objects[rewrite.old_object_key].live_bytes -= rewrite.old_byte_size
+                log.size_bytes -= rewrite.old_byte_size - rewrite.byte_size
+                if rewrite.dropped:
+                    continue
+                self._objects[key].live_bytes += rewrite.byte_size
+                batch = replace(batch, object_key=key, byte_offset=rewrite.byte_offset,
+                                byte_size=rewrite.byte_size)
+            if batch.last_offset < request.cleaned_offset and batch.cleaned_at_ms < 0:
+                batch = replace(batch, cleaned_at_ms=now_ms)
+            kept.append(batch)
+        log.batches = kept
+        log.cleaned_offset = max(log.cleaned_offset, request.cleaned_offset)
+        self._mark_emptied(sorted({r.old_object_key for r in request.batches}
+                                  | ({key} if key else set())), now_ms)
+        return compaction_result(request)
+
     _HANDLERS = {
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
@@ -231,6 +275,7 @@ class InMemoryControlPlane(RecordControlPlane):
         DeleteTopic: _delete_topic,
         ObjectsDeleted: _objects_deleted,
         Merge: _merge,
+        Compact: _compact,
     }
 
     # -- queries -------------------------------------------------------------------------------
@@ -245,13 +290,7 @@ class InMemoryControlPlane(RecordControlPlane):
         if log is None or not log.log_start_offset <= offset < log.high_watermark:
             return []
         holding = [i for i, batch in enumerate(log.batches) if batch.base_offset <= offset]
-        found, total = [], 0
-        for batch in log.batches[holding[-1]:] if holding else ():
-            if found and total + batch.byte_size > max_bytes:
-                break
-            found.append(batch)
-            total += batch.byte_size
-        return found
+        return batches_from(log.batches[holding[-1] if holding else 0:], offset, max_bytes)
 
     def offset_for_timestamp(self, topic_id: str, partition: int,
                              timestamp_ms: int) -> BatchCoordinate | None:

@@ -23,7 +23,10 @@ from coordinator.diskless import BatchCoordinatorState
 from storage.diskless.control_plane import (
     BatchMove,
     BatchResult,
+    BatchRewrite,
     CommitFileResult,
+    Compact,
+    CompactResult,
     DeleteRecordsResult,
     DeleteTopic,
     EnforceRetentionResult,
@@ -322,6 +325,10 @@ def test_wire_shape_is_the_records_in_diskless_metadata():
         {"type": "merge", "object_key": "m", "object_size": 10, "now_ms": 5, "moves": [
             {"topic_id": "t", "partition": 0, "base_offset": 0, "old_object_key": "k",
              "byte_offset": 0, "byte_size": 10}]},
+        {"type": "compact", "topic_id": "t", "partition": 0, "object_key": "c",
+         "object_size": 10, "now_ms": 5, "cleaned_offset": 3, "batches": [
+             {"base_offset": 0, "old_object_key": "k", "old_byte_offset": 0,
+              "old_byte_size": 100, "byte_offset": 0, "byte_size": 10}]},
     ]
     for wire in written:
         assert decode_request(wire).to_wire() == wire
@@ -341,3 +348,61 @@ def test_wire_shape_is_the_records_in_diskless_metadata():
     assert result.to_wire() == stored
     assert DeleteRecordsResult.from_wire({"error_code": 1}) == \
         DeleteRecordsResult.offset_out_of_range()
+
+
+def rewrite(coordinate, byte_offset=0, byte_size=0):
+    """The swap of one batch as the cleaner read it (``byte_size`` 0: dropped)."""
+    return BatchRewrite(coordinate.base_offset, coordinate.object_key, coordinate.byte_offset,
+                        coordinate.byte_size, byte_offset, byte_size)
+
+
+async def test_compaction_swaps_batches_atomically_and_moves_the_checkpoint(control_plane):
+    await commit(control_plane, "a", *[batch(count=2, size=100, byte_offset=100 * i)
+                                       for i in range(4)], now=1)
+    first, second, third, _ = control_plane.find_batches("t", 0, 0, 1 << 20)
+    swap = Compact("t", 0, "c", 30, 5, 6, (rewrite(first, 0, 30), rewrite(second)))
+    assert await control_plane.compact(swap) == CompactResult(1, 1, 200, 30)
+    info = control_plane.log_info("t", 0)
+    assert (info.high_watermark, info.size_bytes, info.cleaned_offset) == (8, 230, 6)
+    batches = control_plane.find_batches("t", 0, 0, 1 << 20)
+    assert [(c.base_offset, c.last_offset, c.object_key, c.byte_offset, c.byte_size)
+            for c in batches] == [(0, 1, "c", 0, 30), (4, 5, "a", 200, 100),
+                                  (6, 7, "a", 300, 100)]
+    # The cleaning reached the first three batches at 5; the last is still dirty.
+    assert [c.cleaned_at_ms for c in batches] == [5, 5, -1]
+    # A read from inside the dropped batch starts at the next one; offsets never change.
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 2, 1 << 20)] == [4, 6]
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 3, 1)] == [4]
+    assert live_bytes(control_plane, "c") == [30] and live_bytes(control_plane, "a") == [100, 100]
+    # Replaying the record changes nothing: its object is known.
+    stats = control_plane.stats()
+    replay = await control_plane.compact(swap)
+    assert replay.refused and control_plane.stats() == stats
+    assert control_plane.log_info("t", 0) == info
+    # A later cleaning drops the first batch: reads from the log start find the next one.
+    await control_plane.compact(Compact("t", 0, "", 0, 7, 6, (rewrite(batches[0]),)))
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 0, 1 << 20)] == [4, 6]
+    assert control_plane.files_to_delete(now_ms=7, delay_ms=0) == ["c"]
+
+
+@pytest.mark.parametrize("race", ["retention", "delete_records", "merge", "delete_topic"])
+async def test_compaction_is_refused_when_a_batch_changed_meanwhile(control_plane, race):
+    await commit(control_plane, "a", batch(size=100), batch(size=100, byte_offset=100),
+                 batch(size=100, byte_offset=200), now=1)
+    first, second, _ = control_plane.find_batches("t", 0, 0, 1 << 20)
+    if race == "retention":
+        await control_plane.enforce_retention(retention(now=10, retention_bytes=250))
+    elif race == "delete_records":
+        await control_plane.delete_records(delete_records(1, now=10))
+    elif race == "merge":
+        await control_plane.merge(Merge("m", 100, 10, (BatchMove("t", 0, 1, "a", 0, 100),)))
+    else:
+        await control_plane.delete_topic(DeleteTopic("t", 10))
+    before = [control_plane.log_info("t", 0), control_plane.find_batches("t", 0, 0, 1 << 20)]
+    result = await control_plane.compact(
+        Compact("t", 0, "c", 20, 11, 2, (rewrite(first, 0, 10), rewrite(second, 10, 10))))
+    assert result.refused and (result.rewritten, result.dropped) == (0, 0)
+    # Nothing moved, and the compacted object is garbage for the GC.
+    assert [control_plane.log_info("t", 0),
+            control_plane.find_batches("t", 0, 0, 1 << 20)] == before
+    assert "c" in control_plane.files_to_delete(now_ms=11, delay_ms=0)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from storage.diskless.control_plane import (
     BatchMove,
+    BatchRewrite,
     CommitBatch,
     CommitFile,
+    Compact,
     DeleteRecords,
     DeleteTopic,
     EnforceRetention,
@@ -72,8 +74,8 @@ def random_records(rng, state, count):
     """Records as a coordinator would write them; merges move what ``state`` proposes."""
     epochs = {1: 0, 2: 0, 3: 0}
     for i in range(count):
-        kind = rng.choices(["commit", "delete", "retention", "gc", "merge", "topic"],
-                           [60, 8, 8, 8, 8, 1])[0]
+        kind = rng.choices(["commit", "delete", "retention", "gc", "merge", "compact",
+                            "topic"], [60, 8, 8, 8, 8, 8, 1])[0]
         now = 1_000 * i
         if kind == "commit":
             batches = [random_batch(rng, now, epochs) for _ in range(rng.randrange(1, 6))]
@@ -94,8 +96,28 @@ def random_records(rng, state, count):
                           for c in coordinates)
             # The repeated first move is stale by then: it must be skipped.
             yield Merge(f"m{i}", 9_000, now, moves + moves[:1])
+        elif kind == "compact" and state.logs():
+            yield random_compaction(rng, state, f"c{i}", now)
         else:
             yield DeleteTopic("z", now)
+
+
+def random_compaction(rng, state, key, now):
+    """A cleaner's swap of one log: some batches rewritten smaller, some dropped; sometimes
+    one of them as it was before a change (stale), or a replay of an earlier object key."""
+    topic_id, partition = rng.choice(state.logs())
+    coordinates = state.find_batches(topic_id, partition,
+                                     state.log_info(topic_id, partition).log_start_offset, 1 << 30)
+    chosen = rng.sample(coordinates, min(len(coordinates), rng.randrange(4)))
+    rewrites, size = [], 0
+    for c in sorted(chosen, key=lambda c: c.base_offset):
+        new_size = rng.choice([0, max(1, c.byte_size // 2)])
+        rewrites.append(BatchRewrite(c.base_offset, c.object_key, c.byte_offset,
+                                     c.byte_size - (rng.random() < 0.1), size, new_size))
+        size += new_size
+    cleaned = max((c.last_offset + 1 for c in chosen), default=0)
+    return Compact(topic_id, partition, key if rng.random() < 0.9 else "c0", size, now,
+                   cleaned, tuple(rewrites))
 
 
 def answers(control_plane):

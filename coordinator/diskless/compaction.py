@@ -1,0 +1,221 @@
+"""Log compaction of diskless topics: the batch coordinator's object rewrite (KIP-1165's
+merge job) keeping the latest record of each key, as Kafka's log cleaner does.
+
+One pass over a partition (``LogCleaner.clean_once``), on the writable coordinator's broker:
+1. plan from the coordinates alone: the dirty section runs from the cleaner checkpoint
+   (``LogInfo.cleaned_offset``) to the first uncleanable offset, the lowest of the last
+   stable offset, the log's last batch (Kafka's active segment: reads past a dropped batch
+   always find a later one) and the first batch newer than ``min.compaction.lag.ms``; the
+   log is cleaned once the dirty share of its bytes reaches ``min.cleanable.dirty.ratio``,
+   or its first dirty batch is older than ``max.compaction.lag.ms``, or a retained
+   tombstone's delete horizon has passed;
+2. read the dirty section from object storage into a key → latest offset map holding at
+   most ``max_keys`` keys (Kafka's dedupe buffer): where it fills, the pass ends and the
+   next pass continues from there;
+3. read the log from its start to where the map ends and rewrite every batch losing a
+   record (``rewrite_batch``: same base offset, last offset delta and producer fields) into
+   one new object: records superseded by a later one of their key go, aborted transactional
+   records go, tombstones go once ``delete.retention.ms`` has passed since the cleaning that
+   first reached their batch; a batch left empty is dropped, unless it is its producer's
+   last batch (kept empty, so the producer's sequence survives, as Kafka does);
+4. submit one ``Compact`` record: the coordinator swaps the coordinates of every rewritten
+   batch, all or nothing, and moves the checkpoint. A swap refused because a batch changed
+   meanwhile leaves the new object garbage for the GC; an object uploaded by a broker that
+   died before submitting is an orphan the GC collects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from protocol.records import BatchHeader, StoredRecord, read_header, rebase, rewrite_batch, stored_records
+from storage.config import LogConfig
+from storage.diskless.control_plane import (
+    BatchCoordinate,
+    BatchRewrite,
+    Compact,
+    CompactResult,
+    ControlPlane,
+)
+from storage.objectstore import WAL_BUCKET, ObjectStore
+from storage.producer_state import AbortedTransaction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DirtySection:
+    """What one pass may clean: [first_dirty, first_uncleanable) is read into the map."""
+
+    batches: list[BatchCoordinate]  # the whole log, by offset
+    first_dirty: int
+    first_uncleanable: int
+
+
+class LogCleaner:
+    def __init__(self, control_plane: ControlPlane, store: ObjectStore, object_prefix: str,
+                 max_keys: int, read_bytes: int) -> None:
+        self.control_plane = control_plane
+        self.store = store
+        self.object_prefix = object_prefix
+        self.max_keys = max_keys
+        self.read_bytes = read_bytes
+        # Per log, the earliest delete horizon of a tombstone a pass kept: when it passes,
+        # the log is cleaned again even without new dirty data (kept in memory only: after
+        # a restart the next cleaning that dirty data triggers removes them).
+        self._horizons: dict[tuple[str, int], int] = {}
+
+    async def clean(self, topic_id: str, partition: int, config: LogConfig,
+                    now_ms: int) -> list[CompactResult]:
+        """Clean the log while it needs it: one result per pass (none if it did not)."""
+        results = []
+        while (section := self.dirty_section(topic_id, partition, config, now_ms)) is not None:
+            result, cleaned_offset = await self.clean_once(topic_id, partition, config,
+                                                           section, now_ms)
+            results.append(result)
+            if result.refused is not None or cleaned_offset >= section.first_uncleanable:
+                break
+        return results
+
+    def dirty_section(self, topic_id: str, partition: int, config: LogConfig,
+                      now_ms: int) -> DirtySection | None:
+        """The section to clean, or None if the log does not need cleaning now."""
+        info = self.control_plane.log_info(topic_id, partition)
+        batches = self.control_plane.find_batches(topic_id, partition, info.log_start_offset,
+                                                  1 << 62) if info.high_watermark else []
+        if len(batches) < 2:
+            return None
+        first_uncleanable = min(self.control_plane.last_stable_offset(topic_id, partition),
+                                batches[-1].base_offset)
+        too_new = next((b for b in batches
+                        if b.effective_timestamp > now_ms - config.min_compaction_lag_ms), None)
+        if too_new is not None:
+            first_uncleanable = min(first_uncleanable, too_new.base_offset)
+        first_dirty = max(info.cleaned_offset, info.log_start_offset)
+        dirty = [b for b in batches
+                 if b.base_offset >= first_dirty and b.last_offset < first_uncleanable]
+        clean_bytes = sum(b.byte_size for b in batches if b.last_offset < first_dirty)
+        dirty_bytes = sum(b.byte_size for b in dirty)
+        horizon = self._horizons.get((topic_id, partition))
+        needed = (
+            (dirty and dirty_bytes / (clean_bytes + dirty_bytes)
+             >= config.min_cleanable_dirty_ratio)
+            or (dirty and dirty[0].effective_timestamp <= now_ms - config.max_compaction_lag_ms)
+            or (horizon is not None and horizon <= now_ms))
+        if not needed:
+            return None
+        return DirtySection(batches, first_dirty, max(first_dirty, first_uncleanable))
+
+    async def clean_once(self, topic_id: str, partition: int, config: LogConfig,
+                         section: DirtySection, now_ms: int) -> tuple[CompactResult, int]:
+        """One pass: the coordinator's answer to its swap, and the offset it cleaned to."""
+        aborted = self.control_plane.aborted_transactions(
+            topic_id, partition, section.batches[0].base_offset, section.first_uncleanable)
+        latest, cleaned_offset = await self._latest_offsets(section, aborted)
+        last_batches = {(p.producer_id, p.last_offset)
+                        for p in self.control_plane.active_producers(topic_id, partition)}
+        rewrites, data = [], bytearray()
+        horizon = None
+        async for coordinate, batch in self._read(
+                [b for b in section.batches if b.last_offset < cleaned_offset]):
+            header = read_header(batch)
+            if header.is_control:
+                continue  # markers stay (see docs/diskless.md, Compaction)
+            records = stored_records(batch, header)
+            tombstones_expire = (coordinate.cleaned_at_ms >= 0 and coordinate.cleaned_at_ms
+                                 + config.delete_retention_ms <= now_ms)
+            kept = [] if _is_aborted(header, aborted) else [
+                r for r in records if _survives(r, latest, tombstones_expire)]
+            if any(r.is_tombstone for r in kept):
+                kept_until = (now_ms if coordinate.cleaned_at_ms < 0
+                              else coordinate.cleaned_at_ms) + config.delete_retention_ms
+                horizon = kept_until if horizon is None else min(horizon, kept_until)
+            if len(kept) == len(records):
+                continue
+            if kept or (header.producer_id, coordinate.last_offset) in last_batches:
+                rewritten = rewrite_batch(header, kept, header.compression)
+                rewrites.append(BatchRewrite(coordinate.base_offset, coordinate.object_key,
+                                             coordinate.byte_offset, coordinate.byte_size,
+                                             len(data), len(rewritten)))
+                data += rewritten
+            else:
+                rewrites.append(BatchRewrite(coordinate.base_offset, coordinate.object_key,
+                                             coordinate.byte_offset, coordinate.byte_size, 0, 0))
+        key = f"{self.object_prefix}{uuid.uuid4().hex}" if data else ""
+        if data:
+            await self.store.put(WAL_BUCKET, key, bytes(data))
+        result = await self.control_plane.compact(Compact(
+            topic_id, partition, key, len(data), now_ms, cleaned_offset, tuple(rewrites)))
+        if result.refused is None:
+            if horizon is None:
+                self._horizons.pop((topic_id, partition), None)
+            else:
+                self._horizons[(topic_id, partition)] = horizon
+        return result, cleaned_offset
+
+    async def _latest_offsets(self, section: DirtySection, aborted: list[AbortedTransaction]
+                              ) -> tuple[dict[bytes, int], int]:
+        """The latest offset of each key of the dirty section, at most ``max_keys`` keys
+        (by a 128-bit hash, as Kafka's dedupe buffer), and the offset the map covers up to."""
+        latest: dict[bytes, int] = {}
+        dirty = [b for b in section.batches if section.first_dirty <= b.base_offset
+                 and b.last_offset < section.first_uncleanable]
+        async for coordinate, batch in self._read(dirty):
+            header = read_header(batch)
+            if header.is_control or _is_aborted(header, aborted):
+                continue
+            if latest and len(latest) + header.record_count > self.max_keys:
+                return latest, coordinate.base_offset
+            for record in stored_records(batch, header):
+                if record.key is not None:
+                    latest[_key_hash(record.key)] = record.offset
+        return latest, section.first_uncleanable
+
+    async def _read(self, coordinates: list[BatchCoordinate]
+                    ) -> AsyncIterator[tuple[BatchCoordinate, bytearray]]:
+        """Each batch with its assigned base offset, in order, read ``read_bytes`` at a
+        time (one ranged GET per object of each chunk)."""
+        start = 0
+        while start < len(coordinates):
+            end, size = start, 0
+            while end < len(coordinates) and (end == start or size < self.read_bytes):
+                size += coordinates[end].byte_size
+                end += 1
+            chunk = coordinates[start:end]
+            by_object: dict[str, list[BatchCoordinate]] = {}
+            for coordinate in chunk:
+                by_object.setdefault(coordinate.object_key, []).append(coordinate)
+            data: dict[tuple[str, int], bytes] = {}
+            for key, batches in by_object.items():
+                ranges = [(c.byte_offset, c.byte_size) for c in batches]
+                for c, raw in zip(batches, await self.store.get_ranges(WAL_BUCKET, key, ranges)):
+                    data[(key, c.byte_offset)] = raw
+            for coordinate in chunk:
+                batch = bytearray(data[(coordinate.object_key, coordinate.byte_offset)])
+                rebase(batch, 0, coordinate.base_offset)
+                yield coordinate, batch
+            start = end
+
+
+def _key_hash(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def _survives(record: StoredRecord, latest: dict[bytes, int], tombstones_expire: bool) -> bool:
+    """Kept unless a later record of its key is in the map, or it is a tombstone past its
+    delete horizon. Records without a key are kept (a compacted topic should have none)."""
+    if record.key is None:
+        return True
+    if latest.get(_key_hash(record.key), record.offset) > record.offset:
+        return False
+    return not (record.is_tombstone and tombstones_expire)
+
+
+def _is_aborted(header: BatchHeader, aborted: list[AbortedTransaction]) -> bool:
+    return header.is_transactional and any(
+        t.producer_id == header.producer_id and t.first_offset <= header.base_offset
+        < t.last_offset for t in aborted)
