@@ -71,19 +71,24 @@ class LogCleaner:
 
     async def clean(self, topic_id: str, partition: int, config: LogConfig,
                     now_ms: int) -> list[CompactResult]:
-        """Clean the log while it needs it: one result per pass (none if it did not)."""
+        """Clean the log if it needs it, in as many passes as the key map's bound takes to
+        reach the end of its dirty section: one result per pass."""
         results = []
-        while (section := self.dirty_section(topic_id, partition, config, now_ms)) is not None:
+        section = self.dirty_section(topic_id, partition, config, now_ms)
+        target = None if section is None else section.first_uncleanable
+        while section is not None:
             result, cleaned_offset = await self.clean_once(topic_id, partition, config,
                                                            section, now_ms)
             results.append(result)
-            if result.refused is not None or cleaned_offset >= section.first_uncleanable:
+            if result.refused is not None or cleaned_offset >= target:
                 break
+            section = self.dirty_section(topic_id, partition, config, now_ms, until=target)
         return results
 
-    def dirty_section(self, topic_id: str, partition: int, config: LogConfig,
-                      now_ms: int) -> DirtySection | None:
-        """The section to clean, or None if the log does not need cleaning now."""
+    def dirty_section(self, topic_id: str, partition: int, config: LogConfig, now_ms: int,
+                      until: int | None = None) -> DirtySection | None:
+        """The section to clean, or None if the log does not need cleaning now; ``until``:
+        a pass continuing a cleaning up to there, needed whatever the dirty ratio now."""
         info = self.control_plane.log_info(topic_id, partition)
         batches = self.control_plane.find_batches(topic_id, partition, info.log_start_offset,
                                                   1 << 62) if info.high_watermark else []
@@ -95,6 +100,8 @@ class LogCleaner:
                         if b.effective_timestamp > now_ms - config.min_compaction_lag_ms), None)
         if too_new is not None:
             first_uncleanable = min(first_uncleanable, too_new.base_offset)
+        if until is not None:
+            first_uncleanable = min(first_uncleanable, until)
         first_dirty = max(info.cleaned_offset, info.log_start_offset)
         dirty = [b for b in batches
                  if b.base_offset >= first_dirty and b.last_offset < first_uncleanable]
@@ -102,7 +109,8 @@ class LogCleaner:
         dirty_bytes = sum(b.byte_size for b in dirty)
         horizon = self._horizons.get((topic_id, partition))
         needed = (
-            (dirty and dirty_bytes / (clean_bytes + dirty_bytes)
+            (until is not None and dirty)
+            or (dirty and dirty_bytes / (clean_bytes + dirty_bytes)
              >= config.min_cleanable_dirty_ratio)
             or (dirty and dirty[0].effective_timestamp <= now_ms - config.max_compaction_lag_ms)
             or (horizon is not None and horizon <= now_ms))
