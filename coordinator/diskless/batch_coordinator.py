@@ -34,7 +34,12 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from protocol.internal import JsonBody
-from protocol.records import BatchHeader, decode_json_records, encode_json_records, iter_batches
+from protocol.records import (
+    BatchHeader,
+    decode_json_records,
+    encode_json_records,
+    iter_batches,
+)
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.partition import PartitionError
 from storage.diskless.control_plane import (
@@ -194,7 +199,7 @@ class BatchCoordinator(RecordControlPlane):
                 self.commit_requests += 1
                 self.commit_latencies_ms.append((time.monotonic() - started) * 1000)
                 return result
-            except (NotCoordinator, ConnectionError, OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, NotCoordinator, ConnectionError, OSError) as e:
                 backoff = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
                 attempt += 1
                 if time.monotonic() + backoff >= deadline:
@@ -204,7 +209,7 @@ class BatchCoordinator(RecordControlPlane):
 
     async def _submit_once(self, request: Request, timeout_s: float) -> Any:
         if timeout_s <= 0:
-            raise asyncio.TimeoutError()
+            raise TimeoutError()
         await self._ensure_topic()
         coordinator = self._remote_coordinator()
         if coordinator is None:
@@ -291,8 +296,7 @@ class BatchCoordinator(RecordControlPlane):
         while True:
             try:
                 return await self._committed_offsets.asked_after(since)
-            except (NotCoordinator, PartitionError, ConnectionError, OSError,
-                    asyncio.TimeoutError) as e:
+            except (TimeoutError, NotCoordinator, PartitionError, ConnectionError, OSError) as e:
                 self._last_question_error = e
                 log.debug("asking the batch coordinator for its committed offset failed: %r", e)
             await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])

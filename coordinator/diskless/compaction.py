@@ -32,7 +32,14 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from protocol.records import BatchHeader, StoredRecord, read_header, rebase, rewrite_batch, stored_records
+from protocol.records import (
+    BatchHeader,
+    StoredRecord,
+    read_header,
+    rebase,
+    rewrite_batch,
+    stored_records,
+)
 from storage.config import LogConfig
 from storage.diskless.control_plane import (
     BatchCoordinate,
@@ -194,19 +201,24 @@ class LogCleaner:
                 size += coordinates[end].byte_size
                 end += 1
             chunk = coordinates[start:end]
-            by_object: dict[str, list[BatchCoordinate]] = {}
-            for coordinate in chunk:
-                by_object.setdefault(coordinate.object_key, []).append(coordinate)
-            data: dict[tuple[str, int], bytes] = {}
-            for key, batches in by_object.items():
-                ranges = [(c.byte_offset, c.byte_size) for c in batches]
-                for c, raw in zip(batches, await self.store.get_ranges(WAL_BUCKET, key, ranges)):
-                    data[(key, c.byte_offset)] = raw
-            for coordinate in chunk:
-                batch = bytearray(data[(coordinate.object_key, coordinate.byte_offset)])
+            for coordinate, raw in zip(chunk, await read_batches(self.store, chunk)):
+                batch = bytearray(raw)
                 rebase(batch, 0, coordinate.base_offset)
                 yield coordinate, batch
             start = end
+
+
+async def read_batches(store: ObjectStore, coordinates: list[BatchCoordinate]) -> list[bytes]:
+    """The stored bytes of each batch, in order: one ranged GET per object."""
+    by_object: dict[str, list[BatchCoordinate]] = {}
+    for coordinate in coordinates:
+        by_object.setdefault(coordinate.object_key, []).append(coordinate)
+    data: dict[tuple[str, int], bytes] = {}
+    for key, batches in by_object.items():
+        ranges = [(c.byte_offset, c.byte_size) for c in batches]
+        for c, raw in zip(batches, await store.get_ranges(WAL_BUCKET, key, ranges)):
+            data[(key, c.byte_offset)] = raw
+    return [data[(c.object_key, c.byte_offset)] for c in coordinates]
 
 
 def _key_hash(key: bytes) -> bytes:

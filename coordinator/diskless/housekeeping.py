@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from replication.cluster_metadata import MetadataImage
 from storage.config import LogConfig
@@ -41,7 +41,7 @@ from storage.diskless.control_plane import (
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
 from .batch_coordinator import CoordinatorUnavailable
-from .compaction import LogCleaner
+from .compaction import LogCleaner, read_batches
 
 log = logging.getLogger(__name__)
 # A topic id the state knows but the metadata does not must stay unknown this long
@@ -182,7 +182,7 @@ class Housekeeping:
         self.stats.deleted_objects += await self._delete(keys)
 
     async def _delete_orphans(self) -> None:
-        cutoff = datetime.now(timezone.utc).timestamp() - self.settings.orphan_grace_ms / 1000
+        cutoff = datetime.now(UTC).timestamp() - self.settings.orphan_grace_ms / 1000
         orphans = [info.key async for info in self.store.list_objects(WAL_BUCKET, self.wal_prefix)
                    if info.last_modified.timestamp() < cutoff
                    and not self.control_plane.is_known_object(info.key)]
@@ -215,20 +215,12 @@ class Housekeeping:
             return
         coordinates = sorted((c for _, batches in candidates for c in batches),
                              key=lambda c: (c.topic_id, c.partition, c.base_offset))
-        by_object: dict[str, list] = {}
-        for coordinate in coordinates:
-            by_object.setdefault(coordinate.object_key, []).append(coordinate)
-        data: dict[tuple[str, int], bytes] = {}
-        for key, batches in by_object.items():
-            ranges = [(c.byte_offset, c.byte_size) for c in batches]
-            for c, chunk in zip(batches, await self.store.get_ranges(WAL_BUCKET, key, ranges)):
-                data[(key, c.byte_offset)] = chunk
         merged = bytearray()
         moves = []
-        for c in coordinates:
+        for c, data in zip(coordinates, await read_batches(self.store, coordinates)):
             moves.append(BatchMove(c.topic_id, c.partition, c.base_offset, c.object_key,
                                    len(merged), c.byte_size))
-            merged += data[(c.object_key, c.byte_offset)]
+            merged += data
         key = f"{self.merged_prefix}{uuid.uuid4().hex}"
         await self.store.put(WAL_BUCKET, key, bytes(merged))
         result = await self.control_plane.merge(

@@ -19,7 +19,6 @@ from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerSt
 
 from ..append_rules import AppendDecision
 from ..config import LogConfig
-from ..objectstore import ObjectNotFound
 from ..log import (
     AppendResult,
     EpochEndOffset,
@@ -30,6 +29,7 @@ from ..log import (
     RecordsLost,
     TimestampOffset,
 )
+from ..objectstore import ObjectNotFound
 from .control_plane import LOG_APPEND_TIME, BatchCoordinate, ControlPlane, DeleteRecords
 from .read_cache import ReadCache
 from .wal_writer import WalWriter

@@ -359,7 +359,7 @@ def rewrite(coordinate, byte_offset=0, byte_size=0):
 async def test_compaction_swaps_batches_atomically_and_moves_the_checkpoint(control_plane):
     await commit(control_plane, "a", *[batch(count=2, size=100, byte_offset=100 * i)
                                        for i in range(4)], now=1)
-    first, second, third, _ = control_plane.find_batches("t", 0, 0, 1 << 20)
+    first, second, _, _ = control_plane.find_batches("t", 0, 0, 1 << 20)
     swap = Compact("t", 0, "c", 30, 5, 6, (rewrite(first, 0, 30), rewrite(second)))
     assert await control_plane.compact(swap) == CompactResult(1, 1, 200, 30)
     info = control_plane.log_info("t", 0)

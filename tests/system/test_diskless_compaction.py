@@ -8,7 +8,6 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
-
 from support.diskless import FAST_HOUSEKEEPING, DisklessCluster
 from support.topics import create_topic
 from support.wait import wait_until
@@ -72,9 +71,9 @@ def read_kafka_python(bootstrap: str, topic: str, end: int) -> list[tuple[int, b
     return records
 
 
-def cleaned_offset(cluster: DisklessCluster, topic: str) -> int:
+def cleaned_offset(cluster: DisklessCluster, topic_id: str) -> int:
     rows = cluster.coordinator_rows("SELECT cleaned_offset FROM logs WHERE topic_id = ?",
-                                    (cluster.topic_id(topic),))
+                                    (topic_id,))
     return rows[0][0] if rows else 0
 
 
@@ -83,8 +82,8 @@ def test_compacted_topic_keeps_the_latest_value_per_key(cluster, topic_name):
         "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
         "retention.ms": "1"})  # compact only: retention does not apply
     latest = produce(cluster.bootstrap, topic_name, range(VERSIONS))
-    end = KEYS * VERSIONS + 1
-    wait_until(lambda: cleaned_offset(cluster, topic_name) == end - 1, 60, 0.5)
+    topic_id, end = cluster.topic_id(topic_name), KEYS * VERSIONS + 1
+    wait_until(lambda: cleaned_offset(cluster, topic_id) == end - 1, 60, 0.5)
     expected = sorted((offset, key, f"v{VERSIONS - 1}".encode())
                       for key, offset in latest.items()) + [(end - 1, b"head", b"h")]
     assert read_confluent(cluster.bootstrap, topic_name, end) == expected
@@ -95,7 +94,7 @@ def test_compacted_topic_keeps_the_latest_value_per_key(cluster, topic_name):
     more = produce(cluster.bootstrap, topic_name, range(VERSIONS, VERSIONS + 2))
     cluster.brokers[coordinator].kill()
     old_head, end = end - 1, end + 2 * KEYS + 1
-    wait_until(lambda: cleaned_offset(cluster, topic_name) == end - 1, 90, 0.5)
+    wait_until(lambda: cleaned_offset(cluster, topic_id) == end - 1, 90, 0.5)
     # The old head stays: the new one, in the log's last batch, is not cleaned yet.
     expected = [(old_head, b"head", b"h")] + sorted(
         (offset, key, f"v{VERSIONS + 1}".encode()) for key, offset in more.items()) + [(end - 1, b"head", b"h")]
