@@ -118,6 +118,12 @@ class PartitionLog(abc.ABC):
     @abc.abstractmethod
     def log_end_offset(self) -> int: ...
 
+    @property
+    @abc.abstractmethod
+    def size_bytes(self) -> int:
+        """Bytes of batches the partition holds (DescribeLogDirs' partition size): a local
+        log's segments, or what a diskless partition's batches take in object storage."""
+
     async def append(self, records: bytearray, batches: list[BatchHeader],
                      leader_epoch: int, origin: AppendOrigin = AppendOrigin.CLIENT
                      ) -> AppendResult:
