@@ -135,6 +135,8 @@ class PartitionLog(abc.ABC):
         decision = check_append(self.config, len(records), batches, origin)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+        # Recompression runs here, before the first await: off the event loop, a later
+        # append to this partition (a pipelined request) could overtake this one.
         if needs_recompression(decision, batches):
             records, batches, too_large = recompressed(self.config, records, batches,
                                                        decision.target_codec)
