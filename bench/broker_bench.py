@@ -119,9 +119,11 @@ class RunResult:
     consume: PhaseResult
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
+                 config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout)
+    futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
+                                  operation_timeout=timeout)
     futures[topic].result(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # wait until every partition has a leader
@@ -165,9 +167,12 @@ def consumer_config(args: argparse.Namespace, bootstrap: str) -> dict:
     }
 
 
-def produce(args: argparse.Namespace, bootstrap: str, topic: str) -> PhaseResult:
+def produce(args: argparse.Namespace, bootstrap: str, topic: str,
+            payloads: list[bytes] | None = None) -> PhaseResult:
+    """Produce ``args.records`` records cycling through 16 ``payloads`` of
+    ``args.record_size`` bytes (random ones unless given)."""
     count = args.records
-    payloads = [os.urandom(args.record_size) for _ in range(16)]
+    payloads = payloads or [os.urandom(args.record_size) for _ in range(16)]
     errors: Counter[str] = Counter()
     delivered = 0
 

@@ -36,6 +36,7 @@ class ApiKey(enum.IntEnum):
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
@@ -66,7 +67,7 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -88,6 +89,7 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),

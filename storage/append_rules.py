@@ -14,6 +14,16 @@ engine's ``_append``, so no engine can skip them. Each rule, and where it is app
   LogAppendTime`` means the batches are stamped with the broker's clock. Which reading of
   the clock is the engine's business: classic stamps when it appends; diskless has the batch
   coordinator stamp when it commits the batch, so that replaying its log stamps the same.
+- **Compression** (here, ``target_codec`` and ``recompressed``): a topic whose
+  ``compression.type`` is not ``producer`` stores its batches with that codec, as Kafka's
+  LogValidator does: a client batch with another codec is decompressed and recompressed
+  (``uncompressed`` only decompresses) before the engine sees it, so every engine stores,
+  replicates and uploads the rewritten batch. Each batch is rewritten on its own and keeps
+  its offsets delta, timestamps and producer id, epoch and sequence, so idempotence reads
+  it as the producer sent it. Records that do not decode are refused with INVALID_RECORD.
+  Coordinator batches (offset commits, markers) keep their codec, as control batches do.
+  The size rule is checked again on the rewritten batches (Kafka's
+  ``messageSizeMaybeChanged``).
 - **Producer state** (idempotence: epochs, sequences, retries): the rules are written once,
   in storage.producer_state, and are checked where each engine assigns offsets, because
   only there is the previous batch known: classic in ``ClassicLog._append`` before the write;
@@ -30,7 +40,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol.records import BatchHeader
+from protocol.compression import CODECS
+from protocol.records import BatchHeader, iter_batches, rewrite_batch, stored_records
 
 from .config import LogConfig
 
@@ -54,6 +65,8 @@ class AppendDecision:
     # else they keep their producers' CreateTime.
     log_append_time: bool
     origin: AppendOrigin = AppendOrigin.CLIENT
+    # The codec id batches are stored with (compression.type); None keeps the producer's.
+    target_codec: int | None = None
 
     def append_time_ms(self, now_ms: int) -> int | None:
         """The timestamp to stamp the batches with at ``now_ms``: None keeps CreateTime."""
@@ -64,7 +77,36 @@ def check_append(config: LogConfig, records_size: int, batches: Sequence[BatchHe
                  origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendDecision:
     """The rules of a topic with ``config`` for well-formed batches of ``records_size`` bytes."""
     return AppendDecision(_too_large(config, records_size, batches), config.log_append_time,
-                          origin)
+                          origin, target_codec(config, origin))
+
+
+def target_codec(config: LogConfig, origin: AppendOrigin) -> int | None:
+    """The codec a client's batches are stored with; None: as produced."""
+    if config.compression_type == "producer" or origin is not AppendOrigin.CLIENT:
+        return None
+    return CODECS[config.compression_type]
+
+
+def needs_recompression(decision: AppendDecision, batches: Sequence[BatchHeader]) -> bool:
+    codec = decision.target_codec
+    return codec is not None and any(
+        batch.compression != codec and not batch.is_control for batch in batches)
+
+
+def recompressed(config: LogConfig, records: bytearray, batches: Sequence[BatchHeader],
+                 codec: int) -> tuple[bytearray, list[BatchHeader], str | None]:
+    """``records`` with every batch of another codec rewritten with ``codec`` (at the
+    topic's level), their new headers, and why the result is too large (None if it is
+    not). Raises InvalidRecordBatch when records do not decode."""
+    out = bytearray()
+    for batch in batches:
+        if batch.compression == codec or batch.is_control:
+            out += records[batch.position:batch.position + batch.size]
+        else:
+            out += rewrite_batch(batch, stored_records(records, batch), codec,
+                                 config.compression_level)
+    headers = list(iter_batches(out))
+    return out, headers, _too_large(config, len(out), headers)
 
 
 def _too_large(config: LogConfig, records_size: int,

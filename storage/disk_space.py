@@ -114,6 +114,10 @@ class DiskSpace:
         """Free space at which refused appends of data are accepted again."""
         return 2 * self.reserved_bytes
 
+    def total_bytes(self) -> int:
+        stats = os.statvfs(self.directory)
+        return stats.f_blocks * stats.f_frsize
+
     def free_bytes(self) -> int:
         stats = os.statvfs(self.directory)
         return stats.f_bavail * stats.f_frsize

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 
 from protocol.records import BatchHeader
 
-from .append_rules import AppendDecision, AppendOrigin, check_append
+from .append_rules import (
+    AppendDecision,
+    AppendOrigin,
+    check_append,
+    needs_recompression,
+    recompressed,
+)
 from .config import LogConfig
 from .producer_state import AbortedTransaction, ProducerEntry
 
@@ -112,15 +118,30 @@ class PartitionLog(abc.ABC):
     @abc.abstractmethod
     def log_end_offset(self) -> int: ...
 
+    @property
+    @abc.abstractmethod
+    def size_bytes(self) -> int:
+        """Bytes of batches the partition holds (DescribeLogDirs' partition size): a local
+        log's segments, or what a diskless partition's batches take in object storage."""
+
     async def append(self, records: bytearray, batches: list[BatchHeader],
                      leader_epoch: int, origin: AppendOrigin = AppendOrigin.CLIENT
                      ) -> AppendResult:
-        """Assign offsets to well-formed batches (rewriting ``records`` in place) and store
-        them, if storage.append_rules allow it; raises RecordTooLarge otherwise. Engines
+        """Assign offsets to well-formed batches (rewriting ``records`` in place, or a
+        recompressed copy of them when the topic's compression.type asks for it) and store
+        them, if storage.append_rules allow it; raises RecordTooLarge otherwise, and
+        InvalidRecordBatch when records to recompress do not decode. Engines
         implement ``_append`` and leave this alone, so that no append skips the rules."""
         decision = check_append(self.config, len(records), batches, origin)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+        # Recompression runs here, before the first await: off the event loop, a later
+        # append to this partition (a pipelined request) could overtake this one.
+        if needs_recompression(decision, batches):
+            records, batches, too_large = recompressed(self.config, records, batches,
+                                                       decision.target_codec)
+            if too_large is not None:
+                raise RecordTooLarge(f"{too_large} of {self.topic}-{self.partition}")
         self.check_space(len(records))
         return await self._append(records, batches, leader_epoch, decision)
 

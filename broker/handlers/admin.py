@@ -11,7 +11,7 @@ from protocol.apis import ApiKey
 from replication.cluster_metadata import TopicInfo
 from storage.config import STORAGE_MODES, TOPIC_CONFIGS
 
-from .metadata import AUTHORIZED_OPERATIONS_OMITTED
+from ..authorized_operations import cluster_operations
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -219,4 +219,5 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
                         error_message=None, endpoint_type=1,
                         cluster_id=ctx.services.config.cluster_id,
                         controller_id=ctx.services.controller_id, brokers=brokers,
-                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                        cluster_authorized_operations=cluster_operations(
+                            request.include_cluster_authorized_operations))

@@ -19,14 +19,11 @@ from coordinator.transaction.partition_adder import RETRIABLE_ADD_ERRORS
 from protocol.apis import ApiKey
 from protocol.build import millis
 
-from .metadata import AUTHORIZED_OPERATIONS_OMITTED
+from ..authorized_operations import group_operations
 from .registry import RequestContext, handles
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
-# READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): everything there is to do with a
-# group when no authorizer is configured, which kipper never has.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 NO_OFFSET = -1
 
 
@@ -277,23 +274,31 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
                                      for topic, partitions in by_topic.items()))
 
 
+# Every group kipper's coordinator runs speaks the classic protocol (KIP-848's "consumer"
+# groups and KIP-932's "share" groups are not implemented): ListGroups v5 names this type.
+CLASSIC_GROUP_TYPE = "classic"
+
+
 @handles(ApiKey.LIST_GROUPS)
 async def list_groups(ctx: RequestContext, request) -> object:
-    wanted = {s.lower() for s in getattr(request, "states_filter", ())}
+    # v4+ filters by state, v5+ by type; both case-insensitive, as Kafka's parsers are.
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
     error, groups = _coordinator(ctx).list_groups()
+    if types and CLASSIC_GROUP_TYPE not in types:
+        groups = []
     return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error, groups=tuple(
         ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type or "",
-                     group_state=g.state.value)
-        for g in groups if not wanted or g.state.value.lower() in wanted))
+                     group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
+        for g in groups if not states or g.state.value.lower() in states))
 
 
 @handles(ApiKey.DESCRIBE_GROUPS)
 async def describe_groups(ctx: RequestContext, request) -> object:
-    operations = (GROUP_AUTHORIZED_OPERATIONS
-                  if getattr(request, "include_authorized_operations", False)
-                  else AUTHORIZED_OPERATIONS_OMITTED)
+    requested = getattr(request, "include_authorized_operations", False)  # v3+
     return ctx.response("DescribeGroupsResponse", throttle_time=0, groups=tuple(
-        _describe(ctx, group_id, operations) for group_id in request.groups))
+        _describe(ctx, group_id, group_operations(requested, group_id))
+        for group_id in request.groups))
 
 
 def _describe(ctx: RequestContext, group_id: str, operations: int) -> object:

@@ -10,13 +10,12 @@ from replication.cluster_metadata import PartitionInfo, TopicInfo
 from replication.leaderless_partition import diskless_servers
 from storage.manager import is_internal_topic
 
+from ..authorized_operations import OMITTED, cluster_operations, topic_operations
 from ..client_az import client_az
 from ..diskless_routing import diskless_leader
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
-# Kafka's "authorized operations not requested" marker.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 def broker_entries(ctx: RequestContext, entity: str) -> tuple:
@@ -24,14 +23,14 @@ def broker_entries(ctx: RequestContext, entity: str) -> tuple:
                  for b in ctx.services.image.live_brokers())
 
 
-def _topic_entry(ctx: RequestContext, topic: TopicInfo) -> object:
+def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: bool) -> object:
     partitions = tuple(
         _partition_entry(ctx, p)
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition))
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
                         topic_id=topic.topic_id, is_internal=is_internal_topic(topic.name),
                         partitions=partitions,
-                        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                        topic_authorized_operations=topic_operations(with_operations, topic.name))
 
 
 def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
@@ -53,7 +52,7 @@ def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
 def _error_entry(ctx: RequestContext, name: str | None, error: ErrorCode, topic_id=None) -> object:
     return ctx.response("MetadataResponseTopic", error_code=error, name=name,
                         topic_id=topic_id, is_internal=False, partitions=(),
-                        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                        topic_authorized_operations=OMITTED)
 
 
 @handles(ApiKey.METADATA)
@@ -62,30 +61,35 @@ async def metadata(ctx: RequestContext, request) -> object:
     # v0 asks for all topics with an empty list; v1+ with null.
     wants_all = request.topics is None or (ctx.version == 0 and not request.topics)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
+    # v8+ (Metadata asks for the cluster's operations in v8-v10 only; DescribeCluster since).
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
     topics = []
     if wants_all:
-        topics = [_topic_entry(ctx, t) for t in sorted(image.topics.values(), key=lambda t: t.name)]
+        topics = [_topic_entry(ctx, t, with_operations) for t in sorted(image.topics.values(), key=lambda t: t.name)]
     else:
         for requested in request.topics:
             name = requested.name
             topic_id = getattr(requested, "topic_id", None)
             if name is None and topic_id is not None:
                 found = image.topics_by_id.get(topic_id)
-                topics.append(_topic_entry(ctx, found) if found else
+                topics.append(_topic_entry(ctx, found, with_operations) if found else
                               _error_entry(ctx, None, ErrorCode.unknown_topic_id, topic_id))
                 continue
-            topics.append(await _lookup_or_create(ctx, name, allow_auto_create))
+            topics.append(await _lookup_or_create(ctx, name, allow_auto_create,
+                                                  with_operations))
     return ctx.response("MetadataResponse", throttle_time=0,
                         brokers=broker_entries(ctx, "MetadataResponseBroker"),
                         cluster_id=ctx.services.config.cluster_id,
                         controller_id=ctx.services.controller_id, topics=tuple(topics),
-                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                        cluster_authorized_operations=cluster_operations(getattr(
+                            request, "include_cluster_authorized_operations", False)))
 
 
-async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> object:
+async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool,
+                            with_operations: bool) -> object:
     topic = ctx.services.image.topics.get(name)
     if topic is not None:
-        return _topic_entry(ctx, topic)
+        return _topic_entry(ctx, topic, with_operations)
     try:
         validate_topic_name(name)
     except ControllerError:

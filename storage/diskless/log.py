@@ -60,6 +60,12 @@ class DisklessLog(PartitionLog):
     def log_end_offset(self) -> int:
         return self.control_plane.log_info(self.topic_id, self.partition).high_watermark
 
+    @property
+    def size_bytes(self) -> int:
+        # KIP-1150: no local log; the batches' bytes in WAL objects, as the batch
+        # coordinator counts them.
+        return self.control_plane.log_info(self.topic_id, self.partition).size_bytes
+
     async def _append(self, records: bytearray, batches: list[BatchHeader], leader_epoch: int,
                       decision: AppendDecision) -> AppendResult:
         results = await self.writer.append(self.topic_id, self.partition, records, batches,

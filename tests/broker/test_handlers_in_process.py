@@ -103,3 +103,38 @@ async def test_a_partition_this_node_does_not_host(services):
                 PartitionProduceData, index=0, records=b""),)),)))
     assert (response.responses[0].partition_responses[0].error_code
             == ErrorCode.unknown_topic_or_partition)
+
+
+@pytest.mark.parametrize("version", [1, 4])
+async def test_describe_log_dirs_filters_by_topic(services, version):
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+    schema = load_payload_module(ApiKey.DESCRIBE_LOG_DIRS, version, EntityType.request)
+
+    async def describe(topics):
+        response = await call(services, ApiKey.DESCRIBE_LOG_DIRS, version,
+                              make(schema.DescribeLogDirsRequest, topics=topics))
+        [log_dir] = response.results
+        assert log_dir.log_dir == str(services.config.data_dir.resolve())
+        return {(t.name, p.partition_index): (p.partition_size, p.offset_lag)
+                for t in log_dir.topics for p in t.partitions}
+
+    assert await describe(None) == {(TOPIC, 0): (0, 0)}
+    assert await describe((make(schema.DescribableLogDirTopic, topic="other",
+                                partitions=(0,)),)) == {}
+    assert await describe((make(schema.DescribableLogDirTopic, topic=TOPIC,
+                                partitions=(0, 7)),)) == {(TOPIC, 0): (0, 0)}
+
+
+@pytest.mark.parametrize("asked", [False, True])
+async def test_metadata_v10_answers_the_clusters_operations_when_asked(services, asked):
+    from kio.schema.metadata.v10.request import MetadataRequest as MetadataV10
+    response = await call(services, ApiKey.METADATA, 10, make(
+        MetadataV10, topics=None, allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=asked,
+        include_topic_authorized_operations=asked))
+    [topic] = response.topics
+    # Kafka's bits: CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+    # IDEMPOTENT_WRITE (5, 7-12); a topic's READ-ALTER_CONFIGS less CLUSTER_ACTION (3-8, 10-11).
+    assert response.cluster_authorized_operations == (0x1FA0 if asked else -(2**31))
+    assert topic.topic_authorized_operations == (0xDF8 if asked else -(2**31))

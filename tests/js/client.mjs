@@ -11,25 +11,9 @@
 // earliest/latest offsets, and prints one JSON document on stdout. The Python test checks it.
 // The record contents must stay in step with tests/support/dataset.py (make_records).
 import kafkajs from 'kafkajs'
-import SnappyCodec from 'kafkajs-snappy'
-import LZ4Codec from '@2l/kafkajs-lz4'
-// Registers CompressionTypes.ZSTD on kafkajs itself. Its CommonJS build is broken
-// (`__importDefault is not defined`), which is why this script is an ES module.
-import '@sensejs/kafkajs-zstd-support'
-import { parseFlags, stderrLogCreator } from './common.mjs'
+import { CODECS, parseFlags, stderrLogCreator } from './common.mjs'
 
-const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = kafkajs
-
-CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
-CompressionCodecs[CompressionTypes.LZ4] = new LZ4Codec().codec
-
-const CODECS = {
-  none: CompressionTypes.None,
-  gzip: CompressionTypes.GZIP,
-  snappy: CompressionTypes.Snappy,
-  lz4: CompressionTypes.LZ4,
-  zstd: CompressionTypes.ZSTD,
-}
+const { Kafka, logLevel } = kafkajs
 
 function parseArgs (argv) {
   const args = parseFlags(argv)

@@ -1,4 +1,25 @@
 // Shared by the kafkajs scripts of tests/js.
+import kafkajs from 'kafkajs'
+import SnappyCodec from 'kafkajs-snappy'
+import LZ4Codec from '@2l/kafkajs-lz4'
+// Registers CompressionTypes.ZSTD on kafkajs itself. Its CommonJS build is broken
+// (`__importDefault is not defined`), which is why these scripts are ES modules.
+import '@sensejs/kafkajs-zstd-support'
+
+const { CompressionTypes, CompressionCodecs } = kafkajs
+
+// Every codec registered, so every script reads batches of any codec (a topic's
+// compression.type may store them with another codec than the producer's).
+CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
+CompressionCodecs[CompressionTypes.LZ4] = new LZ4Codec().codec
+
+export const CODECS = {
+  none: CompressionTypes.None,
+  gzip: CompressionTypes.GZIP,
+  snappy: CompressionTypes.Snappy,
+  lz4: CompressionTypes.LZ4,
+  zstd: CompressionTypes.ZSTD,
+}
 
 // `--name value` pairs into an object; anything else is an error.
 export function parseFlags (argv) {

@@ -85,3 +85,36 @@ def call(sock: socket.socket, api_key: int, version: int, body, correlation_id: 
     got_correlation, response = decode_response(frame, api_key, version)
     assert got_correlation == correlation_id
     return response
+
+
+def fetch_codecs(bootstrap: str, topic: str, partition: int = 0) -> list[int]:
+    """The codec (compression attribute) of every batch of ``topic``-``partition`` as its
+    leader serves it, up to the high watermark: Fetch v12 over raw frames, the batches read by
+    kafka-python's decoder (not kipper's)."""
+    from confluent_kafka.admin import AdminClient
+    from kafka.record.memory_records import MemoryRecords
+
+    from .topics import partition_metadata
+
+    leader = partition_metadata(bootstrap, topic, partition).leader
+    broker = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers[leader]
+    codecs: list[int] = []
+    offset = 0
+    with socket.create_connection((broker.host, broker.port), timeout=IO_TIMEOUT) as sock:
+        while True:
+            [answer] = call(sock, 1, 12, entity(
+                1, 12, "FetchRequest", cluster_id=None, replica_id=-1, max_wait=0, min_bytes=0,
+                max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=(entity(1, 12, "FetchTopic", topic=topic, partitions=(
+                    entity(1, 12, "FetchPartition", partition=partition,
+                           current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                           log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+                forgotten_topics_data=(), rack_id="")).responses[0].partitions
+            assert answer.error_code == 0, answer.error_code
+            records = MemoryRecords(bytes(answer.records or b""))
+            while (batch := records.next_batch()) is not None:
+                if batch.base_offset >= offset:
+                    codecs.append(batch.compression_type)
+                    offset = batch.next_offset
+            if offset >= answer.high_watermark:
+                return codecs

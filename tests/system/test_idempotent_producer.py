@@ -1,7 +1,9 @@
 """Idempotent producers of real clients, with Produce responses lost on the way back
 (support/proxy.py): every retry is recognised, so each partition holds every record exactly
 once, in the order sent; in every storage mode (support.storage_modes), on one broker whose
-topics are of that mode (diskless: the batch coordinator deduplicates)."""
+topics are of that mode (diskless: the batch coordinator deduplicates); also when the topic's
+compression.type has the broker recompress every batch (the retry is rewritten again and
+keeps its producer sequence)."""
 
 from __future__ import annotations
 
@@ -108,3 +110,16 @@ def test_retried_batches_are_stored_once(client, proxied_broker, topic_name):
         assert [offset for offset, _ in records] == list(range(len(records)))
         assert [value for _, value in records] == [
             f"v{i}" for i in range(COUNT) if i % PARTITIONS == partition], partition
+
+
+def test_retried_recompressed_batches_are_stored_once(proxied_broker, topic_name):
+    proxy, broker = proxied_broker
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    create_topic(bootstrap, topic_name, PARTITIONS, config={"compression.type": "gzip"})
+    produce_confluent_kafka(bootstrap, topic_name)
+    assert proxy.dropped >= 3, f"only {proxy.dropped} responses dropped: no retry was tested"
+
+    stored = read_partitions(bootstrap, topic_name)
+    assert sum(len(records) for records in stored.values()) == COUNT
+    for partition, records in stored.items():
+        assert [offset for offset, _ in records] == list(range(len(records)))
