@@ -57,7 +57,7 @@ def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
             for name, value in values.items()]
 
 
-async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
+async def on_controller(ctx: RequestContext, request, handle_locally) -> object:
     """Run a topic change on the controller (here, or forwarded to it), then wait until this
     broker's metadata shows the change so the client's next request finds it."""
     if ctx.services.controller is not None:
@@ -70,7 +70,7 @@ async def _on_controller(ctx: RequestContext, request, handle_locally) -> object
 
 @handles(ApiKey.CREATE_TOPICS)
 async def create_topics(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _create_topics)
+    return await on_controller(ctx, request, _create_topics)
 
 
 def _check_storage_mode(ctx: RequestContext, topic) -> None:
@@ -94,13 +94,10 @@ async def _create_topics(ctx: RequestContext, request) -> object:
     for topic in request.topics:
         try:
             _check_storage_mode(ctx, topic)
-            if topic.assignments:
-                raise ControllerError(ErrorCode.invalid_request,
-                                      "Manual replica assignment is not supported by kipper; "
-                                      "leave assignments empty")
             created = await ctx.services.controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,
-                {c.name: c.value for c in topic.configs}, request.validate_only)
+                {c.name: c.value for c in topic.configs}, request.validate_only,
+                [(a.partition_index, [int(b) for b in a.broker_ids]) for a in topic.assignments])
         except ControllerError as e:
             log.info("create topic %r refused: %s", topic.name, e.message)
             results.append(ctx.response(
@@ -127,7 +124,7 @@ async def _create_topics(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.DELETE_TOPICS)
 async def delete_topics(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _delete_topics)
+    return await on_controller(ctx, request, _delete_topics)
 
 
 async def _delete_topics(ctx: RequestContext, request) -> object:
@@ -156,17 +153,17 @@ async def _delete_topics(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.CREATE_PARTITIONS)
 async def create_partitions(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _create_partitions)
+    return await on_controller(ctx, request, _create_partitions)
 
 
 async def _create_partitions(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
-            if topic.assignments:
-                raise ControllerError(ErrorCode.invalid_request,
-                                      "Manual replica assignment is not supported by kipper")
-            await ctx.services.controller.create_partitions(topic.name, topic.count, request.validate_only)
+            assignments = None if topic.assignments is None else [
+                [int(b) for b in a.broker_ids] for a in topic.assignments]
+            await ctx.services.controller.create_partitions(topic.name, topic.count,
+                                                            request.validate_only, assignments)
             error, message = ErrorCode.none, None
         except ControllerError as e:
             error, message = e.error_code, e.message
