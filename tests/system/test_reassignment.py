@@ -1,14 +1,16 @@
 """Replica placement by real clients on a 4-broker cluster: manual assignment at creation
-(CreateTopics, CreatePartitions) and KIP-455 reassignment (kafka-python's
+(CreateTopics, CreatePartitions), KIP-455 reassignment (kafka-python's
 alter/list_partition_reassignments) under an idempotent acks=all producer and a consumer
-that keeps reading, in every storage mode."""
+that keeps reading, in every storage mode, and ElectLeaders (KIP-460, confluent-kafka)."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition as ConfluentPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import (InvalidReplicationAssignmentError, InvalidRequestError,
@@ -132,3 +134,27 @@ def test_bad_placements_get_kafkas_errors(cluster, admin, topic_name):
     results = admin.alter_partition_reassignments({partition: None})
     assert results[partition] is NoReassignmentInProgressError, results
     assert list(partition_metadata(cluster.bootstrap, topic_name).replicas) == [0, 1]
+
+
+def test_elect_leaders_on_demand(cluster, admin, topic_name):
+    """(Preferred-leader rebalancing is off on this cluster: only ElectLeaders moves it.)"""
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 1, 2]})])
+    wait_until(lambda: len(partition_metadata(cluster.bootstrap, topic_name).isrs) == 3, 30,
+               interval=0.2)
+    # Reordering the replicas (a reassignment within the ISR) leaves the leader in place.
+    partition = TopicPartition(topic_name, 0)
+    assert admin.alter_partition_reassignments({partition: [1, 0, 2]})[partition] is None
+    info = wait_until(lambda: (p := partition_metadata(cluster.bootstrap, topic_name))
+                      and list(p.replicas) == [1, 0, 2] and p, 30, interval=0.2)
+    assert info.leader == 0
+
+    confluent = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    asked = [ConfluentPartition(topic_name, 0), ConfluentPartition(topic_name, 5)]
+    results = confluent.elect_leaders(ElectionType.PREFERRED, asked).result(30)
+    assert results[asked[0]] is None
+    assert results[asked[1]].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert partition_metadata(cluster.bootstrap, topic_name).leader == 1
+    results = confluent.elect_leaders(ElectionType.PREFERRED, asked[:1]).result(30)
+    assert results[asked[0]].code() == KafkaError.ELECTION_NOT_NEEDED
+    results = confluent.elect_leaders(ElectionType.UNCLEAN, asked[:1]).result(30)
+    assert results[asked[0]].code() == KafkaError.ELECTION_NOT_NEEDED
