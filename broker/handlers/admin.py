@@ -57,7 +57,7 @@ def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
             for name, value in values.items()]
 
 
-async def on_controller(ctx: RequestContext, request, handle_locally) -> object:
+async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
     """Run a topic change on the controller (here, or forwarded to it), then wait until this
     broker's metadata shows the change so the client's next request finds it."""
     if ctx.services.controller is not None:
@@ -68,9 +68,14 @@ async def on_controller(ctx: RequestContext, request, handle_locally) -> object:
     return response
 
 
-@handles(ApiKey.CREATE_TOPICS)
-async def create_topics(ctx: RequestContext, request) -> object:
-    return await on_controller(ctx, request, _create_topics)
+def handles_on_controller(api_key: ApiKey):
+    """Register a handler that runs on the controller node (``_on_controller``)."""
+    def register(handle_locally):
+        async def handler(ctx: RequestContext, request) -> object:
+            return await _on_controller(ctx, request, handle_locally)
+        handles(api_key)(handler)
+        return handle_locally
+    return register
 
 
 def _check_storage_mode(ctx: RequestContext, topic) -> None:
@@ -89,7 +94,8 @@ def _check_storage_mode(ctx: RequestContext, topic) -> None:
             f"--s3-endpoint (available here: {', '.join(sorted(ctx.services.storage_modes))})")
 
 
-async def _create_topics(ctx: RequestContext, request) -> object:
+@handles_on_controller(ApiKey.CREATE_TOPICS)
+async def create_topics(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
@@ -122,12 +128,8 @@ async def _create_topics(ctx: RequestContext, request) -> object:
     return ctx.response("CreateTopicsResponse", throttle_time=0, topics=tuple(results))
 
 
-@handles(ApiKey.DELETE_TOPICS)
+@handles_on_controller(ApiKey.DELETE_TOPICS)
 async def delete_topics(ctx: RequestContext, request) -> object:
-    return await on_controller(ctx, request, _delete_topics)
-
-
-async def _delete_topics(ctx: RequestContext, request) -> object:
     image = ctx.services.controller.image
     if hasattr(request, "topic_names"):
         asked = [(name, None) for name in request.topic_names]
@@ -151,12 +153,8 @@ async def _delete_topics(ctx: RequestContext, request) -> object:
     return ctx.response("DeleteTopicsResponse", throttle_time=0, responses=tuple(results))
 
 
-@handles(ApiKey.CREATE_PARTITIONS)
+@handles_on_controller(ApiKey.CREATE_PARTITIONS)
 async def create_partitions(ctx: RequestContext, request) -> object:
-    return await on_controller(ctx, request, _create_partitions)
-
-
-async def _create_partitions(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:

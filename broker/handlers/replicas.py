@@ -12,18 +12,14 @@ from kio.schema.errors import ErrorCode
 from coordinator.controller import ControllerError, Election
 from protocol.apis import ApiKey
 
-from .admin import on_controller
-from .registry import RequestContext, handles
+from .admin import handles_on_controller
+from .registry import RequestContext
 
 log = logging.getLogger(__name__)
 
 
-@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+@handles_on_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
 async def alter_partition_reassignments(ctx: RequestContext, request) -> object:
-    return await on_controller(ctx, request, _alter_partition_reassignments)
-
-
-async def _alter_partition_reassignments(ctx: RequestContext, request) -> object:
     topics = []
     for topic in request.topics:
         results = []
@@ -46,12 +42,8 @@ async def _alter_partition_reassignments(ctx: RequestContext, request) -> object
                         error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
 
 
-@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS)
+@handles_on_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS)
 async def list_partition_reassignments(ctx: RequestContext, request) -> object:
-    return await on_controller(ctx, request, _list_partition_reassignments)
-
-
-async def _list_partition_reassignments(ctx: RequestContext, request) -> object:
     asked = None if request.topics is None else [
         (t.name, [int(p) for p in t.partition_indexes]) for t in request.topics]
     by_topic: dict[str, list] = {}
@@ -67,12 +59,8 @@ async def _list_partition_reassignments(ctx: RequestContext, request) -> object:
             for name, partitions in by_topic.items()))
 
 
-@handles(ApiKey.ELECT_LEADERS)
+@handles_on_controller(ApiKey.ELECT_LEADERS)
 async def elect_leaders(ctx: RequestContext, request) -> object:
-    return await on_controller(ctx, request, _elect_leaders)
-
-
-async def _elect_leaders(ctx: RequestContext, request) -> object:
     # v0 has no election type: it elects preferred leaders.
     election_type = getattr(request, "election_type", Election.PREFERRED)
     if election_type not in tuple(Election):

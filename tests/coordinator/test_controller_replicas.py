@@ -91,7 +91,7 @@ async def test_a_reassignment_completes_once_the_new_replicas_are_in_sync(contro
 
     # The leader (0, being removed) adds 3 to the ISR: the partition becomes the target
     # and leadership moves to its first replica.
-    error, info = await controller.alter_partition(0, controller.image.topics["t"].topic_id, 0,
+    error, _ = await controller.alter_partition(0, controller.image.topics["t"].topic_id, 0,
                                                    moving.leader_epoch, [0, 1, 2, 3],
                                                    moving.partition_epoch)
     assert error == ErrorCode.none

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 from replication.cluster_metadata import MetadataImage
+from replication.fetcher import LeaderFetcher
 from replication.throttle import LEADER_RATE, ReplicationQuota, lists_replica, throttled_rate
 
 
@@ -35,3 +39,36 @@ def test_the_quota_is_exceeded_while_the_measured_rate_is_over_it():
     rate[0] = 1000
     now[0] += 11  # the bytes age out of the windows
     assert not quota.exceeded()
+
+
+class RecordingConnection:
+    """A leader that answers every fetch with ``size`` bytes of records per partition."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.fetched: list[list[int]] = []
+
+    async def call(self, api_key, request, timeout):
+        asked = [p.partition for topic in request.topics for p in topic.partitions]
+        self.fetched.append(asked)
+        return SimpleNamespace(responses=[SimpleNamespace(topic="t", partitions=[
+            SimpleNamespace(partition_index=p, records=b"r" * self.size) for p in asked])])
+
+
+def fake_partition(index: int) -> SimpleNamespace:
+    log = SimpleNamespace(log_end_offset=0, log_start_offset=0, latest_epoch=lambda: -1)
+    return SimpleNamespace(topic="t", index=index, leader_epoch=0, log=log)
+
+
+async def test_a_follower_leaves_throttled_partitions_out_while_over_the_quota():
+    connection = RecordingConnection(5_000)
+    quota = ReplicationQuota(lambda: 1_000)
+    fetcher = LeaderFetcher(1, 0, connection, lambda p: p.index == 1, quota)
+    fetcher._apply = lambda partition, data: asyncio.sleep(0, True)  # (nothing to store)
+    for index in (0, 1):
+        fetcher.partitions[("t", index)] = fake_partition(index)
+    await fetcher._fetch_once()  # nothing measured yet: both fetched, 5 kB counted
+    await fetcher._fetch_once()  # 5 kB in 10 s: under 1 kB/s
+    await fetcher._fetch_once()  # 10 kB: not over yet (exactly 1 kB/s)
+    await fetcher._fetch_once()
+    assert connection.fetched == [[0, 1], [0, 1], [0, 1], [0]]

@@ -15,8 +15,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import (InvalidReplicationAssignmentError, InvalidRequestError,
-                          NoReassignmentInProgressError,
-                          UnknownTopicOrPartitionError)
+                          NoReassignmentInProgressError, UnknownTopicOrPartitionError)
 
 from support.clients import AckedProducer, assert_acked_exactly_once
 from support.processes import Cluster
