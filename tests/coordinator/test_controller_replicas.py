@@ -200,3 +200,26 @@ async def test_leaders_move_back_to_preferred_replicas_past_the_imbalance_thresh
     assert [partition(controller, "t", p).leader for p in range(6)] == [0, 1, 0, 1, 1, 1]
     # Now 1/3 of broker 0's partitions is led elsewhere: under the threshold.
     assert controller.imbalanced_partitions() == []
+
+
+async def test_elections_over_many_partitions_commit_in_batches(controller, monkeypatch):
+    monkeypatch.setattr("coordinator.controller.PARTITION_CHANGES_PER_COMMIT", 2)
+    await controller.create_topic("t", -1, -1, {}, assignments=[(p, [0, 1]) for p in range(5)])
+    await fence(controller, 0)
+    await unfence(controller, 0)
+    topic_id = controller.image.topics["t"].topic_id
+    for p in range(5):
+        info = partition(controller, "t", p)
+        await controller.alter_partition(1, topic_id, p, info.leader_epoch, [1, 0],
+                                         info.partition_epoch)
+    commits = []
+    commit = controller._commit
+
+    async def counting_commit(records):
+        commits.append(len(records))
+        return await commit(records)
+
+    monkeypatch.setattr(controller, "_commit", counting_commit)
+    results = await controller.elect_leaders(Election.PREFERRED, None)
+    assert [r.error for r in results] == [ErrorCode.none] * 5
+    assert commits == [2, 2, 1]
