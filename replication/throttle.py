@@ -29,7 +29,7 @@ QUOTA_WINDOW_S = 1.0
 def throttled_rate(image: MetadataImage, node_id: int, name: str) -> int | None:
     """The effective value of a throttled-rate broker config on ``node_id``: its own
     dynamic value, else the cluster-wide default; None when unthrottled."""
-    # TODO(lead): read through the configs part's typed dynamic broker configs once merged.
+    # Read from the image directly until the typed dynamic broker configs (#16, configs) land.
     for resource in (str(node_id), ""):
         value = image.broker_configs.get(resource, {}).get(name)
         if value is not None:
