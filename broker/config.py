@@ -229,6 +229,18 @@ class BrokerConfig:
     active_tiered_download_timeout_ms: int = setting(
         2000, "Active-tiered: a follower that cannot get a WAL range (its bytes, or with the "
         "`topic` scheme its metadata) in this time asks the leader for the records instead.")
+    auto_leader_rebalance_enable: bool = setting(
+        True, "The controller moves leaderships back to their preferred replica (the first "
+        "of a partition's replicas, when it is alive and in the ISR) once a broker leads "
+        "too few of the partitions it prefers (`auto.leader.rebalance.enable`).")
+    leader_imbalance_per_broker_percentage: int = setting(
+        10, "Share of a broker's preferred partitions led elsewhere above which their "
+        "leaderships move back (`leader.imbalance.per.broker.percentage`).")
+    leader_imbalance_check_interval_seconds: int = setting(
+        30, "How often the controller checks the leader imbalance "
+        "(`leader.imbalance.check.interval.seconds`). Kafka waits 300 s; kipper's brokers "
+        "restart in seconds and only an in-sync preferred replica takes leadership back, so "
+        "a restarted broker stops idling within half a minute instead of five.")
     capture_trace_dir: Path | None = setting(
         None, "Directory where the produce traffic received is written as a bench trace "
         "(bench/README.md); none = off.", flag=Flag("--capture-trace", metavar="DIR"))

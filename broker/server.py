@@ -71,7 +71,12 @@ class Broker:
                 default_partitions=config.default_partitions,
                 default_replication_factor=config.default_replication_factor,
                 session_timeout_ms=config.broker_session_timeout_ms,
-                unclean_leader_election=config.unclean_leader_election))
+                unclean_leader_election=config.unclean_leader_election,
+                default_storage_mode=config.default_storage_mode,
+                auto_leader_rebalance=config.auto_leader_rebalance_enable,
+                leader_imbalance_per_broker_percentage=(
+                    config.leader_imbalance_per_broker_percentage),
+                leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds))
         # What this broker knows of the cluster: applied from the controller's metadata log.
         self.image = MetadataImage()
         # Peers' racks come from the metadata; a controller-only node has only its own.

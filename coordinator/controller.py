@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import re
 import time
@@ -39,6 +40,26 @@ MAX_TOPIC_NAME = 249
 # Kafka refuses more in one request (KAFKA-17870): each partition costs open files.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+# Partition changes committed at a time by an election or rebalancing over many partitions.
+PARTITION_CHANGES_PER_COMMIT = 500
+
+
+class Election(enum.IntEnum):
+    """ElectLeaders' election_type (KIP-460)."""
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None = None
+    # The partition as the election leaves it (None: unchanged).
+    elected: PartitionInfo | None = None
 
 
 class ControllerError(Exception):
@@ -79,6 +100,14 @@ class ControllerSettings:
     # A broker whose last heartbeat is older than this is fenced (broker.session.timeout.ms).
     session_timeout_ms: int = 9000
     unclean_leader_election: bool = False
+    # `kipper.storage.mode` of topics created without one: a diskless topic's replicas are
+    # nominal, so reassigning them only changes metadata.
+    default_storage_mode: str = "classic"
+    # Preferred-leader rebalancing (Kafka's auto.leader.rebalance.enable,
+    # leader.imbalance.per.broker.percentage, leader.imbalance.check.interval.seconds).
+    auto_leader_rebalance: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_s: float = 30.0
 
 
 class Controller:
@@ -91,6 +120,7 @@ class Controller:
         self._last_heartbeat: dict[int, float] = {}
         self._lock = asyncio.Lock()
         self._fence_task: asyncio.Task | None = None
+        self._balance_task: asyncio.Task | None = None
 
     async def start(self) -> None:
         self.applier.apply(await self.log.load())
@@ -98,11 +128,14 @@ class Controller:
         now = time.monotonic()
         self._last_heartbeat = {node: now for node in self.image.brokers}
         self._fence_task = asyncio.create_task(self._fence_expired_brokers())
+        if self.settings.auto_leader_rebalance:
+            self._balance_task = asyncio.create_task(self._balance_leaders_periodically())
 
     async def stop(self) -> None:
-        if self._fence_task is not None:
-            self._fence_task.cancel()
-            await asyncio.gather(self._fence_task, return_exceptions=True)
+        tasks = [t for t in (self._fence_task, self._balance_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.log.log.close()
 
     async def _commit(self, records: list[dict]) -> int:
@@ -251,9 +284,7 @@ class Controller:
 
     @staticmethod
     def _changed(info: PartitionInfo, isr: list[int], leader: int) -> dict:
-        epoch = info.leader_epoch + (1 if leader != info.leader else 0)
-        return partition_record(replace(info, isr=isr, leader=leader, leader_epoch=epoch,
-                                        partition_epoch=info.partition_epoch + 1))
+        return _partition_change(info, replace(info, isr=isr, leader=leader))
 
     # --- ISR changes from partition leaders (AlterPartition) -----------------------------
 
@@ -275,35 +306,33 @@ class Controller:
             if broker_id not in new_isr or any(r not in live or r not in info.replicas
                                                for r in new_isr):
                 return ErrorCode.ineligible_replica, info
-            await self._commit([self._changed(info, list(new_isr), info.leader)])
+            # The ISR change may complete a reassignment (all its target replicas in sync).
+            await self._commit([_partition_change(info, _complete_reassignment_if_caught_up(
+                replace(info, isr=list(new_isr)), live))])
             return ErrorCode.none, self.image.topics[info.topic].partitions[partition]
 
     # --- topics -------------------------------------------------------------------------
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                           configs: dict[str, str | None],
-                           validate_only: bool = False) -> TopicInfo | None:
+                           configs: dict[str, str | None], validate_only: bool = False,
+                           assignments: list[tuple[int, list[int]]] | None = None,
+                           ) -> TopicInfo | None:
+        """``assignments``: (partition, replicas) as CreateTopics gives them (then the
+        partition count and replication factor must be -1); none = placed here."""
         async with self._lock:
             validate_topic_name(name)
             if name in self.image.topics:
                 raise ControllerError(ErrorCode.topic_already_exists,
                                       f"Topic '{name}' already exists.")
-            if num_partitions == -1:
-                num_partitions = self.settings.default_partitions
-            if replication_factor == -1:
-                replication_factor = self.settings.default_replication_factor
-            if num_partitions <= 0:
-                raise ControllerError(ErrorCode.invalid_partitions,
-                                      "Number of partitions must be larger than 0.")
-            _check_partition_count(num_partitions)
-            if replication_factor <= 0:
-                raise ControllerError(ErrorCode.invalid_replication_factor,
-                                      "Replication factor must be larger than 0.")
+            if assignments:
+                assignment = self._manual_topic_assignment(num_partitions, replication_factor,
+                                                           assignments)
+            else:
+                assignment = self._default_topic_assignment(num_partitions, replication_factor)
             try:
                 clean_configs = validate_topic_configs(configs)
             except InvalidConfig as e:
                 raise ControllerError(ErrorCode.invalid_config, str(e)) from None
-            assignment = self._assign(range(num_partitions), replication_factor)
             if validate_only:
                 return None
             records: list[dict] = [{"type": "topic", "name": name, "id": str(uuid.uuid4()),
@@ -311,6 +340,21 @@ class Controller:
             records += [self._new_partition(name, p, replicas) for p, replicas in assignment.items()]
             await self._commit(records)
             return self.image.topics[name]
+
+    def _default_topic_assignment(self, num_partitions: int,
+                                  replication_factor: int) -> dict[int, list[int]]:
+        if num_partitions == -1:
+            num_partitions = self.settings.default_partitions
+        if replication_factor == -1:
+            replication_factor = self.settings.default_replication_factor
+        if num_partitions <= 0:
+            raise ControllerError(ErrorCode.invalid_partitions,
+                                  "Number of partitions must be larger than 0.")
+        _check_partition_count(num_partitions)
+        if replication_factor <= 0:
+            raise ControllerError(ErrorCode.invalid_replication_factor,
+                                  "Replication factor must be larger than 0.")
+        return self._assign(range(num_partitions), replication_factor)
 
     def _assign(self, partitions: range, replication_factor: int) -> dict[int, list[int]]:
         brokers = self.image.live_brokers()
@@ -322,10 +366,12 @@ class Controller:
         return assign_replicas({b.node_id: b.rack for b in brokers}, partitions,
                                replication_factor)
 
-    @staticmethod
-    def _new_partition(topic: str, partition: int, replicas: list[int]) -> dict:
-        return partition_record(PartitionInfo(topic, partition, replicas, list(replicas),
-                                              replicas[0]))
+    def _new_partition(self, topic: str, partition: int, replicas: list[int]) -> dict:
+        """A new partition led by its first live replica; fenced ones join the ISR later
+        (a manual assignment may name them, KRaft's createTopic)."""
+        live = {b.node_id for b in self.image.live_brokers()}
+        isr = [r for r in replicas if r in live]
+        return partition_record(PartitionInfo(topic, partition, list(replicas), isr, isr[0]))
 
     async def delete_topic(self, name: str) -> TopicInfo:
         async with self._lock:
@@ -336,7 +382,9 @@ class Controller:
             await self._commit([{"type": "remove_topic", "name": name}])
             return topic
 
-    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False,
+                                assignments: list[list[int]] | None = None) -> None:
+        """``assignments``: the replicas of each new partition (None: placed here)."""
         async with self._lock:
             topic = self.image.topics.get(name)
             if topic is None:
@@ -349,8 +397,296 @@ class Controller:
                     f"Topic currently has {current} partitions, which is higher than or equal "
                     f"to the requested {count}.")
             _check_partition_count(count - current)
-            assignment = self._assign(range(current, count), len(topic.partitions[0].replicas))
+            replication_factor = len(topic.partitions[0].replicas)
+            if assignments is None:
+                assignment = self._assign(range(current, count), replication_factor)
+            else:
+                assignment = self._manual_partition_assignment(
+                    current, count, replication_factor, assignments)
             if validate_only:
                 return
             await self._commit([self._new_partition(name, p, replicas)
                                 for p, replicas in assignment.items()])
+
+    # --- replicas: manual assignment, reassignment (KIP-455), elections (KIP-460) --------
+
+    def _manual_topic_assignment(self, num_partitions: int, replication_factor: int,
+                                 assignments: list[tuple[int, list[int]]]) -> dict[int, list[int]]:
+        """CreateTopics' own placement, checked as KRaft's ReplicationControlManager does."""
+        if replication_factor != -1:
+            raise ControllerError(ErrorCode.invalid_request,
+                                  "A manual partition assignment was specified, but "
+                                  "replication factor was not set to -1.")
+        if num_partitions != -1:
+            raise ControllerError(ErrorCode.invalid_request,
+                                  "A manual partition assignment was specified, but "
+                                  "numPartitions was not set to -1.")
+        _check_partition_count(len(assignments))
+        assignment: dict[int, list[int]] = {}
+        expected_factor: int | None = None
+        for partition, replicas in assignments:
+            if partition in assignment:
+                raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                      "Found multiple manual partition assignments for "
+                                      f"partition {partition}")
+            self._check_replicas(partition, replicas, expected_factor)
+            expected_factor = len(replicas)
+            assignment[partition] = list(replicas)
+        if sorted(assignment) != list(range(len(assignment))):
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  "partitions should be a consecutive 0-based integer sequence")
+        return assignment
+
+    def _manual_partition_assignment(self, current: int, count: int, replication_factor: int,
+                                     assignments: list[list[int]]) -> dict[int, list[int]]:
+        """CreatePartitions' placement of the new partitions."""
+        if len(assignments) != count - current:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment,
+                f"Attempted to add {count - current} additional partition(s), but only "
+                f"{len(assignments)} assignment(s) were specified.")
+        for partition, replicas in enumerate(assignments, current):
+            self._check_replicas(partition, replicas, replication_factor)
+        return {partition: list(replicas) for partition, replicas in enumerate(assignments, current)}
+
+    def _check_replicas(self, partition: int, replicas: list[int],
+                        replication_factor: int | None) -> None:
+        """A manually given replica list: registered brokers, each once, as many as the
+        topic's other partitions have, at least one of them live. As KRaft, an unknown
+        broker is INVALID_REPLICA_ASSIGNMENT (ZooKeeper-era Kafka said BROKER_NOT_AVAILABLE)."""
+        def refuse(message: str) -> ControllerError:
+            return ControllerError(ErrorCode.invalid_replica_assignment, message)
+
+        if not replicas:
+            raise refuse("The manual partition assignment includes an empty replica list.")
+        previous = None
+        for broker in sorted(replicas):
+            if broker not in self.image.brokers:
+                raise refuse(f"The manual partition assignment includes broker {broker}, but "
+                             "no such broker is registered.")
+            if broker == previous:
+                raise refuse(f"The manual partition assignment includes the broker {broker} "
+                             "more than once.")
+            previous = broker
+        if replication_factor is not None and len(replicas) != replication_factor:
+            raise refuse(f"The manual partition assignment includes a partition with "
+                         f"{len(replicas)} replica(s), but this is not consistent with previous "
+                         f"partitions, which have {replication_factor} replica(s).")
+        if not any(b.node_id in replicas for b in self.image.live_brokers()):
+            raise refuse("All brokers specified in the manual partition assignment for "
+                         f"partition {partition} are fenced or in controlled shutdown.")
+
+    def _partition(self, topic: str, partition: int) -> PartitionInfo:
+        info = self.image.topics[topic].partitions.get(partition) \
+            if topic in self.image.topics else None
+        if info is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition,
+                                  f"Unable to find partition {topic}:{partition}.")
+        return info
+
+    def _storage_mode(self, topic: str) -> str:
+        return self.image.topics[topic].configs.get("kipper.storage.mode",
+                                                    self.settings.default_storage_mode)
+
+    async def alter_partition_reassignment(self, topic: str, partition: int,
+                                           target: list[int] | None) -> None:
+        """Move a partition to ``target`` (None: cancel the reassignment under way).
+
+        As KIP-455: ``replicas`` becomes target + the replicas being removed, the new ones
+        follow the leader and catch up, and once every target replica is in the ISR (an
+        AlterPartition from the leader) the controller drops the others
+        (``_complete_reassignment_if_caught_up``). A diskless partition's replicas are
+        nominal (every broker serves it): its reassignment completes at once."""
+        async with self._lock:
+            info = self._partition(topic, partition)
+            live = {b.node_id for b in self.image.live_brokers()}
+            if target is None:
+                if not (info.adding_replicas or info.removing_replicas):
+                    raise ControllerError(ErrorCode.no_reassignment_in_progress,
+                                          f"No ongoing reassignment for {topic}-{partition}.")
+                log.info("cancelling the reassignment of %s-%d", topic, partition)
+                await self._commit([_partition_change(info, self._reverted(info, live))])
+                return
+            self._check_replicas(partition, target, None)
+            original = [r for r in info.replicas if r not in info.adding_replicas]
+            if self._storage_mode(topic) == "diskless":
+                isr = [r for r in target if r in live]
+                moved = replace(info, replicas=list(target), isr=isr, adding_replicas=[],
+                                removing_replicas=[],
+                                leader=info.leader if info.leader in isr else isr[0])
+            else:
+                removing = [r for r in original if r not in target]
+                moved = _complete_reassignment_if_caught_up(replace(
+                    info, replicas=list(target) + removing,
+                    isr=[r for r in info.isr if r in target or r in removing],
+                    adding_replicas=[r for r in target if r not in original],
+                    removing_replicas=removing), live)
+            log.info("reassigning %s-%d from %s to %s", topic, partition, original, target)
+            await self._commit([_partition_change(info, moved)])
+
+    def _reverted(self, info: PartitionInfo, live: set[int]) -> PartitionInfo:
+        """The partition as before its reassignment: the replicas being added leave."""
+        original = [r for r in info.replicas if r not in info.adding_replicas]
+        isr = [r for r in info.isr if r in original]
+        reverted = replace(info, replicas=original, adding_replicas=[], removing_replicas=[])
+        if not isr:  # only new replicas were in sync: the originals take over uncleanly
+            leader = next((r for r in original if r in live), NO_LEADER)
+            return replace(reverted, isr=[leader] if leader != NO_LEADER else original,
+                           leader=leader)
+        leader = info.leader if info.leader in isr else self._choose_leader(reverted, isr, live)
+        return replace(reverted, isr=isr, leader=leader)
+
+    def ongoing_reassignments(self, topics: list[tuple[str, list[int]]] | None,
+                              ) -> list[PartitionInfo]:
+        """The partitions being reassigned, of ``topics`` (name, partitions) or of all;
+        unknown topics and partitions are left out (as Kafka does)."""
+        if topics is None:
+            asked = [info for topic in self.image.topics.values()
+                     for info in topic.partitions.values()]
+        else:
+            asked = [self.image.topics[name].partitions[p] for name, partitions in topics
+                     if name in self.image.topics for p in partitions
+                     if p in self.image.topics[name].partitions]
+        return [info for info in asked if info.adding_replicas or info.removing_replicas]
+
+    async def elect_leaders(self, election: Election,
+                            partitions: list[tuple[str, int]] | None,
+                            ) -> list[ElectionResult]:
+        """ElectLeaders (KIP-460): each asked partition's result; with ``partitions`` None,
+        every partition's, leaving out those whose election was not needed (as Kafka)."""
+        elect_all = partitions is None
+        if elect_all:
+            partitions = [(t.name, p) for t in self.image.topics.values() for p in t.partitions]
+        results: list[ElectionResult] = []
+        known = []
+        for topic, partition in partitions:
+            try:
+                self._partition(topic, partition)
+                known.append((topic, partition))
+            except ControllerError as e:
+                results.append(ElectionResult(topic, partition, e.error_code, e.message))
+
+        def elect(info: PartitionInfo, live: set[int]) -> PartitionInfo | None:
+            result = self._election(info, election, live)
+            if not (elect_all and result.error == ErrorCode.election_not_needed):
+                results.append(result)
+            return result.elected
+
+        await self._change_partitions(known, elect)
+        return results
+
+    def _election(self, info: PartitionInfo, election: Election,
+                  live: set[int]) -> ElectionResult:
+        def result(error: ErrorCode, message: str | None = None,
+                   elected: PartitionInfo | None = None) -> ElectionResult:
+            return ElectionResult(info.topic, info.partition, error, message, elected)
+
+        if election == Election.PREFERRED:
+            preferred = info.replicas[0]
+            if info.leader == preferred:
+                return result(ErrorCode.election_not_needed, "Leader election not needed")
+            if preferred not in live or preferred not in info.isr:
+                return result(ErrorCode.preferred_leader_not_available,
+                              f"Failed to elect leader for partition {info.topic}-"
+                              f"{info.partition} under strategy PreferredReplicaPartition"
+                              "LeaderElectionStrategy")
+            return result(ErrorCode.none, elected=replace(info, leader=preferred))
+        if info.leader != NO_LEADER:
+            return result(ErrorCode.election_not_needed, "Leader election not needed")
+        leader = next((r for r in info.isr if r in live), None)
+        isr = info.isr
+        if leader is None:
+            leader = next((r for r in info.replicas if r in live), None)
+            isr = [leader]
+        if leader is None:
+            return result(ErrorCode.eligible_leaders_not_available,
+                          f"Failed to elect leader for partition {info.topic}-{info.partition}"
+                          " under strategy UncleanLeaderElectionStrategy")
+        log.warning("unclean election of %d for %s-%d (ElectLeaders)", leader, info.topic,
+                    info.partition)
+        return result(ErrorCode.none, elected=replace(info, leader=leader, isr=isr))
+
+    async def _change_partitions(
+            self, partitions: list[tuple[str, int]],
+            change: Callable[[PartitionInfo, set[int]], PartitionInfo | None]) -> None:
+        """Apply ``change`` (the partition as it should become, or None) to many partitions,
+        committing a batch at a time and letting go of the lock in between, so heartbeats
+        and AlterPartitions of a large cluster are not held up behind one long change."""
+        for start in range(0, len(partitions), PARTITION_CHANGES_PER_COMMIT):
+            async with self._lock:
+                live = {b.node_id for b in self.image.live_brokers()
+                        if not b.log_dir_offline}
+                records = []
+                for topic, partition in partitions[start:start + PARTITION_CHANGES_PER_COMMIT]:
+                    info = self.image.topics[topic].partitions.get(partition) \
+                        if topic in self.image.topics else None
+                    changed = change(info, live) if info is not None else None  # deleted since
+                    if changed is not None:
+                        records.append(_partition_change(info, changed))
+                await self._commit(records)
+            await asyncio.sleep(0)
+
+    # --- preferred-leader rebalancing -------------------------------------------------------
+
+    async def _balance_leaders_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.leader_imbalance_check_interval_s)
+            try:
+                await self.balance_leaders()
+            except ControllerError as e:  # tried again next interval
+                log.warning("preferred-leader rebalancing failed: %s", e.message)
+
+    def imbalanced_partitions(self) -> list[tuple[str, int]]:
+        """The partitions whose preferred replica (the first) could lead and does not, of
+        brokers whose share of such partitions exceeds leader.imbalance.per.broker.percentage
+        (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+        preferred_of: dict[int, int] = {}
+        not_led: dict[int, list[PartitionInfo]] = {}
+        for topic in self.image.topics.values():
+            for info in topic.partitions.values():
+                preferred = info.replicas[0]
+                preferred_of[preferred] = preferred_of.get(preferred, 0) + 1
+                if info.leader != preferred:
+                    not_led.setdefault(preferred, []).append(info)
+        live = {b.node_id for b in self.image.live_brokers() if not b.log_dir_offline}
+        threshold = self.settings.leader_imbalance_per_broker_percentage / 100
+        return [(info.topic, info.partition)
+                for broker, infos in not_led.items()
+                if broker in live and len(infos) / preferred_of[broker] > threshold
+                for info in infos if broker in info.isr]
+
+    async def balance_leaders(self) -> None:
+        imbalanced = self.imbalanced_partitions()
+        if not imbalanced:
+            return
+        log.info("moving %d leaderships back to their preferred replicas", len(imbalanced))
+
+        def to_preferred(info: PartitionInfo, live: set[int]) -> PartitionInfo | None:
+            return self._election(info, Election.PREFERRED, live).elected
+
+        await self._change_partitions(imbalanced, to_preferred)
+
+
+def _partition_change(before: PartitionInfo, after: PartitionInfo) -> dict:
+    """The record that turns ``before`` into ``after``: a new partition epoch, and a new
+    leader epoch if the leader changed."""
+    return partition_record(replace(
+        after, leader_epoch=before.leader_epoch + (1 if after.leader != before.leader else 0),
+        partition_epoch=before.partition_epoch + 1))
+
+
+def _complete_reassignment_if_caught_up(info: PartitionInfo, live: set[int]) -> PartitionInfo:
+    """Once every target replica of a reassignment is in the ISR, the partition becomes the
+    target: the removed replicas leave replicas and ISR, and if the leader was one of them
+    the first target replica in sync leads (Kafka's PartitionChangeBuilder)."""
+    if not (info.adding_replicas or info.removing_replicas):
+        return info
+    target = [r for r in info.replicas if r not in info.removing_replicas]
+    if any(r not in info.isr for r in target):
+        return info
+    isr = [r for r in info.isr if r in target]
+    leader = info.leader
+    if leader not in isr:
+        leader = next((r for r in target if r in live), NO_LEADER)
+    return replace(info, replicas=target, isr=isr, leader=leader, adding_replicas=[],
+                   removing_replicas=[])

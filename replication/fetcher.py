@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
@@ -26,19 +27,28 @@ from storage.log import KafkaStorageError
 
 from .node_client import NodeConnection
 from .partition import ReplicatedPartition
+from .throttle import ReplicationQuota
 
 log = logging.getLogger(__name__)
 FETCH_MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1 << 20
 # Epoch-history rounds before giving up on finding the divergence point.
 MAX_TRUNCATION_ROUNDS = 8
+# How long a fetcher whose every partition is throttled waits before measuring again.
+THROTTLED_PAUSE_S = 0.1
 
 
 class LeaderFetcher:
-    def __init__(self, node_id: int, leader_id: int, connection: NodeConnection) -> None:
+    def __init__(self, node_id: int, leader_id: int, connection: NodeConnection,
+                 throttled: Callable[[ReplicatedPartition], bool] = lambda _: False,
+                 quota: ReplicationQuota | None = None) -> None:
+        """``throttled``: whether a partition's fetches count against ``quota``
+        (follower.replication.throttled.rate); while that is exceeded they are left out."""
         self.node_id = node_id
         self.leader_id = leader_id
         self.connection = connection
+        self.throttled = throttled
+        self.quota = quota
         self.partitions: dict[tuple[str, int], ReplicatedPartition] = {}
         self._needs_truncation: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
@@ -111,7 +121,15 @@ class LeaderFetcher:
 
     async def _fetch_once(self) -> None:
         by_topic: dict[str, list] = {}
+        throttled = {key for key, partition in self.partitions.items()
+                     if self.quota is not None and self.throttled(partition)}
+        held_back = throttled if throttled and self.quota.exceeded() else set()
+        if held_back and len(held_back) == len(self.partitions):
+            await asyncio.sleep(THROTTLED_PAUSE_S)
+            return
         for (topic, index), partition in self.partitions.items():
+            if (topic, index) in held_back:
+                continue
             by_topic.setdefault(topic, []).append(make(
                 FetchPartition, partition=index, current_leader_epoch=partition.leader_epoch,
                 fetch_offset=partition.log.log_end_offset,
@@ -126,6 +144,10 @@ class LeaderFetcher:
         response = await self.connection.call(ApiKey.FETCH, request, FETCH_MAX_WAIT_MS / 1000 + 30)
         # Concurrently: an active-tiered partition's append downloads from object storage,
         # which must not hold back the other partitions.
+        if throttled:
+            self.quota.record(sum(len(data.records or b"") for topic in response.responses
+                                  for data in topic.partitions
+                                  if (topic.topic, data.partition_index) in throttled))
         applied = await asyncio.gather(*(
             self._apply(partition, data)
             for topic in response.responses for data in topic.partitions

@@ -187,6 +187,10 @@ class ReplicatedPartition(Partition):
             self._followers = {r: FollowerState(caught_up_at=now)
                                for r in self.replicas if r != self.node_id}
             self.leader_epoch_start_offset = self.log.log_end_offset
+        elif self.is_leader:
+            # A reassignment adds replicas to follow this leader and removes others.
+            self._followers = {r: self._followers.get(r) or FollowerState()
+                               for r in self.replicas if r != self.node_id}
         elif new_leadership:
             self.leader_epoch_start_offset = -1
         if new_leadership:

@@ -24,6 +24,7 @@ from storage.manager import LogManager
 from .leaderless_partition import LeaderlessPartition
 from .node_client import NodeClient, NodeConnection
 from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
+from .throttle import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, lists_replica, throttled_rate
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,11 @@ class ReplicaManager:
         self._isr_task: asyncio.Task | None = None
         self.broker_epoch = -1
         self.isr_changes = IsrChanges()
+        # The replication throttle (replication.throttle): bytes sent to, and fetched for,
+        # throttled replicas out of the ISR.
+        self.leader_quota = ReplicationQuota(lambda: throttled_rate(image, node_id, LEADER_RATE))
+        self.follower_quota = ReplicationQuota(
+            lambda: throttled_rate(image, node_id, FOLLOWER_RATE))
 
     def start(self) -> None:
         self._isr_task = asyncio.create_task(self._shrink_isr_loop())
@@ -65,11 +71,7 @@ class ReplicaManager:
                     partition.log.reconfigure(config)
         elif kind == "remove_topic":
             for key in [k for k in self.partitions if k[0] == record["name"]]:
-                self._stop_following(*key)
-                partition = self.partitions.pop(key)
-                partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
-                partition.notify_waiters()
-                self._clean_up(self.logs.delete_partition(*key))
+                self._delete_replica(key)
         elif kind == "broker" and record["node_id"] in self._fetchers:
             # The leader moved to a new address (restart): reconnect its fetcher.
             for partition in list(self._fetchers[record["node_id"]].partitions.values()):
@@ -96,6 +98,10 @@ class ReplicaManager:
                     self.node_id, self.logs.open(info.topic, info.partition, config), info)
             return
         if self.node_id not in info.replicas:
+            if key in self.partitions:
+                # Reassigned away (KIP-455): this broker's replica is no longer wanted.
+                log.info("%s-%d no longer has a replica here: deleting it", *key)
+                self._delete_replica(key)
             return
         partition = self.partitions.get(key)
         if partition is None:
@@ -110,6 +116,25 @@ class ReplicaManager:
         else:
             self._follow(partition)
 
+    def _delete_replica(self, key: tuple[str, int]) -> None:
+        self._stop_following(*key)
+        partition = self.partitions.pop(key)
+        partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
+        partition.notify_waiters()
+        self._clean_up(self.logs.delete_partition(*key))
+
+    def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
+        """Whether what this broker, as leader, sends follower ``replica_id`` counts against
+        leader.replication.throttled.rate (a throttled replica out of the ISR)."""
+        return replica_id not in partition.isr and lists_replica(
+            partition.log.config.leader_throttled_replicas, partition.index, self.node_id)
+
+    def follower_throttled(self, partition: ReplicatedPartition) -> bool:
+        """Whether this broker's fetches for ``partition`` count against
+        follower.replication.throttled.rate."""
+        return self.node_id not in partition.isr and lists_replica(
+            partition.log.config.follower_throttled_replicas, partition.index, self.node_id)
+
     def _follow(self, partition: ReplicatedPartition) -> None:
         self._stop_following(partition.topic, partition.index)
         leader = self.image.brokers.get(partition.leader)
@@ -120,7 +145,8 @@ class ReplicaManager:
             if fetcher is not None:
                 self._clean_up(fetcher.stop())
             fetcher = LeaderFetcher(self.node_id, leader.node_id,
-                                    self.nodes.connection(leader.host, leader.port, "replication"))
+                                    self.nodes.connection(leader.host, leader.port, "replication"),
+                                    self.follower_throttled, self.follower_quota)
             fetcher.start()
             self._fetchers[leader.node_id] = fetcher
         fetcher.add(partition)

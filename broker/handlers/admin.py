@@ -68,9 +68,14 @@ async def _on_controller(ctx: RequestContext, request, handle_locally) -> object
     return response
 
 
-@handles(ApiKey.CREATE_TOPICS)
-async def create_topics(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _create_topics)
+def handles_on_controller(api_key: ApiKey):
+    """Register a handler that runs on the controller node (``_on_controller``)."""
+    def register(handle_locally):
+        async def handler(ctx: RequestContext, request) -> object:
+            return await _on_controller(ctx, request, handle_locally)
+        handles(api_key)(handler)
+        return handle_locally
+    return register
 
 
 def _check_storage_mode(ctx: RequestContext, topic) -> None:
@@ -89,18 +94,16 @@ def _check_storage_mode(ctx: RequestContext, topic) -> None:
             f"--s3-endpoint (available here: {', '.join(sorted(ctx.services.storage_modes))})")
 
 
-async def _create_topics(ctx: RequestContext, request) -> object:
+@handles_on_controller(ApiKey.CREATE_TOPICS)
+async def create_topics(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
             _check_storage_mode(ctx, topic)
-            if topic.assignments:
-                raise ControllerError(ErrorCode.invalid_request,
-                                      "Manual replica assignment is not supported by kipper; "
-                                      "leave assignments empty")
             created = await ctx.services.controller.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor,
-                {c.name: c.value for c in topic.configs}, request.validate_only)
+                {c.name: c.value for c in topic.configs}, request.validate_only,
+                [(a.partition_index, [int(b) for b in a.broker_ids]) for a in topic.assignments])
         except ControllerError as e:
             log.info("create topic %r refused: %s", topic.name, e.message)
             results.append(ctx.response(
@@ -125,12 +128,8 @@ async def _create_topics(ctx: RequestContext, request) -> object:
     return ctx.response("CreateTopicsResponse", throttle_time=0, topics=tuple(results))
 
 
-@handles(ApiKey.DELETE_TOPICS)
+@handles_on_controller(ApiKey.DELETE_TOPICS)
 async def delete_topics(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _delete_topics)
-
-
-async def _delete_topics(ctx: RequestContext, request) -> object:
     image = ctx.services.controller.image
     if hasattr(request, "topic_names"):
         asked = [(name, None) for name in request.topic_names]
@@ -154,19 +153,15 @@ async def _delete_topics(ctx: RequestContext, request) -> object:
     return ctx.response("DeleteTopicsResponse", throttle_time=0, responses=tuple(results))
 
 
-@handles(ApiKey.CREATE_PARTITIONS)
+@handles_on_controller(ApiKey.CREATE_PARTITIONS)
 async def create_partitions(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _create_partitions)
-
-
-async def _create_partitions(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
         try:
-            if topic.assignments:
-                raise ControllerError(ErrorCode.invalid_request,
-                                      "Manual replica assignment is not supported by kipper")
-            await ctx.services.controller.create_partitions(topic.name, topic.count, request.validate_only)
+            assignments = None if topic.assignments is None else [
+                [int(b) for b in a.broker_ids] for a in topic.assignments]
+            await ctx.services.controller.create_partitions(topic.name, topic.count,
+                                                            request.validate_only, assignments)
             error, message = ErrorCode.none, None
         except ControllerError as e:
             error, message = e.error_code, e.message

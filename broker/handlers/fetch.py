@@ -60,11 +60,18 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             raise OffsetOutOfRange()
         max_bytes = min(fetch.partition_max_bytes, budget)
         if replica_id >= 0:
-            # Also when caught up: the engine may track what its followers hold.
-            result = await partition.log.read_for_replica(
-                replica_id, fetch.fetch_offset, max_bytes, max_offset=upper,
-                min_one_batch=first_data)
-            records = result.records
+            replicas = ctx.services.replicas
+            throttled = replicas.leader_throttled(partition, replica_id)
+            if throttled and replicas.leader_quota.exceeded():
+                records = b""  # leader.replication.throttled.rate: later (replication.throttle)
+            else:
+                # Also when caught up: the engine may track what its followers hold.
+                result = await partition.log.read_for_replica(
+                    replica_id, fetch.fetch_offset, max_bytes, max_offset=upper,
+                    min_one_batch=first_data)
+                records = result.records
+            if throttled:
+                replicas.leader_quota.record(len(records))
         elif fetch.fetch_offset >= upper:
             records = b""
             # An offset below the log start is out of range even when nothing is readable.

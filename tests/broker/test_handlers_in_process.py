@@ -138,3 +138,38 @@ async def test_metadata_v10_answers_the_clusters_operations_when_asked(services,
     # IDEMPOTENT_WRITE (5, 7-12); a topic's READ-ALTER_CONFIGS less CLUSTER_ACTION (3-8, 10-11).
     assert response.cluster_authorized_operations == (0x1FA0 if asked else -(2**31))
     assert topic.topic_authorized_operations == (0xDF8 if asked else -(2**31))
+
+
+async def test_a_leader_holds_back_throttled_followers_over_the_quota(services):
+    """leader.replication.throttled.rate (replication.throttle): a follower out of the ISR
+    whose replica is throttled gets no records while the leader's measured rate is over it."""
+    for offset, record in enumerate([
+            {"type": "broker", "node_id": 2, "host": "127.0.0.1", "port": 9093, "rack": "az2",
+             "epoch": 0},
+            {"type": "config", "topic": TOPIC,
+             "configs": {"leader.replication.throttled.replicas": "*"}},
+            {"type": "broker_config", "resource": "",
+             "configs": {"leader.replication.throttled.rate": "1000"}},
+            {"type": "partition", "topic": TOPIC, "partition": 0, "replicas": [NODE, 2],
+             "isr": [NODE], "leader": NODE, "leader_epoch": 0, "partition_epoch": 1}], 3):
+        services.image.apply(offset, record)
+        services.replicas.on_metadata_record(record)
+    batch = bytes(build_batch([(None, b"x" * 30_000)], 1_700_000_000_000))
+    await call(services, ApiKey.PRODUCE, 9, make(
+        ProduceRequest, transactional_id=None, acks=1, timeout=5000, topic_data=(make(
+            TopicProduceData, name=TOPIC, partition_data=(make(
+                PartitionProduceData, index=0, records=batch),)),)))
+
+    async def follower_fetch() -> bytes:
+        fetched = await call(services, ApiKey.FETCH, 12, make(
+            FetchRequest, replica_id=2, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+            isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(),
+            rack_id="", topics=(make(FetchTopic, topic=TOPIC, partitions=(make(
+                FetchPartition, partition=0, current_leader_epoch=0, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),)))
+        data = fetched.responses[0].partitions[0]
+        assert data.error_code == ErrorCode.none
+        return data.records or b""
+
+    assert len(await follower_fetch()) > 30_000  # nothing measured yet: under the quota
+    assert await follower_fetch() == b""

@@ -1,0 +1,163 @@
+"""Replica placement by real clients on a 4-broker cluster: manual assignment at creation
+(CreateTopics, CreatePartitions), KIP-455 reassignment (kafka-python's
+alter/list_partition_reassignments) under an idempotent acks=all producer and a consumer
+that keeps reading, in every storage mode, and ElectLeaders (KIP-460, confluent-kafka)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, ElectionType, KafkaError
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import (InvalidReplicationAssignmentError, InvalidRequestError,
+                          NoReassignmentInProgressError, UnknownTopicOrPartitionError)
+
+from support.clients import AckedProducer, assert_acked_exactly_once
+from support.processes import Cluster
+from support.topics import partition_metadata
+from support.wait import wait_until
+
+MODES = ("classic", "active-tiered", "diskless")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, s3_endpoint):
+    cluster = Cluster(tmp_path_factory.mktemp("reassignment"), brokers=4, s3=s3_endpoint,
+                      broker_env={"KIPPER_AUTO_LEADER_REBALANCE_ENABLE": "false"}).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def admin(cluster):
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    yield admin
+    admin.close()
+
+
+class KeepReading(threading.Thread):
+    """A consumer of partition 0 that polls until stopped, counting what it read."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{topic}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "topic.metadata.refresh.interval.ms": 1000})
+        self.consumer.assign([ConfluentPartition(topic, 0, 0)])
+        self.read = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            message = self.consumer.poll(0.2)
+            if message is not None and not message.error():
+                self.read += 1
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join(10)
+        self.consumer.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_partition_moves_to_other_brokers_under_load(cluster, admin, topic_name, mode):
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 1, 2]},
+                                  topic_configs={"kipper.storage.mode": mode,
+                                                 "min.insync.replicas": "2"})])
+    wait_until(lambda: (info := partition_metadata(cluster.bootstrap, topic_name)) is not None
+               and info.leader >= 0, 30, interval=0.2)
+    # A diskless partition is served by every broker, and Metadata says so whatever its
+    # (nominal) replicas: its reassignment only changes the controller's record.
+    replicas_shown = mode != "diskless"
+    if replicas_shown:
+        assert list(partition_metadata(cluster.bootstrap, topic_name).replicas) == [0, 1, 2]
+    writer = AckedProducer(cluster.bootstrap, topic_name, "az1")
+    reader = KeepReading(cluster.bootstrap, topic_name)
+    writer.start()
+    reader.start()
+    try:
+        wait_until(lambda: len(writer.acked) > 300 and reader.read > 100, 30)
+        partition = TopicPartition(topic_name, 0)
+        started = time.monotonic()
+        result = admin.alter_partition_reassignments({partition: [1, 2, 3]})
+        assert result[partition] is None, result
+        wait_until(lambda: not admin.list_partition_reassignments([partition]), 60, interval=0.2)
+        print(f"{mode}: reassigned with {len(writer.acked)} records acknowledged in "
+              f"{time.monotonic() - started:.1f} s")
+        if replicas_shown:
+            info = partition_metadata(cluster.bootstrap, topic_name)
+            assert list(info.replicas) == [1, 2, 3]
+            assert info.leader in (1, 2, 3)
+        # Both sides go on after the move.
+        acked, read = len(writer.acked), reader.read
+        wait_until(lambda: len(writer.acked) > acked + 300 and reader.read > read + 300, 30)
+    finally:
+        writer.finish()
+        reader.finish()
+    assert not writer.errors, writer.errors[:3]
+    assert_acked_exactly_once(cluster.bootstrap, topic_name, writer)
+    if replicas_shown:  # (a diskless partition has no replica of its own on a broker)
+        removed = cluster.brokers[0].data_dir / f"{topic_name}-0"
+        wait_until(lambda: not removed.exists(), 15)
+        assert (cluster.brokers[3].data_dir / f"{topic_name}-0").exists()
+
+
+def test_manual_assignment_of_new_partitions(cluster, admin, topic_name):
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [3, 1], 1: [2, 0]})])
+    admin.create_partitions({topic_name: {"count": 3, "assignments": [[1, 3]]}})
+    replicas = wait_until(lambda: [list(p.replicas) for p in (
+        partition_metadata(cluster.bootstrap, topic_name, i) for i in range(3)) if p] or None,
+        30, interval=0.2)
+    assert replicas == [[3, 1], [2, 0], [1, 3]]
+
+
+def test_bad_placements_get_kafkas_errors(cluster, admin, topic_name):
+    with pytest.raises(InvalidReplicationAssignmentError):
+        admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 9]})])
+    with pytest.raises(InvalidReplicationAssignmentError):
+        admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 1], 2: [1, 2]})])
+    with pytest.raises(InvalidRequestError):
+        admin.create_topics([NewTopic(topic_name, num_partitions=1,
+                                      replica_assignments={0: [0, 1]})])
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 1]})])
+    with pytest.raises(InvalidReplicationAssignmentError):
+        admin.create_partitions({topic_name: {"count": 2, "assignments": [[2]]}})
+    partition = TopicPartition(topic_name, 0)
+    unknown = TopicPartition(topic_name, 7)
+    results = admin.alter_partition_reassignments(
+        {partition: [1, 1], unknown: [1, 2]})
+    # (kafka-python gives each partition's error class)
+    assert results[partition] is InvalidReplicationAssignmentError, results
+    assert results[unknown] is UnknownTopicOrPartitionError, results
+    results = admin.alter_partition_reassignments({partition: None})
+    assert results[partition] is NoReassignmentInProgressError, results
+    assert list(partition_metadata(cluster.bootstrap, topic_name).replicas) == [0, 1]
+
+
+def test_elect_leaders_on_demand(cluster, admin, topic_name):
+    """(Preferred-leader rebalancing is off on this cluster: only ElectLeaders moves it.)"""
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 1, 2]})])
+    wait_until(lambda: len(partition_metadata(cluster.bootstrap, topic_name).isrs) == 3, 30,
+               interval=0.2)
+    # Reordering the replicas (a reassignment within the ISR) leaves the leader in place.
+    partition = TopicPartition(topic_name, 0)
+    assert admin.alter_partition_reassignments({partition: [1, 0, 2]})[partition] is None
+    info = wait_until(lambda: (p := partition_metadata(cluster.bootstrap, topic_name))
+                      and list(p.replicas) == [1, 0, 2] and p, 30, interval=0.2)
+    assert info.leader == 0
+
+    confluent = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    asked = [ConfluentPartition(topic_name, 0), ConfluentPartition(topic_name, 5)]
+    results = confluent.elect_leaders(ElectionType.PREFERRED, asked).result(30)
+    assert results[asked[0]] is None
+    assert results[asked[1]].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert partition_metadata(cluster.bootstrap, topic_name).leader == 1
+    results = confluent.elect_leaders(ElectionType.PREFERRED, asked[:1]).result(30)
+    assert results[asked[0]].code() == KafkaError.ELECTION_NOT_NEEDED
+    results = confluent.elect_leaders(ElectionType.UNCLEAN, asked[:1]).result(30)
+    assert results[asked[0]].code() == KafkaError.ELECTION_NOT_NEEDED
