@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, InvalidRecordBatch
 
 from .append_rules import AppendDecision, AppendOrigin, check_append
 from .config import LogConfig
@@ -118,9 +118,11 @@ class PartitionLog(abc.ABC):
         """Assign offsets to well-formed batches (rewriting ``records`` in place) and store
         them, if storage.append_rules allow it; raises RecordTooLarge otherwise. Engines
         implement ``_append`` and leave this alone, so that no append skips the rules."""
-        decision = check_append(self.config, len(records), batches, origin)
+        decision = check_append(self.config, records, batches, origin)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+        if decision.invalid is not None:
+            raise InvalidRecordBatch(f"{decision.invalid} of {self.topic}-{self.partition}")
         self.check_space(len(records))
         return await self._append(records, batches, leader_epoch, decision)
 
