@@ -283,13 +283,21 @@ config = LogConfig(**{config!r})
 log = ClassicLog("t", 0, config, Path({directory!r}))
 log.on_high_watermark_updated(log.log_end_offset)
 cleaner = LogCleaner(Path({directory!r}).parent, lambda: {{("t", 0): log}},
-                     CleanerSettings(io_max_bytes_per_second=lambda: 200_000))
+                     CleanerSettings(io_max_bytes_per_second=lambda: 100_000))
 asyncio.run(cleaner.clean_filthiest())
 """
 
 
-@pytest.mark.parametrize("kill_after_s", [0.6, 1.2])
-async def test_kill_9_during_cleaning_leaves_a_correct_log(tmp_path, kill_after_s):
+def _writing(directory: Path, segments_before: int) -> bool:
+    return bool(list(directory.glob("*.cleaned")))
+
+
+def _swapped_some(directory: Path, segments_before: int) -> bool:
+    return len(list(directory.glob("*.log"))) < segments_before
+
+
+@pytest.mark.parametrize("moment", [_writing, _swapped_some])
+async def test_kill_9_during_cleaning_leaves_a_correct_log(tmp_path, moment):
     directory = tmp_path / "t-0"
     config = {**COMPACT, "segment_bytes": 20_000}
     log = ClassicLog("t", 0, LogConfig(**config), directory)
@@ -300,10 +308,13 @@ async def test_kill_9_during_cleaning_leaves_a_correct_log(tmp_path, kill_after_
             writes.append((await put(log, key, value), key, value))
     log._local.roll()
     await log.close()
+    segments_before = len(list(directory.glob("*.log")))
     script = _CLEAN_SLOWLY.format(paths=sys.path, config=config, directory=str(directory))
     process = subprocess.Popen([sys.executable, "-c", script])
     try:
-        time.sleep(kill_after_s)
+        deadline = time.monotonic() + 20
+        while not moment(directory, segments_before) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(process.pid, signal.SIGKILL)
     finally:
         assert process.wait() == -signal.SIGKILL  # killed, not finished
