@@ -24,8 +24,17 @@ from pathlib import Path
 
 from .classic import ClassicLog
 from .classic.checkpoint import write_atomically
-from .classic.cleaner import (CleanerStats, CleaningAborted, CleaningPlan, OffsetMap, Throttler,
-                              TransactionTracker, build_offset_map, clean_group, group_segments)
+from .classic.cleaner import (
+    CleanerStats,
+    CleaningAborted,
+    CleaningPlan,
+    OffsetMap,
+    Throttler,
+    TransactionTracker,
+    build_offset_map,
+    clean_group,
+    group_segments,
+)
 from .log import PartitionLog
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
@@ -136,7 +145,7 @@ class LogCleaner:
                 self._woken.clear()
                 try:
                     await asyncio.wait_for(self._woken.wait(), self.settings.backoff_ms / 1000)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     def _filthiest(self, now_ms: int) -> tuple[LogKey, ClassicLog, CleaningPlan] | None:

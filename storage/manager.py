@@ -39,7 +39,7 @@ def is_internal_topic(topic: str) -> bool:
 
 class LogManager:
     def __init__(self, data_dir: Path | str, reserved_bytes: int = 0,
-                 cleaner: CleanerSettings = CleanerSettings()) -> None:
+                 cleaner: CleanerSettings | None = None) -> None:
         """``reserved_bytes``: the free space appends of data leave to internal topics and
         checkpoints (storage.disk_space; -1: the default share of the file system).
         ``cleaner``: the log cleaner's settings (it runs once ``run_cleaner`` is started)."""
@@ -50,7 +50,7 @@ class LogManager:
         self._last_flush_ms: dict[tuple[str, int], int] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
         self._engine_retention: dict[str, EngineRetention] = {}
-        self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner)
+        self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
 
     def register_engine(self, mode: str, factory: EngineFactory,
                         retention: EngineRetention | None = None) -> None:

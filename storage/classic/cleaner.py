@@ -41,9 +41,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.records import (NO_PRODUCER_ID, NO_SEQUENCE,
-                              TIMESTAMP_TYPE_LOG_APPEND, BatchHeader, InvalidRecordBatch,
-                              iter_batches, read_marker, rewrite_batch, stored_records)
+from protocol.records import (
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TIMESTAMP_TYPE_LOG_APPEND,
+    BatchHeader,
+    InvalidRecordBatch,
+    iter_batches,
+    read_marker,
+    rewrite_batch,
+    stored_records,
+)
 
 from ..producer_state import AbortedTransaction
 from .segment import INT32_MAX, LogSegment
@@ -169,7 +177,7 @@ class CleanerStats:
     records_read: int = 0
     records_removed: int = 0
 
-    def add(self, other: "CleanerStats") -> None:
+    def add(self, other: CleanerStats) -> None:
         self.bytes_read += other.bytes_read
         self.bytes_written += other.bytes_written
         self.records_read += other.records_read

@@ -22,15 +22,34 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from protocol.records import (BatchHeader, InvalidRecordBatch, TxnMarker, assign_offsets,
-                              iter_batches, read_marker)
+from protocol.records import (
+    BatchHeader,
+    InvalidRecordBatch,
+    TxnMarker,
+    assign_offsets,
+    iter_batches,
+    read_marker,
+)
 
 from ..append_rules import AppendDecision, AppendOrigin
 from ..config import LogConfig
 from ..disk_space import storage_io
-from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
-                   PartitionLog, ReadResult, StorageError, TimestampOffset)
-from ..producer_state import AbortedTransaction, CorruptSnapshot, ProducerEntry, ProducerState
+from ..log import (
+    AppendResult,
+    EpochEndOffset,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    PartitionLog,
+    ReadResult,
+    StorageError,
+    TimestampOffset,
+)
+from ..producer_state import (
+    AbortedTransaction,
+    CorruptSnapshot,
+    ProducerEntry,
+    ProducerState,
+)
 from .checkpoint import read_offset, write_atomically, write_offset
 from .cleaner import CleaningPlan, SegmentView, max_index_entries
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache

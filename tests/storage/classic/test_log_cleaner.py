@@ -5,7 +5,7 @@ leftover .cleaned or .swap file; a kill -9 of a process in the middle of a clean
 
 from __future__ import annotations
 
-import os
+import asyncio
 import signal
 import subprocess
 import sys
@@ -13,18 +13,24 @@ import time
 from pathlib import Path
 
 import pytest
+from support.batches import build_batch
 
-from protocol.records import (InvalidRecordBatch, TxnMarker, build_marker_batch, iter_batches,
-                              validate_produce_records)
+from protocol.records import (
+    InvalidRecordBatch,
+    TxnMarker,
+    build_marker_batch,
+    iter_batches,
+    validate_produce_records,
+)
 from storage.append_rules import AppendOrigin
 from storage.classic import ClassicLog
 from storage.classic.local_log import LocalLog
 from storage.config import LogConfig
 from storage.log_cleaner import CHECKPOINT_FILE, CleanerSettings, LogCleaner
 from storage.producer_state import OutOfOrderSequence
-from support.batches import build_batch
 
-COMPACT = dict(compact=True, delete_policy=False, segment_bytes=400, min_cleanable_dirty_ratio=0.01)
+COMPACT = {"compact": True, "delete_policy": False, "segment_bytes": 400,
+           "min_cleanable_dirty_ratio": 0.01}
 
 
 def open_log(directory: Path, **config) -> ClassicLog:
@@ -151,7 +157,7 @@ async def test_max_compaction_lag_cleans_below_the_dirty_ratio(tmp_path):
             await put(log, b"k%d" % k, b"v" * 20)
         await clean(log)  # all dirty: ratio 1
         await put(log, b"k0", b"again")
-        time.sleep(0.01)
+        await asyncio.sleep(0.01)
         assert await clean(log) == cleaned
 
 
@@ -288,12 +294,30 @@ asyncio.run(cleaner.clean_filthiest())
 """
 
 
-def _writing(directory: Path, segments_before: int) -> bool:
+def _log_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.glob("*.log"))
+
+
+def _writing(directory: Path, bytes_before: int) -> bool:
     return bool(list(directory.glob("*.cleaned")))
 
 
-def _swapped_some(directory: Path, segments_before: int) -> bool:
-    return len(list(directory.glob("*.log"))) < segments_before
+def _swapped_some(directory: Path, bytes_before: int) -> bool:
+    return _log_bytes(directory) < bytes_before
+
+
+def _kill_9_when(moment, directory: Path, script: str) -> None:
+    """Run ``script`` in a process, SIGKILL it once ``moment`` is seen in ``directory``."""
+    bytes_before = _log_bytes(directory)
+    process = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 20
+        while not moment(directory, bytes_before) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert moment(directory, bytes_before) and process.poll() is None
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
 
 
 @pytest.mark.parametrize("moment", [_writing, _swapped_some])
@@ -308,16 +332,8 @@ async def test_kill_9_during_cleaning_leaves_a_correct_log(tmp_path, moment):
             writes.append((await put(log, key, value), key, value))
     log._local.roll()
     await log.close()
-    segments_before = len(list(directory.glob("*.log")))
-    script = _CLEAN_SLOWLY.format(paths=sys.path, config=config, directory=str(directory))
-    process = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 20
-        while not moment(directory, segments_before) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        os.kill(process.pid, signal.SIGKILL)
-    finally:
-        assert process.wait() == -signal.SIGKILL  # killed, not finished
+    _kill_9_when(moment, directory, _CLEAN_SLOWLY.format(
+        paths=sys.path, config=config, directory=str(directory)))
     log = ClassicLog("t", 0, LogConfig(**config), directory)
     log.on_high_watermark_updated(log.log_end_offset)
     assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
