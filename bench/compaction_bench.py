@@ -27,12 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
 from protocol.records import validate_produce_records
 from storage.classic import ClassicLog
 from storage.config import LogConfig
 from storage.log_cleaner import CleanerSettings, LogCleaner
-
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 
 def _record(key: bytes, value: bytes) -> bytearray:
