@@ -241,6 +241,19 @@ class BrokerConfig:
         "(`leader.imbalance.check.interval.seconds`). Kafka waits 300 s; kipper's brokers "
         "restart in seconds and only an in-sync preferred replica takes leadership back, so "
         "a restarted broker stops idling within half a minute instead of five.")
+    log_cleaner_threads: int = setting(
+        1, "Log cleaner workers compacting the logs of `cleanup.policy=compact` topics "
+        "(`log.cleaner.threads`; classic and active-tiered, docs/compaction.md).")
+    log_cleaner_dedupe_buffer_size: int = setting(
+        128 << 20, "Memory of the cleaner's key -> latest offset maps, shared by its workers "
+        "(`log.cleaner.dedupe.buffer.size`; 24 bytes a key): a dirty section with more keys "
+        "is cleaned in several passes.")
+    log_cleaner_backoff_ms: int = setting(
+        15_000, "How long a cleaner worker with no log to clean waits before looking again "
+        "(`log.cleaner.backoff.ms`).")
+    log_cleaner_io_max_bytes_per_second: float = setting(
+        float("inf"), "Bytes per second the cleaner reads and writes, all workers together "
+        "(`log.cleaner.io.max.bytes.per.second`; inf = unlimited).")
     capture_trace_dir: Path | None = setting(
         None, "Directory where the produce traffic received is written as a bench trace "
         "(bench/README.md); none = off.", flag=Flag("--capture-trace", metavar="DIR"))
@@ -273,6 +286,8 @@ def _coerce(kind: str, raw: Any) -> Any:
     """Convert a TOML/env/CLI value to the field's declared type (annotations are strings)."""
     if kind == "int":
         return int(raw)
+    if kind == "float":
+        return float(raw)
     if kind == "bool":
         return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
     if kind in ("Path", "Path | None"):

@@ -33,6 +33,7 @@ from replication.replica_manager import ReplicaManager
 from storage.active_tiered import ActiveTiered
 from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
+from storage.log_cleaner import CleanerSettings
 from storage.manager import LogManager
 from storage.objectstore import ObjectStore, ObjectStoreConfig
 
@@ -95,7 +96,11 @@ class Broker:
             self.metrics = MetricsServer(config.metrics_listener,
                                          {"node_id": config.node_id, "rack": config.rack})
             self.metrics.add_source("network", self.traffic)
-        self.logs = LogManager(config.data_dir, config.log_dir_reserved_bytes)
+        self.logs = LogManager(config.data_dir, config.log_dir_reserved_bytes, CleanerSettings(
+            threads=config.log_cleaner_threads,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            io_max_bytes_per_second=self.cleaner_io_max_bytes_per_second))
         # Shared by the engines that keep data in object storage (active-tiered, diskless).
         self.object_store: ObjectStore | None = None
         self.active_tiered: ActiveTiered | None = None
@@ -201,11 +206,17 @@ class Broker:
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
+            asyncio.create_task(self.logs.run_cleaner()),
             asyncio.create_task(self.loop_lag.probe()),
         ]
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
                 await self.metrics.start()
+
+    def cleaner_io_max_bytes_per_second(self) -> float:
+        """The log cleaner's I/O limit, read before each throttling decision (so that the
+        dynamic broker config `log.cleaner.io.max.bytes.per.second` can apply at once)."""
+        return self.config.log_cleaner_io_max_bytes_per_second
 
     def _serve_requests(self) -> None:
         """Hand the handlers their services: from now on connections are served."""

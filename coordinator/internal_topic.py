@@ -118,9 +118,9 @@ class InternalTopicLog(CoordinatorLog):
         replication_factor = min(self.topic.replication_factor, len(self.image.live_brokers()))
         error = await self.create_topic(name, self.topic.num_partitions, replication_factor, {
             "kipper.storage.mode": "classic",
-            # Kafka compacts these topics; kipper has no compaction yet, so nothing may be
-            # deleted by time or size: the latest record of a key could be.
-            "retention.ms": "-1",
+            # As Kafka: the log cleaner keeps the latest record of each key (a group's
+            # offsets, a transactional id's state), never retention.
+            "cleanup.policy": "compact",
             "segment.bytes": str(self.topic.segment_bytes),
         })
         if error == ErrorCode.none:

@@ -10,6 +10,10 @@ engine's ``_append``, so no engine can skip them. Each rule, and where it is app
 - **Size** (here, ``check_append``): every batch at most ``max.message.bytes``, and the whole
   record set at most ``segment.bytes`` (a segment must be able to hold it). Refused with
   MESSAGE_TOO_LARGE, before anything is stored.
+- **Keys on compacted topics** (here, ``AppendDecision.invalid``): a ``cleanup.policy`` with
+  ``compact`` refuses a client's record without a key with INVALID_RECORD, as Kafka's
+  LogValidator: the cleaner keeps the latest record of each key, a keyless one has none.
+  This is the one rule that decodes records, and only for compacted topics.
 - **Timestamp type** (here, ``AppendDecision.log_append_time``): ``message.timestamp.type=
   LogAppendTime`` means the batches are stamped with the broker's clock. Which reading of
   the clock is the engine's business: classic stamps when it appends; diskless has the batch
@@ -67,17 +71,32 @@ class AppendDecision:
     origin: AppendOrigin = AppendOrigin.CLIENT
     # The codec id batches are stored with (compression.type); None keeps the producer's.
     target_codec: int | None = None
+    # Why the batches are refused with INVALID_RECORD (a keyless record of a compacted
+    # topic); None when they may be stored.
+    invalid: str | None = None
 
     def append_time_ms(self, now_ms: int) -> int | None:
         """The timestamp to stamp the batches with at ``now_ms``: None keeps CreateTime."""
         return now_ms if self.log_append_time else None
 
 
-def check_append(config: LogConfig, records_size: int, batches: Sequence[BatchHeader],
+def check_append(config: LogConfig, records: bytes | bytearray | memoryview,
+                 batches: Sequence[BatchHeader],
                  origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendDecision:
-    """The rules of a topic with ``config`` for well-formed batches of ``records_size`` bytes."""
-    return AppendDecision(_too_large(config, records_size, batches), config.log_append_time,
-                          origin, target_codec(config, origin))
+    """The rules of a topic with ``config`` for the well-formed batches ``records`` holds."""
+    invalid = _keyless(records, batches) if config.compact and origin == AppendOrigin.CLIENT \
+        else None
+    return AppendDecision(_too_large(config, len(records), batches), config.log_append_time,
+                          origin, target_codec(config, origin), invalid)
+
+
+def _keyless(records: bytes | bytearray | memoryview,
+             batches: Sequence[BatchHeader]) -> str | None:
+    for batch in batches:
+        if not batch.is_control and any(r.key is None for r in stored_records(records, batch)):
+            return (f"compacted topic cannot accept a record without a key (batch at "
+                    f"offset {batch.base_offset})")
+    return None
 
 
 def target_codec(config: LogConfig, origin: AppendOrigin) -> int | None:

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, InvalidRecordBatch
 
 from .append_rules import (
     AppendDecision,
@@ -132,9 +132,11 @@ class PartitionLog(abc.ABC):
         them, if storage.append_rules allow it; raises RecordTooLarge otherwise, and
         InvalidRecordBatch when records to recompress do not decode. Engines
         implement ``_append`` and leave this alone, so that no append skips the rules."""
-        decision = check_append(self.config, len(records), batches, origin)
+        decision = check_append(self.config, records, batches, origin)
         if decision.too_large is not None:
             raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+        if decision.invalid is not None:
+            raise InvalidRecordBatch(f"{decision.invalid} of {self.topic}-{self.partition}")
         # Recompression runs here, before the first await: off the event loop, a later
         # append to this partition (a pipelined request) could overtake this one.
         if needs_recompression(decision, batches):

@@ -15,6 +15,7 @@ from .classic.checkpoint import sync_file_system
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
+from .log_cleaner import CleanerSettings, LogCleaner
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,11 @@ def is_internal_topic(topic: str) -> bool:
 
 
 class LogManager:
-    def __init__(self, data_dir: Path | str, reserved_bytes: int = 0) -> None:
+    def __init__(self, data_dir: Path | str, reserved_bytes: int = 0,
+                 cleaner: CleanerSettings | None = None) -> None:
         """``reserved_bytes``: the free space appends of data leave to internal topics and
-        checkpoints (storage.disk_space; -1: the default share of the file system)."""
+        checkpoints (storage.disk_space; -1: the default share of the file system).
+        ``cleaner``: the log cleaner's settings (it runs once ``run_cleaner`` is started)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.disk_space = DiskSpace(self.data_dir, reserved_bytes)
@@ -47,6 +50,7 @@ class LogManager:
         self._last_flush_ms: dict[tuple[str, int], int] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
         self._engine_retention: dict[str, EngineRetention] = {}
+        self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
 
     def register_engine(self, mode: str, factory: EngineFactory,
                         retention: EngineRetention | None = None) -> None:
@@ -87,6 +91,7 @@ class LogManager:
         key = (topic, partition)
         log = self._logs.pop(key, None)
         self._last_flush_ms.pop(key, None)
+        self.cleaner.forget(key)
         if log is not None:
             await log.delete()
         else:
@@ -140,6 +145,10 @@ class LogManager:
             return
         if freed:
             logger.info("retention freed %d bytes of %s", freed, what)
+
+    async def run_cleaner(self) -> None:
+        """Compact the logs of compacted topics (storage.log_cleaner; run as a task)."""
+        await self.cleaner.run()
 
     async def run_flush(self, interval_s: float) -> None:
         """Flush every log whose flush.ms has elapsed, checking every ``interval_s``."""

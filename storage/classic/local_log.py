@@ -7,6 +7,11 @@ Durability bookkeeping:
   segments from the one holding the recovery point onwards are recovered (CRC-checked,
   indexes rebuilt, torn tail cut); when one of them loses bytes, the later segments are
   deleted, as their offsets would no longer follow on.
+* Segments the log cleaner rewrote replace the ones they came from as in Kafka: written as
+  ``.cleaned`` files, renamed to ``.swap`` once complete and durable, the old segments
+  deleted, then renamed to their final names. On open a ``.cleaned`` file is an unfinished
+  rewrite (deleted, the old segments are intact) and a ``.swap`` file a finished one whose
+  swap is completed (the segments it covers deleted, then renamed).
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
   on open means no recovery is needed. It is removed as soon as the log is loaded, and that
   removal is made durable before the first change to the segments (an fsync of the
@@ -27,6 +32,8 @@ from .checkpoint import fsync_dir, read_offset, write_atomically, write_offset
 from .segment import INT32_MAX, LogSegment, index_files, log_file
 
 CLEAN_SHUTDOWN_FILE = ".kipper_clean_shutdown"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 RECOVERY_POINT_FILE = "recovery-point"
 
 
@@ -51,6 +58,7 @@ class LocalLog:
               on_recovered_batch: Callable[[BatchHeader], None] | None) -> None:
         marker = self.dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        self._finish_swaps()
         bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
         for index_path in (*self.dir.glob("*.index"), *self.dir.glob("*.timeindex")):
             if not index_path.with_suffix(".log").exists():
@@ -75,10 +83,58 @@ class LocalLog:
             marker.unlink()
             self._marker_removal_unsynced = True
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _finish_swaps(self) -> None:
+        """Discard the cleaner's unfinished rewrites and complete its finished swaps."""
+        for cleaned in self.dir.glob(f"*{CLEANED_SUFFIX}"):
+            cleaned.unlink()
+        for swap in sorted(self.dir.glob(f"*.log{SWAP_SUFFIX}")):
+            base = int(swap.name.partition(".")[0])
+            segment = self._new_segment(base, SWAP_SUFFIX)
+            segment.recover()
+            # A cleaned segment ends where the segments it replaces ended (the cleaner keeps
+            # an empty batch there if need be), so these are exactly the ones it replaces.
+            for path in self.dir.glob("*.log"):
+                if path.stem.isdigit() and base <= int(path.stem) < segment.next_offset:
+                    for old in (path, *index_files(path)):
+                        old.unlink(missing_ok=True)
+            segment.close(sync=False)
+            for index in index_files(swap):
+                index.unlink(missing_ok=True)  # rebuilt by the recovery of the segment
+            swap.rename(log_file(self.dir, base))
+        fsync_dir(self.dir)
+
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
         return LogSegment(self.dir, base_offset,
                           index_interval_bytes=self.config.index_interval_bytes,
-                          index_max_bytes=self.config.segment_index_bytes)
+                          index_max_bytes=self.config.segment_index_bytes, suffix=suffix)
+
+    def cleaned_segment(self, base_offset: int) -> LogSegment:
+        """A new ``.cleaned`` segment for the cleaner to write (see ``replace_segments``)."""
+        log_file(self.dir, base_offset, CLEANED_SUFFIX).unlink(missing_ok=True)
+        return self._new_segment(base_offset, CLEANED_SUFFIX)
+
+    def replace_segments(self, old: list[LogSegment], cleaned: LogSegment) -> bool:
+        """Swap ``cleaned`` (written and flushed) in for the contiguous segments ``old``,
+        Kafka's way, each step durable before the next; False, and ``cleaned`` deleted, when
+        ``old`` is no longer what the log holds (a truncation or deletion came first)."""
+        try:
+            first = next(i for i, s in enumerate(self._segments) if s is old[0])
+        except StopIteration:
+            first = -1
+        if first < 0 or self._segments[first:first + len(old)] != old \
+                or first + len(old) >= len(self._segments):
+            cleaned.delete()
+            return False
+        self._before_change()
+        cleaned.rename(SWAP_SUFFIX)
+        fsync_dir(self.dir)
+        for segment in old:
+            segment.delete()
+        cleaned.rename("")
+        fsync_dir(self.dir)
+        self._segments[first:first + len(old)] = [cleaned]
+        self._bases = [s.base_offset for s in self._segments]
+        return True
 
     @property
     def segments(self) -> list[LogSegment]:

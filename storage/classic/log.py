@@ -22,16 +22,36 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from protocol.records import (BatchHeader, InvalidRecordBatch, TxnMarker, assign_offsets,
-                              iter_batches, read_marker)
+from protocol.records import (
+    BatchHeader,
+    InvalidRecordBatch,
+    TxnMarker,
+    assign_offsets,
+    iter_batches,
+    read_marker,
+)
 
 from ..append_rules import AppendDecision, AppendOrigin
 from ..config import LogConfig
 from ..disk_space import storage_io
-from ..log import (AppendResult, EpochEndOffset, KafkaStorageError, OffsetOutOfRange,
-                   PartitionLog, ReadResult, StorageError, TimestampOffset)
-from ..producer_state import AbortedTransaction, CorruptSnapshot, ProducerEntry, ProducerState
+from ..log import (
+    AppendResult,
+    EpochEndOffset,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    PartitionLog,
+    ReadResult,
+    StorageError,
+    TimestampOffset,
+)
+from ..producer_state import (
+    AbortedTransaction,
+    CorruptSnapshot,
+    ProducerEntry,
+    ProducerState,
+)
 from .checkpoint import read_offset, write_atomically, write_offset
+from .cleaner import CleaningPlan, SegmentView, max_index_entries
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from .local_log import LocalLog
 from .segment import LogSegment
@@ -92,6 +112,8 @@ class ClassicLog(PartitionLog):
             self._snapshot_offset = self._log_start
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
+        # The last high watermark the partition reported: the cleaner stays below it.
+        self._high_watermark = self._log_start
 
     def _on_recovered_batch(self, batch: BatchHeader) -> None:
         if batch.partition_leader_epoch >= 0:
@@ -180,9 +202,11 @@ class ClassicLog(PartitionLog):
         batches = list(iter_batches(records, verify_crc=True, allow_partial_tail=True))
         if not batches:
             return
+        # Offsets only go up; a leader's cleaned log has gaps where the cleaner removed
+        # whole batches, which its followers keep (Kafka checks the same).
         expected = self._local.next_offset
         for batch in batches:
-            if batch.base_offset != expected:
+            if batch.base_offset < expected:
                 raise UnexpectedAppendOffset(
                     f"{self.topic}-{self.partition}: batch at offset {batch.base_offset} "
                     f"does not follow offset {expected - 1}")
@@ -228,6 +252,7 @@ class ClassicLog(PartitionLog):
         return self._producers.last_stable_offset(high_watermark)
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self._high_watermark = high_watermark
         self._producers.forget_replicated(high_watermark)
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
@@ -257,6 +282,51 @@ class ClassicLog(PartitionLog):
 
     def latest_epoch(self) -> int:
         return self._epochs.latest_epoch
+
+    # -- compaction (storage.classic.cleaner) -------------------------------------------
+
+    def cleaning_plan(self, first_dirty: int | None, now_ms: int) -> CleaningPlan:
+        """The log's clean, dirty and uncleanable sections (Kafka's cleanableOffsets):
+        ``first_dirty`` is the cleaner's checkpoint (None: never cleaned), kept within the
+        log; cleaning stops below the active segment, the last stable offset and the first
+        segment with records newer than min.compaction.lag.ms."""
+        segments = self._local.segments
+        if first_dirty is None or not self._log_start <= first_dirty <= self.log_end_offset:
+            first_dirty = self._log_start
+        first_uncleanable = min(self._local.active.base_offset,
+                                self._producers.last_stable_offset(self._high_watermark))
+        lag_limit = now_ms - self.config.min_compaction_lag_ms
+        for segment in segments[:-1]:
+            if segment.next_offset > first_dirty and segment.largest_timestamp > lag_limit:
+                first_uncleanable = min(first_uncleanable, segment.base_offset)
+                break
+        views = [SegmentView(s, s.path, s.base_offset, s.next_offset, s.size, s.modified_ms)
+                 for s in segments[:-1]]
+        return CleaningPlan(
+            self._log_start, first_dirty, max(first_uncleanable, first_dirty), views,
+            list(self._producers.aborted),
+            {pid: e.last_offset for pid, e in self._producers.producers.items()},
+            self.config.delete_retention_ms, self.config.segment_bytes,
+            max_index_entries(self.config.segment_index_bytes),
+            self.config.index_interval_bytes)
+
+    def compaction_due(self, plan: CleaningPlan, now_ms: int) -> bool:
+        """Whether a dirty record is older than max.compaction.lag.ms (Kafka's
+        needCompactionNow), whatever the dirty ratio."""
+        for view in plan.segments:
+            if view.next_offset > plan.first_dirty and view.base_offset < plan.first_uncleanable:
+                first = view.segment.first_batch_timestamp()
+                return first >= 0 and now_ms - first > self.config.max_compaction_lag_ms
+        return False
+
+    def cleaned_segment(self, base_offset: int) -> LogSegment:
+        return self._local.cleaned_segment(base_offset)
+
+    def replace_segments(self, old: list[LogSegment], cleaned: LogSegment) -> bool:
+        """Swap in a segment the cleaner wrote (offsets, producer state and epochs are
+        unchanged by cleaning, so nothing else moves); False when the log changed first."""
+        with storage_io(f"swap cleaned segments into {self.directory}"):
+            return self._local.replace_segments(old, cleaned)
 
     # -- deletion ------------------------------------------------------------------------
 
@@ -297,6 +367,9 @@ class ClassicLog(PartitionLog):
         is not yet replicated; with retention in hours or days this does not arise."""
         freed = 0
         retention_ms = self.config.retention_ms
+        if not self.config.delete_policy:
+            # cleanup.policy=compact: only the cleaner shrinks the log (and DeleteRecords).
+            return self._delete_segments(self._below_log_start)
         if retention_ms >= 0:
             freed += self._delete_segments(
                 lambda segment, _: now_ms - segment.largest_timestamp > retention_ms)

@@ -53,19 +53,23 @@ _LOOKUP_CHUNK = 16 << 10
 _RECOVERY_CHUNK = 1 << 20
 
 
-def log_file(directory: Path, base_offset: int) -> Path:
-    return directory / f"{base_offset:020d}.log"
+def log_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """``suffix``: ``.cleaned`` or ``.swap`` for a segment the log cleaner is writing or
+    swapping in (Kafka's file suffixes), else empty."""
+    return directory / f"{base_offset:020d}.log{suffix}"
 
 
 def index_files(log_path: Path) -> tuple[Path, Path]:
-    return log_path.with_suffix(".index"), log_path.with_suffix(".timeindex")
+    stem, _, suffix = log_path.name.partition(".log")
+    return (log_path.with_name(f"{stem}.index{suffix}"),
+            log_path.with_name(f"{stem}.timeindex{suffix}"))
 
 
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 index_max_bytes: int) -> None:
+                 index_max_bytes: int, suffix: str = "") -> None:
         self.base_offset = base_offset
-        self.path = log_file(directory, base_offset)
+        self.path = log_file(directory, base_offset, suffix)
         self._index_path, self._time_index_path = index_files(self.path)
         self._index_interval = index_interval_bytes
         # At least one entry, or a tiny segment.index.bytes would roll on every append.
@@ -204,11 +208,9 @@ class LogSegment:
     def time_waited_for_roll(self, now_ms: int, new_max_timestamp: int) -> int:
         """Kafka's segment.ms clock: the age of the segment measured in record time (from its
         first batch's max timestamp), or in wall time when records carry no timestamp."""
-        if self._first_batch_timestamp is None and self.size:
-            first = next(self._scan(0), None)
-            self._first_batch_timestamp = first.max_timestamp if first else NO_TIMESTAMP
-        if self._first_batch_timestamp is not None and self._first_batch_timestamp >= 0:
-            return new_max_timestamp - self._first_batch_timestamp
+        first = self.first_batch_timestamp() if self.size else self._first_batch_timestamp
+        if first is not None and first >= 0:
+            return new_max_timestamp - first
         return now_ms - self._created_ms
 
     def truncate_to(self, offset: int) -> int:
@@ -277,6 +279,33 @@ class LogSegment:
         os.close(self._fd)
         # Never close a number the OS may have handed out again; later I/O fails with EBADF.
         self._fd = -1
+
+    def rename(self, suffix: str) -> None:
+        """Give the segment's files ``suffix`` (the cleaner's .cleaned -> .swap -> none); an
+        index file not written yet is skipped."""
+        target = log_file(self.path.parent, self.base_offset, suffix)
+        for old, new in zip((self.path, self._index_path, self._time_index_path),
+                            (target, *index_files(target))):
+            with contextlib.suppress(FileNotFoundError):
+                old.rename(new)
+        self.path = target
+        self._index_path, self._time_index_path = index_files(target)
+
+    def set_modified_ms(self, ms: int) -> None:
+        """Stamp the log file's mtime (the cleaner's record of when it cleaned the segment)."""
+        os.utime(self._fd, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    @property
+    def modified_ms(self) -> int:
+        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+
+    def first_batch_timestamp(self) -> int:
+        """The max timestamp of the segment's first batch (Kafka's getFirstBatchTimestamp,
+        what max.compaction.lag.ms is measured from); NO_TIMESTAMP when empty."""
+        if self._first_batch_timestamp is None:
+            first = next(self._scan(0), None)
+            self._first_batch_timestamp = first.max_timestamp if first else NO_TIMESTAMP
+        return self._first_batch_timestamp
 
     def delete(self) -> None:
         if self._fd >= 0:

@@ -191,7 +191,7 @@ async def test_records_that_do_not_decompress_are_an_invalid_record(open_log, bu
 def test_the_timestamp_type_is_the_topics(build_batch):
     records = build_batch([b"v"])
     batches = validate_produce_records(records)
-    create_time = check_append(LogConfig(), len(records), batches)
-    log_append_time = check_append(LogConfig(log_append_time=True), len(records), batches)
+    create_time = check_append(LogConfig(), records, batches)
+    log_append_time = check_append(LogConfig(log_append_time=True), records, batches)
     assert (create_time.too_large, create_time.append_time_ms(1234)) == (None, None)
     assert (log_append_time.too_large, log_append_time.append_time_ms(1234)) == (None, 1234)
