@@ -29,6 +29,7 @@ from replication.node_client import NodeClient
 from replication.partition import PartitionError, ReplicatedPartition
 from replication.replica_manager import ReplicaManager
 from storage.histogram import Histogram
+from storage.log_cleaner import CleanerMetrics
 
 from . import metric_catalog as catalog
 from .response_memory import ResponseMemory
@@ -219,6 +220,46 @@ class EventLoopLag:
             self.histogram.observe(max(loop.time() - due, 0.0))
 
 
+def unlabelled_families(values: dict[catalog.MetricSpec, float]) -> Iterator[Metric]:
+    for spec, value in values.items():
+        family = spec.family()
+        family.add_metric([], value)
+        yield family
+
+
+@dataclass(eq=False)  # the registry keeps its collectors in a dict
+class LogCleanerMetrics(Collector):
+    """The log cleaner's counters and gauges (classic and active-tiered logs)."""
+
+    cleaner: CleanerMetrics
+
+    def register(self, registry: CollectorRegistry) -> None:
+        registry.register(self)
+
+    def values(self) -> dict[catalog.MetricSpec, float]:
+        m = self.cleaner
+        return {
+            catalog.LOG_CLEANER_BYTES_READ: m.totals.bytes_read,
+            catalog.LOG_CLEANER_BYTES_WRITTEN: m.totals.bytes_written,
+            catalog.LOG_CLEANER_RECORDS_REMOVED: m.totals.records_removed,
+            catalog.LOG_CLEANER_CLEANINGS: m.cleanings,
+            catalog.LOG_CLEANER_FAILURES: m.failures,
+            catalog.LOG_CLEANER_MAX_DIRTY_RATIO: m.max_dirty_ratio,
+            catalog.LOG_CLEANER_MAX_COMPACTION_DELAY: m.max_compaction_delay_s,
+            catalog.LOG_CLEANER_TIME_SINCE_LAST_RUN: m.time_since_last_run_s(),
+            catalog.LOG_CLEANER_LAST_CLEAN_SECONDS: m.last_clean_s,
+            catalog.LOG_CLEANER_BUFFER_UTILIZATION: m.last_buffer_utilization,
+            catalog.LOG_CLEANER_RECOPY_RATIO: m.last_recopy_ratio,
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        yield from unlabelled_families(self.values())
+
+    def snapshot(self) -> dict[str, Any]:
+        return {spec.name.removeprefix("kipper_log_cleaner_"): value
+                for spec, value in self.values().items()}
+
+
 @dataclass(eq=False)  # the registry keeps its collectors in a dict
 class BrokerMetrics(Collector):
     """This node's operator metrics as one /metrics source."""
@@ -260,10 +301,7 @@ class BrokerMetrics(Collector):
         return values
 
     def collect(self) -> Iterator[Metric]:
-        for spec, value in self._unlabelled().items():
-            family = spec.family()
-            family.add_metric([], value)
-            yield family
+        yield from unlabelled_families(self._unlabelled())
         family = catalog.EVENT_LOOP_LAG.family()
         self.loop_lag.histogram.add_to(family)
         yield family

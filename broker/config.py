@@ -254,6 +254,13 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: float = setting(
         float("inf"), "Bytes per second the cleaner reads and writes, all workers together "
         "(`log.cleaner.io.max.bytes.per.second`; inf = unlimited).")
+    offsets_topic_segment_bytes: int = setting(
+        100 * 1024 * 1024, "`segment.bytes` of `__consumer_offsets` when it is created "
+        "(`offsets.topic.segment.bytes`): the log cleaner compacts it segment by segment, "
+        "never the active one.")
+    transaction_state_log_segment_bytes: int = setting(
+        100 * 1024 * 1024, "`segment.bytes` of `__transaction_state` when it is created "
+        "(`transaction.state.log.segment.bytes`).")
     capture_trace_dir: Path | None = setting(
         None, "Directory where the produce traffic received is written as a bench trace "
         "(bench/README.md); none = off.", flag=Flag("--capture-trace", metavar="DIR"))

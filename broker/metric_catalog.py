@@ -139,6 +139,54 @@ CONSUMER_GROUP_COMMITTED_OFFSET = MetricSpec(
     "kipper_consumer_group_committed_offset", "gauge",
     "A group's committed offset", ("group", "topic", "partition"), GROUP_COORDINATOR)
 
+# The log cleaner of classic and active-tiered logs (storage/log_cleaner.py; Kafka's
+# LogCleaner and LogCleanerManager gauges). Diskless topics are compacted by the batch
+# coordinator's housekeeping: kipper_diskless_housekeeping_compaction*_total.
+LOG_CLEANER_BYTES_READ = MetricSpec(
+    "kipper_log_cleaner_bytes_read", "counter",
+    "Bytes the log cleaner read (offset map and rewrite passes)")
+LOG_CLEANER_BYTES_WRITTEN = MetricSpec(
+    "kipper_log_cleaner_bytes_written", "counter",
+    "Bytes of cleaned segments the log cleaner wrote")
+LOG_CLEANER_RECORDS_REMOVED = MetricSpec(
+    "kipper_log_cleaner_records_removed", "counter",
+    "Records the log cleaner removed (superseded, expired tombstones, aborted, markers)")
+LOG_CLEANER_CLEANINGS = MetricSpec(
+    "kipper_log_cleaner_cleanings", "counter",
+    "Cleanings of a log, abandoned ones included")
+LOG_CLEANER_FAILURES = MetricSpec(
+    "kipper_log_cleaner_failures", "counter",
+    "Cleanings that failed with an error; the worker goes on (where Kafka's cleaner thread "
+    "dies: its DeadThreadCount; alert: increasing)")
+LOG_CLEANER_MAX_DIRTY_RATIO = MetricSpec(
+    "kipper_log_cleaner_max_dirty_ratio", "gauge",
+    "The highest dirty ratio among compacted logs at the cleaner's last look (Kafka's "
+    "max-dirty-percent, as a fraction)")
+LOG_CLEANER_MAX_COMPACTION_DELAY = MetricSpec(
+    "kipper_log_cleaner_max_compaction_delay_seconds", "gauge",
+    "The longest a compacted log's first dirty record has been past max.compaction.lag.ms "
+    "at the cleaner's last look (Kafka's max-compaction-delay-secs; alert: growing)")
+LOG_CLEANER_TIME_SINCE_LAST_RUN = MetricSpec(
+    "kipper_log_cleaner_time_since_last_run_seconds", "gauge",
+    "Time since the last cleaning ended (0 before the first; Kafka's time-since-last-run-ms)")
+LOG_CLEANER_LAST_CLEAN_SECONDS = MetricSpec(
+    "kipper_log_cleaner_last_clean_seconds", "gauge",
+    "Duration of the last cleaning (Kafka's max-clean-time-secs)")
+LOG_CLEANER_BUFFER_UTILIZATION = MetricSpec(
+    "kipper_log_cleaner_buffer_utilization_ratio", "gauge",
+    "The share of the offset map (log_cleaner_dedupe_buffer_size) the last cleaning filled "
+    "(Kafka's max-buffer-utilization-percent, as a fraction)")
+LOG_CLEANER_RECOPY_RATIO = MetricSpec(
+    "kipper_log_cleaner_recopy_ratio", "gauge",
+    "Bytes written over bytes read by the last cleaning (Kafka's cleaner-recopy-percent, as "
+    "a fraction)")
+LOG_CLEANER_FAMILIES = (
+    LOG_CLEANER_BYTES_READ, LOG_CLEANER_BYTES_WRITTEN, LOG_CLEANER_RECORDS_REMOVED,
+    LOG_CLEANER_CLEANINGS, LOG_CLEANER_FAILURES, LOG_CLEANER_MAX_DIRTY_RATIO,
+    LOG_CLEANER_MAX_COMPACTION_DELAY, LOG_CLEANER_TIME_SINCE_LAST_RUN,
+    LOG_CLEANER_LAST_CLEAN_SECONDS, LOG_CLEANER_BUFFER_UTILIZATION, LOG_CLEANER_RECOPY_RATIO,
+)
+
 # Network accounting by AZ (broker/traffic.py).
 NETWORK_BYTES = MetricSpec(
     "kipper_network_bytes", "counter",
@@ -202,7 +250,10 @@ DISKLESS_SNAPSHOT = MetricSpec(
     "The other numbers of /metrics.json's \"diskless\" section, named "
     "kipper_diskless_<section>_<key>: counters (_total) for counts of events, e.g. "
     "kipper_diskless_wal_uploads_total, kipper_diskless_wal_upload_failures_total, "
-    "kipper_diskless_housekeeping_deleted_objects_total; gauges for sizes and states, e.g. "
+    "kipper_diskless_housekeeping_deleted_objects_total, and compaction's "
+    "kipper_diskless_housekeeping_compactions_total, _compactions_refused_total, "
+    "_compaction_bytes_before_total and _compaction_bytes_after_total (bytes of the batches "
+    "rewritten or dropped, before and after); gauges for sizes and states, e.g. "
     "kipper_diskless_coordinator_db_bytes, kipper_diskless_coordinator_objects",
     where=DISKLESS, is_prefix=True)
 
@@ -235,7 +286,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     TOPIC_BYTES_IN, TOPIC_RECORDS_IN, TOPIC_BYTES_OUT, REPLICATION_BYTES_OUT,
     PARTITIONS, LEADER_PARTITIONS, UNDER_REPLICATED, UNDER_MIN_ISR, AT_MIN_ISR,
     ISR_SHRINKS, ISR_EXPANDS, OFFLINE_PARTITIONS, ACTIVE_CONTROLLER,
-    CONSUMER_GROUP_LAG, CONSUMER_GROUP_COMMITTED_OFFSET,
+    CONSUMER_GROUP_LAG, CONSUMER_GROUP_COMMITTED_OFFSET, *LOG_CLEANER_FAMILIES,
     NETWORK_BYTES, NETWORK_CLIENT_BYTES, *OBJECT_STORE_FAMILIES,
     DISKLESS_UPLOAD_SECONDS, DISKLESS_COMMIT_SECONDS, DISKLESS_DOWNLOAD_SECONDS,
     DISKLESS_READ_CACHE_HITS, DISKLESS_READ_CACHE_MISSES, DISKLESS_READ_CACHE_HIT_RATE,

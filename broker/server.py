@@ -41,6 +41,7 @@ from .broker_metrics import (
     BrokerMetrics,
     ConsumerLag,
     EventLoopLag,
+    LogCleanerMetrics,
     RequestMetrics,
     TopicMetrics,
 )
@@ -152,6 +153,7 @@ class Broker:
                 self.request_metrics, self.topic_metrics, lag, self.loop_lag,
                 self.response_memory, lambda: len(self._connections), lambda: self.replicas,
                 self.controller))
+            self.metrics.add_source("log_cleaner", LogCleanerMetrics(self.logs.cleaner.metrics))
 
     async def start(self) -> None:
         if self.object_store is not None:
@@ -182,7 +184,8 @@ class Broker:
         if self.config.broker_role and self.object_store is not None:
             self._start_diskless()
         if self.config.broker_role:
-            group_config = GroupConfig()
+            group_config = GroupConfig(
+                offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes)
             self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
                 self.image, self.controller_channel.create_topic, self.replicas,
                 group_config.offsets_topic()))
@@ -237,6 +240,7 @@ class Broker:
     def _transaction_coordinator(self) -> TransactionCoordinator:
         config = TransactionConfig(
             state_log_num_partitions=self.config.transaction_state_log_num_partitions,
+            state_log_segment_bytes=self.config.transaction_state_log_segment_bytes,
             max_timeout_ms=self.config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=self.config.transactional_id_expiration_ms,
             abort_timed_out_transaction_cleanup_interval_ms=(

@@ -63,9 +63,20 @@ class CleanerMetrics:
     totals: CleanerStats = field(default_factory=CleanerStats)
     # The highest dirty ratio among the compacted logs at the last selection.
     max_dirty_ratio: float = 0.0
+    # At the last selection, the longest a compacted log's first dirty record had been past
+    # max.compaction.lag.ms (0: none was), in seconds.
+    max_compaction_delay_s: float = 0.0
     # time.monotonic() of the end of the last cleaning; None before the first.
     last_run_end: float | None = None
     cleanings: int = 0
+    # Cleanings that failed with an error (Kafka's thread would die: DeadThreadCount).
+    failures: int = 0
+    # Of the last cleaning: its duration, the share of the offset map it filled, and the
+    # bytes it wrote over those it read (Kafka's max-clean-time-secs,
+    # max-buffer-utilization-percent and cleaner-recopy-percent, as fractions).
+    last_clean_s: float = 0.0
+    last_buffer_utilization: float = 0.0
+    last_recopy_ratio: float = 0.0
 
     def time_since_last_run_s(self) -> float:
         return 0.0 if self.last_run_end is None else time.monotonic() - self.last_run_end
@@ -140,6 +151,7 @@ class LogCleaner:
                 raise
             except Exception:
                 logger.exception("log cleaner failed")
+                self.metrics.failures += 1
                 cleaned = False
             if not cleaned:
                 self._woken.clear()
@@ -150,21 +162,22 @@ class LogCleaner:
 
     def _filthiest(self, now_ms: int) -> tuple[LogKey, ClassicLog, CleaningPlan] | None:
         best: tuple[float, LogKey, ClassicLog, CleaningPlan] | None = None
-        max_ratio = 0.0
+        max_ratio, max_delay_ms = 0.0, 0
         for key, log in self._logs().items():
             if not isinstance(log, ClassicLog) or not log.config.compact:
                 continue
             plan = log.cleaning_plan(self.checkpoint.offsets.get(key), now_ms)
             ratio = plan.dirty_ratio
-            max_ratio = max(max_ratio, ratio)
+            delay_ms = log.compaction_delay_ms(plan, now_ms)
+            max_ratio, max_delay_ms = max(max_ratio, ratio), max(max_delay_ms, delay_ms)
             if key in self._in_progress or not plan.cleanable_bytes:
                 continue
-            if ratio < log.config.min_cleanable_dirty_ratio \
-                    and not log.compaction_due(plan, now_ms):
+            if ratio < log.config.min_cleanable_dirty_ratio and delay_ms <= 0:
                 continue
             if best is None or ratio > best[0]:
                 best = (ratio, key, log, plan)
         self.metrics.max_dirty_ratio = max_ratio
+        self.metrics.max_compaction_delay_s = max_delay_ms / 1000
         return None if best is None else best[1:]
 
     async def clean_filthiest(self) -> bool:
@@ -210,8 +223,12 @@ class LogCleaner:
             self.metrics.totals.add(stats)
             self.metrics.cleanings += 1
             self.metrics.last_run_end = time.monotonic()
+            self.metrics.last_clean_s = self.metrics.last_run_end - started
+            self.metrics.last_buffer_utilization = offset_map.utilization
+            self.metrics.last_recopy_ratio = (stats.bytes_written / stats.bytes_read
+                                              if stats.bytes_read else 0.0)
         self.checkpoint.update(key, end_offset)
-        elapsed = time.monotonic() - started
+        elapsed = self.metrics.last_clean_s
         logger.info("cleaned %r up to offset %d in %.2f s: %d of %d records removed, %d bytes "
                     "read, %d written (map %.0f %% full)", log, end_offset, elapsed,
                     stats.records_removed, stats.records_read, stats.bytes_read,

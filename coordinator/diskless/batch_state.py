@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS applied (id INTEGER PRIMARY KEY CHECK (id = 0), offse
 CREATE TABLE IF NOT EXISTS logs (
     topic_id TEXT, partition INTEGER, log_start_offset INTEGER, high_watermark INTEGER,
     size_bytes INTEGER, cleaned_offset INTEGER DEFAULT 0,
+    tombstone_horizon_ms INTEGER DEFAULT -1,
     PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     topic_id TEXT, partition INTEGER, base_offset INTEGER, last_offset INTEGER,
@@ -79,7 +80,8 @@ CREATE TABLE IF NOT EXISTS producer_state (
 CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, result TEXT) WITHOUT ROWID;
 """
 # Columns added since the first schema, with their defaults: added to older databases.
-_ADDED_COLUMNS = (("logs", "cleaned_offset", 0), ("batches", "cleaned_at_ms", -1))
+_ADDED_COLUMNS = (("logs", "cleaned_offset", 0), ("batches", "cleaned_at_ms", -1),
+                  ("logs", "tombstone_horizon_ms", -1))
 _TABLES = ("applied", "logs", "batches", "objects", "deleted_objects", "deleted_topics",
            "producer_state", "requests")
 
@@ -191,7 +193,8 @@ class BatchCoordinatorState(RecordControlPlane):
         topic_id, partition = batch.topic_id, batch.partition
         if self._is_deleted_topic(topic_id):
             return BatchResult.unknown_topic_or_partition()
-        self._db.execute("INSERT OR IGNORE INTO logs VALUES (?, ?, 0, 0, 0, 0)",
+        self._db.execute("INSERT OR IGNORE INTO logs (topic_id, partition, log_start_offset, "
+                         "high_watermark, size_bytes) VALUES (?, ?, 0, 0, 0)",
                          (topic_id, partition))
         info = self.log_info(topic_id, partition)
         producers = self._producer_state(topic_id, partition)
@@ -393,9 +396,10 @@ class BatchCoordinatorState(RecordControlPlane):
         self._db.execute("UPDATE batches SET cleaned_at_ms = ? WHERE topic_id = ? AND "
                          "partition = ? AND last_offset < ? AND cleaned_at_ms < 0",
                          (now_ms, topic_id, partition, request.cleaned_offset))
-        self._db.execute("UPDATE logs SET cleaned_offset = MAX(cleaned_offset, ?) "
-                         "WHERE topic_id = ? AND partition = ?",
-                         (request.cleaned_offset, topic_id, partition))
+        self._db.execute("UPDATE logs SET cleaned_offset = MAX(cleaned_offset, ?), "
+                         "tombstone_horizon_ms = ? WHERE topic_id = ? AND partition = ?",
+                         (request.cleaned_offset, request.tombstone_horizon_ms, topic_id,
+                          partition))
         self._mark_emptied(sorted({r.old_object_key for r in request.batches}
                                   | ({key} if key else set())), now_ms)
         return compaction_result(request)
@@ -414,8 +418,9 @@ class BatchCoordinatorState(RecordControlPlane):
 
     def log_info(self, topic_id: str, partition: int) -> LogInfo:
         row = self._db.execute(
-            "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset FROM logs "
-            "WHERE topic_id = ? AND partition = ?", (topic_id, partition)).fetchone()
+            "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset, "
+            "tombstone_horizon_ms FROM logs WHERE topic_id = ? AND partition = ?",
+            (topic_id, partition)).fetchone()
         return LogInfo(0, 0, 0) if row is None else LogInfo(*row)
 
     def find_batches(self, topic_id: str, partition: int, offset: int,

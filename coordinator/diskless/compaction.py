@@ -71,10 +71,6 @@ class LogCleaner:
         self.object_prefix = object_prefix
         self.max_keys = max_keys
         self.read_bytes = read_bytes
-        # Per log, the earliest delete horizon of a tombstone a pass kept: when it passes,
-        # the log is cleaned again even without new dirty data (kept in memory only: after
-        # a restart the next cleaning that dirty data triggers removes them).
-        self._horizons: dict[tuple[str, int], int] = {}
 
     async def clean(self, topic_id: str, partition: int, config: LogConfig,
                     now_ms: int) -> list[CompactResult]:
@@ -114,13 +110,13 @@ class LogCleaner:
                  if b.base_offset >= first_dirty and b.last_offset < first_uncleanable]
         clean_bytes = sum(b.byte_size for b in batches if b.last_offset < first_dirty)
         dirty_bytes = sum(b.byte_size for b in dirty)
-        horizon = self._horizons.get((topic_id, partition))
+        horizon = info.tombstone_horizon_ms
         needed = (
             (until is not None and dirty)
             or (dirty and dirty_bytes / (clean_bytes + dirty_bytes)
              >= config.min_cleanable_dirty_ratio)
             or (dirty and dirty[0].effective_timestamp <= now_ms - config.max_compaction_lag_ms)
-            or (horizon is not None and horizon <= now_ms))
+            or 0 <= horizon <= now_ms)
         if not needed:
             return None
         return DirtySection(batches, first_dirty, max(first_dirty, first_uncleanable))
@@ -164,12 +160,8 @@ class LogCleaner:
         if data:
             await self.store.put(WAL_BUCKET, key, bytes(data))
         result = await self.control_plane.compact(Compact(
-            topic_id, partition, key, len(data), now_ms, cleaned_offset, tuple(rewrites)))
-        if result.refused is None:
-            if horizon is None:
-                self._horizons.pop((topic_id, partition), None)
-            else:
-                self._horizons[(topic_id, partition)] = horizon
+            topic_id, partition, key, len(data), now_ms, cleaned_offset, tuple(rewrites),
+            -1 if horizon is None else horizon))
         return result, cleaned_offset
 
     async def _latest_offsets(self, section: DirtySection, aborted: list[AbortedTransaction]

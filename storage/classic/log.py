@@ -310,14 +310,15 @@ class ClassicLog(PartitionLog):
             max_index_entries(self.config.segment_index_bytes),
             self.config.index_interval_bytes)
 
-    def compaction_due(self, plan: CleaningPlan, now_ms: int) -> bool:
-        """Whether a dirty record is older than max.compaction.lag.ms (Kafka's
-        needCompactionNow), whatever the dirty ratio."""
+    def compaction_delay_ms(self, plan: CleaningPlan, now_ms: int) -> int:
+        """How long ago the first dirty record passed max.compaction.lag.ms: above 0 the log
+        is cleaned whatever its dirty ratio (Kafka's needCompactionNow, and its
+        max-compaction-delay-secs gauge); 0 or less when it has not."""
         for view in plan.segments:
             if view.next_offset > plan.first_dirty and view.base_offset < plan.first_uncleanable:
                 first = view.segment.first_batch_timestamp()
-                return first >= 0 and now_ms - first > self.config.max_compaction_lag_ms
-        return False
+                return now_ms - first - self.config.max_compaction_lag_ms if first >= 0 else 0
+        return 0
 
     def cleaned_segment(self, base_offset: int) -> LogSegment:
         return self._local.cleaned_segment(base_offset)

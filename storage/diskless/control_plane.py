@@ -358,7 +358,7 @@ class Compact(Request):
     """The log cleaner's swap for one partition: repoint the rewritten batches to the
     compacted object ``object_key`` ("" when no batch kept a record) and drop the emptied
     ones, all or nothing, then move the partition's cleaner checkpoint to
-    ``cleaned_offset``. Offsets never change."""
+    ``cleaned_offset`` and record ``tombstone_horizon_ms``. Offsets never change."""
 
     TYPE: ClassVar = "compact"
     RESULT: ClassVar = CompactResult
@@ -370,6 +370,10 @@ class Compact(Request):
     now_ms: int
     cleaned_offset: int
     batches: tuple[BatchRewrite, ...]
+    # The earliest delete horizon of a tombstone this pass kept (-1: it kept none): the
+    # log is cleaned again then, even without new dirty data, by whichever coordinator
+    # runs housekeeping by that time.
+    tombstone_horizon_ms: int = -1
 
 
 _REQUEST_TYPES: dict[str, type[Request]] = {
@@ -395,6 +399,8 @@ class LogInfo:
     size_bytes: int
     # The cleaner checkpoint: batches below it were compacted at least once.
     cleaned_offset: int = 0
+    # When a tombstone the last cleaning kept may go (-1: none kept; Compact's).
+    tombstone_horizon_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)

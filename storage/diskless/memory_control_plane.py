@@ -52,12 +52,13 @@ class _Log:
     high_watermark: int = 0
     size_bytes: int = 0
     cleaned_offset: int = 0
+    tombstone_horizon_ms: int = -1
     batches: list[BatchCoordinate] = field(default_factory=list)  # by base offset
     producers: ProducerState = field(default_factory=ProducerState)
 
     def info(self) -> LogInfo:
         return LogInfo(self.log_start_offset, self.high_watermark, self.size_bytes,
-                       self.cleaned_offset)
+                       self.cleaned_offset, self.tombstone_horizon_ms)
 
     def move_start(self, log_start_offset: int) -> None:
         self.log_start_offset = log_start_offset
@@ -264,6 +265,7 @@ class InMemoryControlPlane(RecordControlPlane):
             kept.append(batch)
         log.batches = kept
         log.cleaned_offset = max(log.cleaned_offset, request.cleaned_offset)
+        log.tombstone_horizon_ms = request.tombstone_horizon_ms
         self._mark_emptied(sorted({r.old_object_key for r in request.batches}
                                   | ({key} if key else set())), now_ms)
         return compaction_result(request)

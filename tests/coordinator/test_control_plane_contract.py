@@ -328,10 +328,15 @@ def test_wire_shape_is_the_records_in_diskless_metadata():
         {"type": "compact", "topic_id": "t", "partition": 0, "object_key": "c",
          "object_size": 10, "now_ms": 5, "cleaned_offset": 3, "batches": [
              {"base_offset": 0, "old_object_key": "k", "old_byte_offset": 0,
-              "old_byte_size": 100, "byte_offset": 0, "byte_size": 10}]},
+              "old_byte_size": 100, "byte_offset": 0, "byte_size": 10}],
+         "tombstone_horizon_ms": 60},
     ]
     for wire in written:
         assert decode_request(wire).to_wire() == wire
+    # A Compact record written before the tombstone horizon was kept in the state.
+    older = {**written[-1], "batches": []}
+    del older["tombstone_horizon_ms"]
+    assert decode_request(older).tombstone_horizon_ms == -1
     with pytest.raises(ValueError):
         decode_request({"type": "bogus"})
     with pytest.raises(KeyError):
@@ -360,10 +365,12 @@ async def test_compaction_swaps_batches_atomically_and_moves_the_checkpoint(cont
     await commit(control_plane, "a", *[batch(count=2, size=100, byte_offset=100 * i)
                                        for i in range(4)], now=1)
     first, second, _, _ = control_plane.find_batches("t", 0, 0, 1 << 20)
-    swap = Compact("t", 0, "c", 30, 5, 6, (rewrite(first, 0, 30), rewrite(second)))
+    swap = Compact("t", 0, "c", 30, 5, 6, (rewrite(first, 0, 30), rewrite(second)),
+                   tombstone_horizon_ms=65)
     assert await control_plane.compact(swap) == CompactResult(1, 1, 200, 30)
     info = control_plane.log_info("t", 0)
     assert (info.high_watermark, info.size_bytes, info.cleaned_offset) == (8, 230, 6)
+    assert info.tombstone_horizon_ms == 65  # when the cleaner must look again
     batches = control_plane.find_batches("t", 0, 0, 1 << 20)
     assert [(c.base_offset, c.last_offset, c.object_key, c.byte_offset, c.byte_size)
             for c in batches] == [(0, 1, "c", 0, 30), (4, 5, "a", 200, 100),
@@ -381,6 +388,7 @@ async def test_compaction_swaps_batches_atomically_and_moves_the_checkpoint(cont
     assert control_plane.log_info("t", 0) == info
     # A later cleaning drops the first batch: reads from the log start find the next one.
     await control_plane.compact(Compact("t", 0, "", 0, 7, 6, (rewrite(batches[0]),)))
+    assert control_plane.log_info("t", 0).tombstone_horizon_ms == -1  # it kept none
     assert [c.base_offset for c in control_plane.find_batches("t", 0, 0, 1 << 20)] == [4, 6]
     assert control_plane.files_to_delete(now_ms=7, delay_ms=0) == ["c"]
 

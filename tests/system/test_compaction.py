@@ -3,7 +3,8 @@ x VERSIONS versions, the last version of 10 % of the keys a tombstone, produced 
 confluent-kafka. Once cleaned, a consumer from the beginning (confluent-kafka, kafka-python)
 sees exactly the latest value of each live key, at the offset it was written at; the
 tombstones are gone after delete.retention.ms; a consumer group that committed mid-log
-resumes unaffected; the partition's files shrink. In classic mode the broker is also killed
+resumes unaffected; the partition's files shrink, and /metrics counts the cleaner's work
+(the log cleaner's families, or diskless housekeeping's compaction counters). In classic mode the broker is also killed
 with SIGKILL while it cleans, and restarted.
 
 CI size: KIPPER_COMPACTION_KEYS (default 500) x KIPPER_COMPACTION_VERSIONS (default 8). The
@@ -21,8 +22,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
+from support.metrics import scrape, total
 from support.topics import create_topic
 from support.wait import wait_until
+
+from coordinator.group_config import GroupConfig
 
 KEYS = int(os.environ.get("KIPPER_COMPACTION_KEYS", "500"))
 VERSIONS = int(os.environ.get("KIPPER_COMPACTION_VERSIONS", "8"))
@@ -125,7 +129,8 @@ def test_a_compacted_changelog_keeps_the_latest_value_of_each_key(
         storage_mode, broker_factory, s3_endpoint, monkeypatch, topic_name):
     for name, value in CLEANER_ENV.items():
         monkeypatch.setenv(name, value)
-    broker = broker_factory(*storage_mode.single_broker_args(s3_endpoint))
+    broker = broker_factory(*storage_mode.single_broker_args(s3_endpoint),
+                            "--metrics-listener", "127.0.0.1:0")
     create_topic(broker.bootstrap, topic_name, config=TOPIC_CONFIG)
     latest = produce_changelog(broker.bootstrap, topic_name)
     live = {k: v for k, v in latest.items() if v is not None}
@@ -168,8 +173,110 @@ def test_a_compacted_changelog_keeps_the_latest_value_of_each_key(
     group.close()
     assert first.offset() >= middle
     assert first.key() == ROLL_KEY or int(first.value().split(b":")[0]) == first.offset()
+    assert_cleaner_metrics(scrape(broker.metrics_url), local)
+
+
+def assert_cleaner_metrics(families: dict, local: bool) -> None:
+    """The cleanings since the broker (re)started, as /metrics counts them."""
+    def counted(name: str) -> float:
+        return total([families], name)
+    if local:
+        assert counted("kipper_log_cleaner_cleanings_total") >= 1
+        assert counted("kipper_log_cleaner_records_removed_total") >= 1
+        assert 0 < counted("kipper_log_cleaner_bytes_written_total") \
+            < counted("kipper_log_cleaner_bytes_read_total")
+        assert counted("kipper_log_cleaner_failures_total") == 0
+        assert 0 < counted("kipper_log_cleaner_buffer_utilization_ratio") <= 1
+    else:
+        assert counted("kipper_diskless_housekeeping_compactions_total") >= 1
+        assert counted("kipper_diskless_housekeeping_compaction_bytes_after_total") \
+            < counted("kipper_diskless_housekeeping_compaction_bytes_before_total")
 
 
 def _first_message(consumer: Consumer):
     message = consumer.poll(1.0)
     return message if message is not None and not message.error() else None
+
+
+INTERNAL_SEGMENT_BYTES = 16 << 10
+COMMITS = int(os.environ.get("KIPPER_COMPACTION_COMMITS", "5000"))
+TRANSACTIONS = int(os.environ.get("KIPPER_COMPACTION_TRANSACTIONS", "300"))
+
+
+def internal_topic_bytes(data_dir: Path, topic: str) -> int:
+    return sum(p.stat().st_size for p in data_dir.glob(f"{topic}-*/*.log"))
+
+
+def offsets_topic_end(bootstrap: str) -> int:
+    """The records ever appended to ``__consumer_offsets`` (its partitions' end offsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets-topic-reader"})
+    ends = [consumer.get_watermark_offsets(TopicPartition("__consumer_offsets", p),
+                                           timeout=10)[1]
+            for p in range(GroupConfig().offsets_topic_num_partitions)]
+    consumer.close()
+    return sum(ends)
+
+
+def test_the_internal_topics_stay_bounded_and_replay_after_a_restart(
+        broker_factory, monkeypatch, topic_name):
+    """One group commits its offsets COMMITS times, one transactional id runs TRANSACTIONS
+    transactions (confluent-kafka): with small segments, the cleaner keeps
+    ``__consumer_offsets`` and ``__transaction_state`` to a few segments, and a restarted
+    broker's coordinators replay the compacted logs into the same state."""
+    monkeypatch.setenv("KIPPER_LOG_CLEANER_BACKOFF_MS", "200")
+    for setting in ("OFFSETS_TOPIC_SEGMENT_BYTES", "TRANSACTION_STATE_LOG_SEGMENT_BYTES"):
+        monkeypatch.setenv(f"KIPPER_{setting}", str(INTERNAL_SEGMENT_BYTES))
+    broker = broker_factory()
+    create_topic(broker.bootstrap, topic_name, 2)
+    group = f"{topic_name}-g"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    for i in range(1, COMMITS + 1):
+        consumer.commit(offsets=[TopicPartition(topic_name, 0, i),
+                                 TopicPartition(topic_name, 1, 2 * i)], asynchronous=False)
+    consumer.close()
+    producer = Producer({"bootstrap.servers": broker.bootstrap,
+                         "transactional.id": f"{topic_name}-txn"})
+    producer.init_transactions(30)
+    for i in range(TRANSACTIONS):
+        producer.begin_transaction()
+        producer.produce(topic_name, b"%d" % i, b"k", partition=0)
+        producer.commit_transaction(30)
+    producer.flush(30)
+
+    # Every commit was appended (two records, tens of segments of them) ...
+    assert offsets_topic_end(broker.bootstrap) >= 2 * COMMITS
+    # ... and the cleaner keeps a few segments of them.
+    bound = 4 * INTERNAL_SEGMENT_BYTES
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        wait_until(lambda: internal_topic_bytes(broker.data_dir, topic) < bound, timeout=60,
+                   interval=0.5)
+
+    broker.stop()
+    broker.start()
+    # The group coordinator replays the compacted log: the last commit of each partition.
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    committed = consumer.committed([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)],
+                                   timeout=30)
+    consumer.close()
+    assert [(tp.partition, tp.offset) for tp in committed] == [(0, COMMITS), (1, 2 * COMMITS)]
+    # The transaction coordinator replays it: the id is known and its next transaction
+    # (a new epoch fencing the old producer) commits.
+    fresh = Producer({"bootstrap.servers": broker.bootstrap,
+                      "transactional.id": f"{topic_name}-txn"})
+    fresh.init_transactions(30)
+    fresh.begin_transaction()
+    fresh.produce(topic_name, b"after", b"k", partition=0)
+    fresh.commit_transaction(30)
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{group}-reader",
+                       "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    reader.assign([TopicPartition(topic_name, 0, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < TRANSACTIONS + 1 and time.monotonic() < deadline:
+        message = reader.poll(1.0)
+        if message is not None and not message.error():
+            values.append(message.value())
+    reader.close()
+    assert values == [b"%d" % i for i in range(TRANSACTIONS)] + [b"after"]

@@ -103,6 +103,32 @@ async def test_dedupe_keeps_the_latest_value_of_each_key_at_its_offset(tmp_path)
     assert not await clean(log)  # nothing dirty left
 
 
+async def test_the_metrics_follow_the_cleanings(tmp_path):
+    log = open_log(tmp_path / "t-0", min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=1)
+    for version in range(5):
+        for k in range(10):
+            await put(log, b"k%d" % k, b"v%d-%d" % (k, version))
+    log._local.roll()
+    size_before = log.size_bytes
+    cleaner = LogCleaner(tmp_path, lambda: {("t", 0): log}, CleanerSettings())
+    metrics = cleaner.metrics
+    assert (metrics.cleanings, metrics.time_since_last_run_s()) == (0, 0.0)
+    await asyncio.sleep(0.01)
+    assert await cleaner.clean_filthiest()
+    assert metrics.cleanings == 1 and metrics.failures == 0
+    assert metrics.max_dirty_ratio == 1.0  # nothing was clean at the selection
+    assert metrics.max_compaction_delay_s > 0  # max.compaction.lag.ms is 1 ms
+    assert metrics.totals.bytes_read >= size_before
+    assert metrics.totals.records_removed == 40
+    assert 0 < metrics.last_recopy_ratio < 0.5
+    assert metrics.last_recopy_ratio == metrics.totals.bytes_written / metrics.totals.bytes_read
+    assert 0 < metrics.last_buffer_utilization < 1
+    assert metrics.last_clean_s > 0
+    assert not await cleaner.clean_filthiest()
+    assert (metrics.max_dirty_ratio, metrics.max_compaction_delay_s) == (0.0, 0.0)
+    assert metrics.cleanings == 1 and metrics.time_since_last_run_s() > 0
+
+
 async def test_small_offset_map_cleans_in_passes(tmp_path):
     log = open_log(tmp_path / "t-0")
     writes = []

@@ -1,8 +1,9 @@
 """Compaction of a diskless log (coordinator/diskless/compaction.py) against the in-memory
 control plane and the session S3 server: the latest value per key survives with its
-offset, tombstones go after delete.retention.ms, the key map's bound makes several passes,
-a produce during a pass is kept, and a cleaner that dies between upload and swap leaves
-the log as it was."""
+offset, tombstones go after delete.retention.ms (also when the coordinator failed over
+meanwhile: the SQLite state reopened, a new cleaner), the key map's bound makes several
+passes, a produce during a pass is kept, and a cleaner that dies between upload and swap
+leaves the log as it was."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 
 import pytest
 
+from coordinator.diskless.batch_state import BatchCoordinatorState
 from coordinator.diskless.compaction import LogCleaner
 from protocol.records import iter_batches, stored_records, validate_produce_records
 from storage.config import LogConfig
@@ -26,17 +28,22 @@ CONFIG = LogConfig(storage_mode="diskless", compact=True, delete_policy=False,
                    delete_retention_ms=DELETE_RETENTION_MS)
 
 
+def open_log(control_plane, store, s3_prefix) -> DisklessLog:
+    writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=10)
+    return DisklessLog("t", 0, CONFIG, "topic-id", control_plane, writer, ReadCache(store.store))
+
+
 @pytest.fixture
 async def log(store, control_plane, s3_prefix):
-    writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=10)
-    yield DisklessLog("t", 0, CONFIG, "topic-id", control_plane, writer, ReadCache(store.store))
-    await writer.close()
+    log = open_log(control_plane, store, s3_prefix)
+    yield log
+    await log.writer.close()
 
 
 @pytest.fixture
 def cleaner(control_plane, store, s3_prefix):
-    def make(max_keys=1_000_000):
-        return LogCleaner(control_plane, store, f"{s3_prefix}wal/compacted-", max_keys,
+    def make(max_keys=1_000_000, on=control_plane):
+        return LogCleaner(on, store, f"{s3_prefix}wal/compacted-", max_keys,
                           read_bytes=64 * 1024)
     return make
 
@@ -113,6 +120,37 @@ async def test_compaction_keeps_the_latest_value_per_key_at_its_offset(
     assert control_plane.log_info("topic-id", 0).size_bytes < info.size_bytes
     # The objects every batch left are garbage for the GC.
     assert control_plane.files_to_delete(T0 * 2, 0)
+
+
+async def test_a_new_coordinator_removes_the_tombstones_on_time(
+        build_batch, decode, cleaner, store, s3_prefix, tmp_path):
+    """The delete horizon of the tombstones a cleaning kept is in the coordinator's state:
+    after a failover (the state reopened, a cleaner without memory) they go when it passes,
+    without new dirty data."""
+    state = BatchCoordinatorState(tmp_path / "coordinator.db")
+    log = open_log(state, store, s3_prefix)
+    latest = await fill(log, build_batch)
+    await log.writer.close()
+    assert [r.refused for r in await cleaner(on=state).clean("topic-id", 0, CONFIG, T0 + 1_000)
+            ] == [None]
+    assert state.log_info("topic-id", 0).tombstone_horizon_ms == T0 + 1_000 + DELETE_RETENTION_MS
+    state.close()
+    state = BatchCoordinatorState(tmp_path / "coordinator.db")
+    log = open_log(state, store, s3_prefix)
+    try:
+        new_cleaner = cleaner(on=state)
+        assert await new_cleaner.clean("topic-id", 0, CONFIG, T0 + DELETE_RETENTION_MS) == []
+        results = await new_cleaner.clean("topic-id", 0, CONFIG,
+                                          T0 + 1_000 + DELETE_RETENTION_MS)
+        assert [r.refused for r in results] == [None]
+        records = await read_log(log, decode)
+        assert [(o, k) for o, k, _ in records[:-1]] == live(latest)
+        # No tombstone kept: nothing to wake the cleaner until new dirty data.
+        assert state.log_info("topic-id", 0).tombstone_horizon_ms == -1
+        assert await new_cleaner.clean("topic-id", 0, CONFIG, T0 * 2) == []
+    finally:
+        await log.writer.close()
+        state.close()
 
 
 async def test_a_produce_during_a_pass_is_kept(log, build_batch, decode, cleaner, control_plane, store):
