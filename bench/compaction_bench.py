@@ -76,9 +76,9 @@ class ModeResult:
         mb = self.log_bytes / 1e6
         own = ("" if self.cleaner_read_mb_s is None
                else f"; the cleaner read {self.cleaner_read_mb_s:.1f} MB/s while it ran")
-        out = [f"{self.mode}: {mb:.1f} MB changelog produced in {self.produce_s:.1f} s, "
-               f"cleaned {self.clean_s:.2f} s after its release: {mb / self.clean_s:.1f} MB/s"
-               f"{own}"]
+        out = [(f"{self.mode}: {mb:.1f} MB changelog produced in {self.produce_s:.1f} s, "
+                f"cleaned {self.clean_s:.2f} s after its release: {mb / self.clean_s:.1f} "
+                f"MB/s{own}")]
         for name, values in (("idle", self.idle), ("cleaning", self.cleaning)):
             out.append(f"  produce {name:8s} P50 {_ms(nearest_rank(values, 0.5))}  "
                        f"P99 {_ms(nearest_rank(values, 0.99))}  ({len(values)} sends)")

@@ -248,9 +248,9 @@ def test_the_internal_topics_stay_bounded_and_replay_after_a_restart(
     assert offsets_topic_end(broker.bootstrap) >= 2 * COMMITS
     # ... and the cleaner keeps a few segments of them.
     bound = 4 * INTERNAL_SEGMENT_BYTES
-    for topic in ("__consumer_offsets", "__transaction_state"):
-        wait_until(lambda: internal_topic_bytes(broker.data_dir, topic) < bound, timeout=60,
-                   interval=0.5)
+    wait_until(lambda: all(internal_topic_bytes(broker.data_dir, topic) < bound
+                           for topic in ("__consumer_offsets", "__transaction_state")),
+               timeout=60, interval=0.5)
 
     broker.stop()
     broker.start()
