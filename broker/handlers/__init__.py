@@ -2,8 +2,8 @@
 
 from .registry import HANDLERS, RequestContext, handles
 
-from . import (admin, api_versions, controller_apis, describe_producers,  # noqa: E402,F401
-               diskless_coordinator, fetch, groups, metadata, offsets,  # (registration)
-               produce, producer_id, transactions, txn_markers)
+from . import (admin, api_versions, configs, controller_apis,  # noqa: E402,F401
+               describe_producers, diskless_coordinator, fetch, groups,  # (registration)
+               metadata, offsets, produce, producer_id, transactions, txn_markers)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from replication.cluster_metadata import MetadataImage
+from replication.dynamic_config import DynamicConfigs
 from storage.config import LogConfig
 from storage.diskless.control_plane import (
     BatchMove,
@@ -69,7 +70,7 @@ class HousekeepingStats:
 class Housekeeping:
     def __init__(self, control_plane: ControlPlane, is_writable: Callable[[], bool],
                  image: MetadataImage, store: ObjectStore, key_prefix: str,
-                 topic_defaults: dict[str, str], settings: HousekeepingSettings) -> None:
+                 configs: DynamicConfigs, settings: HousekeepingSettings) -> None:
         self.control_plane = control_plane
         # Only the writable coordinator's broker runs housekeeping.
         self.is_writable = is_writable
@@ -77,7 +78,8 @@ class Housekeeping:
         self.store = store
         self.wal_prefix = f"{key_prefix}wal/"
         self.merged_prefix = f"{self.wal_prefix}merged-"
-        self.topic_defaults = topic_defaults
+        # Read at every run: retention follows topic and broker config changes at once.
+        self.configs = configs
         self.settings = settings
         self.stats = HousekeepingStats()
         self._unknown_since: dict[str, float] = {}
@@ -128,7 +130,7 @@ class Housekeeping:
     def _diskless_topics(self) -> dict[str, LogConfig]:
         configs = {}
         for topic in self.image.topics.values():
-            config = LogConfig.from_topic_configs(topic.configs, self.topic_defaults)
+            config = self.configs.log_config(topic)
             if config.storage_mode == "diskless":
                 configs[str(topic.topic_id)] = config
         return configs
