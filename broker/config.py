@@ -269,9 +269,6 @@ class BrokerConfig:
     def host_port(self) -> tuple[str, int]:
         return split_host_port(self.listener)
 
-    def topic_config_defaults(self) -> dict[str, str]:
-        return {"kipper.storage.mode": self.default_storage_mode, **self.topic_defaults}
-
 
 def settings() -> list[Setting]:
     """Every BrokerConfig setting in declaration order, with its description and flag."""

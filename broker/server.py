@@ -56,6 +56,7 @@ from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
 from .response_memory import ResponseMemory
 from .services import BrokerServices, ControllerChannel
+from .static_configs import dynamic_configs
 from .traffic import NetworkTraffic, node_client_id
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class Broker:
                 leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds))
         # What this broker knows of the cluster: applied from the controller's metadata log.
         self.image = MetadataImage()
+        # Effective broker configs and topic defaults: static settings under dynamic ones.
+        self.dynamic_configs = dynamic_configs(config, self.image)
         # Peers' racks come from the metadata; a controller-only node has only its own.
         self.traffic = NetworkTraffic(
             config.rack, self.image if config.broker_role else self.controller.image)
@@ -167,7 +170,7 @@ class Broker:
         controller_host, controller_port = split_host_port(controller_address)
         controller_connection = self.nodes.connection(controller_host, controller_port)
         self.replicas = ReplicaManager(
-            self.config.node_id, self.image, self.logs, self.config.topic_config_defaults(),
+            self.config.node_id, self.image, self.logs, self.dynamic_configs,
             self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
         if self.config.broker_role:
             metadata_fetches = self.nodes.connection(controller_host, controller_port,
@@ -225,7 +228,8 @@ class Broker:
         """Hand the handlers their services: from now on connections are served."""
         self.services = BrokerServices(
             config=self.config,
-            image=self.image, replicas=self.replicas, controller=self.controller,
+            image=self.image, replicas=self.replicas, dynamic_configs=self.dynamic_configs,
+            controller=self.controller,
             controller_channel=self.controller_channel,
             group_coordinator=self.group_coordinator,
             transaction_coordinator=self.transaction_coordinator,
@@ -286,7 +290,7 @@ class Broker:
         self.housekeeping = Housekeeping(
             self.batch_coordinator, lambda: self.batch_coordinator.is_writable, self.image,
             self.object_store, config.s3_key_prefix,
-            config.topic_config_defaults(), HousekeepingSettings(
+            self.dynamic_configs, HousekeepingSettings(
                 interval_ms=config.diskless_housekeeping_interval_ms,
                 object_delete_delay_ms=config.diskless_object_delete_delay_ms,
                 orphan_grace_ms=config.diskless_orphan_grace_ms,
@@ -310,6 +314,7 @@ class Broker:
                 partition.notify_waiters()
 
     def _on_metadata_record(self, record: dict) -> None:
+        self.dynamic_configs.on_metadata_record(record)
         self.replicas.on_metadata_record(record)
         # After the replica manager: leadership of __consumer_offsets and
         # __transaction_state partitions may move.

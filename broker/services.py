@@ -26,6 +26,7 @@ from coordinator.transaction.service import TransactionCoordinator
 from protocol.apis import ApiKey
 from protocol.build import make
 from replication.cluster_metadata import MetadataImage
+from replication.dynamic_config import DynamicConfigs
 from replication.node_client import NodeClient
 from replication.replica_manager import ReplicaManager
 
@@ -90,6 +91,8 @@ class BrokerServices:
     image: MetadataImage
     # The partitions this broker hosts.
     replicas: ReplicaManager
+    # Effective broker configs and topic defaults (static settings and dynamic configs).
+    dynamic_configs: DynamicConfigs
     # This node's controller role, or None when the controller runs elsewhere.
     controller: Controller | None
     controller_channel: ControllerChannel

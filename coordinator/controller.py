@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -27,9 +27,11 @@ from replication.cluster_metadata import (
     TopicInfo,
     partition_record,
 )
-from storage.config import InvalidConfig, validate_topic_configs
+from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
+from storage.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, validate_topic_configs
 from storage.log import KafkaStorageError
 
+from .config_changes import ConfigChange, changed_configs
 from .metadata_log import MetadataLog
 from .placement import assign_replicas
 from .state_machine import Applier
@@ -40,6 +42,9 @@ MAX_TOPIC_NAME = 249
 # Kafka refuses more in one request (KAFKA-17870): each partition costs open files.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+STORAGE_MODE = "kipper.storage.mode"
 
 
 # Partition changes committed at a time by an election or rebalancing over many partitions.
@@ -91,6 +96,28 @@ def _check_partition_count(count: int) -> None:
             ErrorCode.policy_violation,
             f"Excessively large number of partitions per request: {count} (at most "
             f"{MAX_PARTITIONS_PER_REQUEST}).")
+
+
+@contextlib.contextmanager
+def _invalid_config() -> Iterator[None]:
+    """A config Kafka would refuse: INVALID_CONFIG, with its reason."""
+    try:
+        yield
+    except InvalidConfig as e:
+        raise ControllerError(ErrorCode.invalid_config, str(e)) from None
+
+
+def _check_unique(changes: Sequence[ConfigChange]) -> None:
+    names = [change.name for change in changes]
+    if len(set(names)) != len(names):
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        raise ControllerError(ErrorCode.invalid_request,
+                              f"Error due to duplicate config keys: {', '.join(duplicates)}")
+
+
+def _list_defaults(definitions: Iterable[ConfigDef | BrokerConfigDef]) -> dict[str, str]:
+    """The default of each list config (what APPEND and SUBTRACT start from when unset)."""
+    return {d.name: d.default or "" for d in definitions if d.kind == "list"}
 
 
 @dataclass
@@ -310,6 +337,52 @@ class Controller:
             await self._commit([_partition_change(info, _complete_reassignment_if_caught_up(
                 replace(info, isr=list(new_isr)), live))])
             return ErrorCode.none, self.image.topics[info.topic].partitions[partition]
+
+    # --- configs ------------------------------------------------------------------------
+
+    async def alter_topic_configs(self, name: str, changes: Sequence[ConfigChange],
+                                  replace: bool = False, validate_only: bool = False) -> None:
+        """Change a topic's explicit configs (``replace``: AlterConfigs' legacy semantics, the
+        changes become all of them; kipper.storage.mode is kept, being fixed at creation)."""
+        async with self._lock:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise ControllerError(ErrorCode.unknown_topic_or_partition,
+                                      f"The topic '{name}' does not exist.")
+            with _invalid_config():
+                _check_unique(changes)
+                validate_topic_configs({change.name: None for change in changes})
+                configs = changed_configs(topic.configs, changes, replace, _list_defaults(
+                    TOPIC_CONFIGS.values()).get)
+                if replace and STORAGE_MODE in topic.configs:
+                    configs.setdefault(STORAGE_MODE, topic.configs[STORAGE_MODE])
+                if configs.get(STORAGE_MODE) != topic.configs.get(STORAGE_MODE):
+                    raise InvalidConfig(
+                        f"{STORAGE_MODE} is fixed at creation: changing the storage mode of a "
+                        "live topic is not supported yet")
+                configs = validate_topic_configs(configs)
+            if not validate_only and configs != topic.configs:
+                await self._commit([{"type": "config", "topic": name, "configs": configs}])
+
+    async def alter_broker_configs(self, resource: str, changes: Sequence[ConfigChange],
+                                   replace: bool = False, validate_only: bool = False) -> None:
+        """Change the dynamic configs of one broker (``resource`` = its id) or the
+        cluster-wide default (``resource`` = "")."""
+        if resource != "" and not resource.isdigit():
+            raise ControllerError(ErrorCode.invalid_request,
+                                  f"Invalid broker name {resource!r}: a broker id, or an empty "
+                                  "name for the cluster-wide default")
+        async with self._lock:
+            current = self.image.broker_configs.get(resource, {})
+            with _invalid_config():
+                _check_unique(changes)
+                validate_broker_configs({change.name: None for change in changes})
+                configs = changed_configs(current, changes, replace, _list_defaults(
+                    BROKER_CONFIGS.values()).get)
+                validate_broker_configs(configs)
+            if not validate_only and configs != current:
+                await self._commit([{"type": "broker_config", "resource": resource,
+                                     "configs": configs}])
 
     # --- topics -------------------------------------------------------------------------
 

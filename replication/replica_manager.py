@@ -21,6 +21,7 @@ from storage.config import InvalidConfig, LogConfig
 from storage.log import KafkaStorageError, Leadership
 from storage.manager import LogManager
 
+from .dynamic_config import DynamicConfigs
 from .leaderless_partition import LeaderlessPartition
 from .node_client import NodeClient, NodeConnection
 from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
@@ -31,12 +32,14 @@ log = logging.getLogger(__name__)
 
 class ReplicaManager:
     def __init__(self, node_id: int, image: MetadataImage, logs: LogManager,
-                 topic_defaults: dict[str, str], nodes: NodeClient,
+                 configs: DynamicConfigs, nodes: NodeClient,
                  controller: NodeConnection | None, replica_lag_time_max_ms: int = 30_000) -> None:
         self.node_id = node_id
         self.image = image
         self.logs = logs
-        self.topic_defaults = topic_defaults
+        self.configs = configs
+        # A dynamic broker config changed: topic configs left to their default may too.
+        configs.listeners.append(self._reconfigure)
         self.nodes = nodes
         self.controller = controller
         self.replica_lag_time_max_s = replica_lag_time_max_ms / 1000
@@ -57,7 +60,17 @@ class ReplicaManager:
         self._isr_task = asyncio.create_task(self._shrink_isr_loop())
 
     def log_config(self, topic: str) -> LogConfig:
-        return LogConfig.from_topic_configs(self.image.topics[topic].configs, self.topic_defaults)
+        return self.configs.log_config(self.image.topics[topic])
+
+    def _reconfigure(self, topic: str | None = None) -> None:
+        """Give the hosted partitions of ``topic`` (None: all) their current configs."""
+        configs: dict[str, LogConfig] = {}
+        for (name, _), partition in self.partitions.items():
+            if (topic is None or name == topic) and name in self.image.topics:
+                if name not in configs:
+                    configs[name] = self.log_config(name)
+                if partition.log.config != configs[name]:
+                    partition.log.reconfigure(configs[name])
 
     def on_metadata_record(self, record: dict) -> None:
         """Called after ``record`` was applied to the image."""
@@ -65,10 +78,7 @@ class ReplicaManager:
         if kind == "partition":
             self._apply_partition(self.image.topics[record["topic"]].partitions[record["partition"]])
         elif kind == "config":
-            config = self.log_config(record["topic"])
-            for (topic, _), partition in self.partitions.items():
-                if topic == record["topic"]:
-                    partition.log.reconfigure(config)
+            self._reconfigure(record["topic"])
         elif kind == "remove_topic":
             for key in [k for k in self.partitions if k[0] == record["name"]]:
                 self._delete_replica(key)

@@ -2,8 +2,9 @@
 
 from .registry import HANDLERS, RequestContext, handles
 
-from . import (admin, api_versions, controller_apis, describe_producers,  # noqa: E402,F401
-               diskless_coordinator, fetch, groups, log_dirs, metadata,  # (registration)
-               offsets, produce, producer_id, replicas, transactions, txn_markers)
+from . import (admin, api_versions, configs, controller_apis,  # noqa: E402,F401
+               describe_producers, diskless_coordinator, fetch, groups,  # (registration)
+               log_dirs, metadata, offsets, produce, producer_id, replicas, transactions,
+               txn_markers)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]

@@ -1,4 +1,4 @@
-"""Topic administration and cluster description."""
+"""Topic administration and cluster description (configs: handlers/configs.py)."""
 
 from __future__ import annotations
 
@@ -8,57 +8,16 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError
 from protocol.apis import ApiKey
-from replication.cluster_metadata import TopicInfo
-from storage.config import STORAGE_MODES, TOPIC_CONFIGS
+from storage.config import STORAGE_MODES
 
 from ..authorized_operations import cluster_operations
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
 
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-TYPE_STRING = 2
-TYPE_LONG = 5
-
-
-def _topic_configs(ctx: RequestContext, topic: TopicInfo) -> list[tuple[str, str, int]]:
-    """(name, value, source) for every topic config, explicit values first in precedence."""
-    explicit = topic.configs
-    broker_defaults = ctx.services.config.topic_config_defaults()
-    out = []
-    for name, definition in TOPIC_CONFIGS.items():
-        if name in explicit:
-            out.append((name, explicit[name], SOURCE_DYNAMIC_TOPIC))
-        elif name in broker_defaults:
-            out.append((name, broker_defaults[name], SOURCE_STATIC_BROKER))
-        else:
-            out.append((name, definition.default, SOURCE_DEFAULT))
-    return out
-
-
-def _broker_configs(ctx: RequestContext) -> list[tuple[str, str, int]]:
-    config = ctx.services.config
-    values = {
-        "broker.id": config.node_id,
-        "broker.rack": config.rack,
-        "log.dirs": config.data_dir,
-        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
-        "num.partitions": config.default_partitions,
-        "default.replication.factor": config.default_replication_factor,
-        "socket.request.max.bytes": config.max_request_bytes,
-        "connections.max.idle.ms": config.connections_max_idle_ms,
-        "kipper.default.storage.mode": config.default_storage_mode,
-    }
-    return [(name, None if value is None else str(value), SOURCE_STATIC_BROKER)
-            for name, value in values.items()]
-
 
 async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
-    """Run a topic change on the controller (here, or forwarded to it), then wait until this
+    """Run a topic or config change on the controller (here, or forwarded to it), then wait until this
     broker's metadata shows the change so the client's next request finds it."""
     if ctx.services.controller is not None:
         response = await handle_locally(ctx, request)
@@ -112,11 +71,12 @@ async def create_topics(ctx: RequestContext, request) -> object:
                 replication_factor=-1, configs=None))
             continue
         configs = tuple(
-            ctx.response("CreatableTopicConfigs", name=name, value=value, read_only=False,
-                         config_source=source, is_sensitive=False)
+            ctx.response("CreatableTopicConfigs", name=c.name, value=c.value,
+                         read_only=c.read_only, config_source=c.source,
+                         is_sensitive=c.sensitive)
             # Configs are returned from v5 on.
-            for name, value, source in (_topic_configs(ctx, created)
-                                        if created and ctx.version >= 5 else ()))
+            for c in (ctx.services.dynamic_configs.describe_topic(created)
+                      if created and ctx.version >= 5 else ()))
         results.append(ctx.response(
             "CreatableTopicResult", name=topic.name,
             topic_id=created.topic_id if created else None, error_code=ErrorCode.none,
@@ -168,40 +128,6 @@ async def create_partitions(ctx: RequestContext, request) -> object:
         results.append(ctx.response("CreatePartitionsTopicResult", name=topic.name,
                                     error_code=error, error_message=message))
     return ctx.response("CreatePartitionsResponse", throttle_time=0, results=tuple(results))
-
-
-@handles(ApiKey.DESCRIBE_CONFIGS)
-async def describe_configs(ctx: RequestContext, request) -> object:
-    results = []
-    for resource in request.resources:
-        error, message, configs = ErrorCode.none, None, []
-        if resource.resource_type == TOPIC_RESOURCE:
-            if resource.resource_name in ctx.services.image.topics:
-                configs = _topic_configs(ctx, ctx.services.image.topics[resource.resource_name])
-            else:
-                error, message = ErrorCode.unknown_topic_or_partition, "Topic does not exist"
-        elif resource.resource_type == BROKER_RESOURCE:
-            if resource.resource_name in ("", str(ctx.services.config.node_id)):
-                configs = _broker_configs(ctx)
-            else:
-                error, message = ErrorCode.invalid_request, "Broker id is not this broker"
-        else:
-            error, message = ErrorCode.invalid_request, "Unsupported resource type"
-        if resource.configuration_keys is not None:
-            keys = set(resource.configuration_keys)
-            configs = [c for c in configs if c[0] in keys]
-        entries = tuple(
-            ctx.response("DescribeConfigsResourceResult", name=name, value=value,
-                         read_only=resource.resource_type == BROKER_RESOURCE,
-                         config_source=source, is_default=source == SOURCE_DEFAULT,
-                         is_sensitive=False, synonyms=(),
-                         config_type=TYPE_LONG if (value or "").lstrip("-").isdigit() else TYPE_STRING,
-                         documentation=TOPIC_CONFIGS[name].doc if name in TOPIC_CONFIGS else None)
-            for name, value, source in configs)
-        results.append(ctx.response("DescribeConfigsResult", error_code=error,
-                                    error_message=message, resource_type=resource.resource_type,
-                                    resource_name=resource.resource_name, configs=entries))
-    return ctx.response("DescribeConfigsResponse", throttle_time=0, results=tuple(results))
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from replication.cluster_metadata import MetadataImage
+from replication.dynamic_config import DynamicConfigs
 from storage.config import LogConfig
 from storage.diskless.control_plane import (
     BatchMove,
@@ -82,7 +83,7 @@ class HousekeepingStats:
 class Housekeeping:
     def __init__(self, control_plane: ControlPlane, is_writable: Callable[[], bool],
                  image: MetadataImage, store: ObjectStore, key_prefix: str,
-                 topic_defaults: dict[str, str], settings: HousekeepingSettings) -> None:
+                 configs: DynamicConfigs, settings: HousekeepingSettings) -> None:
         self.control_plane = control_plane
         # Only the writable coordinator's broker runs housekeeping.
         self.is_writable = is_writable
@@ -91,7 +92,8 @@ class Housekeeping:
         self.wal_prefix = f"{key_prefix}wal/"
         self.merged_prefix = f"{self.wal_prefix}merged-"
         self.compacted_prefix = f"{self.wal_prefix}compacted-"
-        self.topic_defaults = topic_defaults
+        # Read at every run: retention follows topic and broker config changes at once.
+        self.configs = configs
         self.settings = settings
         self.stats = HousekeepingStats()
         self.cleaner = LogCleaner(control_plane, store, self.compacted_prefix,
@@ -145,7 +147,7 @@ class Housekeeping:
     def _diskless_topics(self) -> dict[str, LogConfig]:
         configs = {}
         for topic in self.image.topics.values():
-            config = LogConfig.from_topic_configs(topic.configs, self.topic_defaults)
+            config = self.configs.log_config(topic)
             if config.storage_mode == "diskless":
                 configs[str(topic.topic_id)] = config
         return configs

@@ -16,6 +16,7 @@ from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, RequestContext
 from broker.producer_ids import ProducerIdAllocator
 from broker.services import BrokerServices, ControllerChannel
+from broker.static_configs import dynamic_configs
 from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.framing import RequestHeader
@@ -40,7 +41,9 @@ async def services(tmp_path: Path):
     image = MetadataImage()
     logs = LogManager(tmp_path / "data")
     nodes = NodeClient("test", ClusterCredentials(NODE, "unused"), NoTraffic())
-    replicas = ReplicaManager(NODE, image, logs, {}, nodes, None)
+    config = BrokerConfig(node_id=NODE, data_dir=tmp_path / "data")
+    configs = dynamic_configs(config, image)
+    replicas = ReplicaManager(NODE, image, logs, configs, nodes, None)
     records = [
         {"type": "broker", "node_id": NODE, "host": "127.0.0.1", "port": 9092, "rack": "az1",
          "epoch": 0},
@@ -51,9 +54,9 @@ async def services(tmp_path: Path):
     for offset, record in enumerate(records):
         image.apply(offset, record)
         replicas.on_metadata_record(record)
-    config = BrokerConfig(node_id=NODE, data_dir=tmp_path / "data")
     yield BrokerServices(
-        config=config, image=image, replicas=replicas, controller=None,
+        config=config, image=image, replicas=replicas, dynamic_configs=configs,
+        controller=None,
         controller_channel=ControllerChannel(None, None, replicas.nodes, None),
         group_coordinator=None, transaction_coordinator=None, batch_coordinator=None,
         producer_ids=ProducerIdAllocator(tmp_path / "producer_ids", NODE), capture=None,

@@ -1,0 +1,46 @@
+"""This node's settings under Kafka's broker config names: the static level of the effective
+configs (replication.dynamic_config) and what DescribeConfigs reports as STATIC_BROKER_CONFIG."""
+
+from __future__ import annotations
+
+from replication.broker_configs import TOPIC_SYNONYMS
+from replication.cluster_metadata import MetadataImage
+from replication.dynamic_config import DynamicConfigs
+
+from .config import BrokerConfig
+
+
+def _static_broker_configs(config: BrokerConfig) -> dict[str, str]:
+    values = {
+        "broker.id": config.node_id,
+        "broker.rack": config.rack,
+        "log.dirs": config.data_dir,
+        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
+        "num.partitions": config.default_partitions,
+        "default.replication.factor": config.default_replication_factor,
+        "socket.request.max.bytes": config.max_request_bytes,
+        "connections.max.idle.ms": config.connections_max_idle_ms,
+        "fetch.max.bytes": config.fetch_max_bytes,
+        "replica.lag.time.max.ms": config.replica_lag_time_max_ms,
+        "log.retention.check.interval.ms": config.log_retention_check_interval_ms,
+        "transaction.max.timeout.ms": config.transaction_max_timeout_ms,
+        "kipper.cluster.secret": config.cluster_secret,
+        "kipper.s3.secret.key": config.s3_secret_key,
+        "kipper.default.storage.mode": config.default_storage_mode,
+        "unclean.leader.election.enable": str(config.unclean_leader_election).lower(),
+    }
+    return {name: str(value) for name, value in values.items() if value is not None}
+
+
+def dynamic_configs(config: BrokerConfig, image: MetadataImage) -> DynamicConfigs:
+    """The effective configs of this node over ``image``: ``[topic_defaults]`` entries count
+    as their broker synonym (retention.ms as log.retention.ms) where the topic config has one."""
+    static = _static_broker_configs(config)
+    topic_only = {}
+    for name, value in config.topic_defaults.items():
+        synonyms = TOPIC_SYNONYMS.get(name)
+        if synonyms:
+            static[synonyms[0].name] = value
+        else:
+            topic_only[name] = value
+    return DynamicConfigs(config.node_id, image, static, topic_only)

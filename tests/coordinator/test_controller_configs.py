@@ -1,0 +1,123 @@
+"""The controller's config changes: IncrementalAlterConfigs operations, AlterConfigs'
+replace-all semantics, validation codes, validate_only, and replay after a restart."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from coordinator.config_changes import ConfigChange, ConfigOp
+from coordinator.controller import Controller, ControllerError, ControllerSettings
+
+SET, DELETE, APPEND, SUBTRACT = ConfigOp.SET, ConfigOp.DELETE, ConfigOp.APPEND, ConfigOp.SUBTRACT
+
+
+@pytest.fixture
+async def controller(tmp_path):
+    controller = Controller(tmp_path, ControllerSettings())
+    await controller.start()
+    epoch = await controller.register_broker(0, "127.0.0.1", 9092, None)
+    await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+    await controller.create_topic("t", 1, 1, {"kipper.storage.mode": "classic",
+                                              "retention.ms": "1000"})
+    yield controller
+    await controller.stop()
+
+
+def configs(controller: Controller) -> dict[str, str]:
+    return controller.image.topics["t"].configs
+
+
+async def test_incremental_operations_change_only_what_they_name(controller):
+    await controller.alter_topic_configs("t", [
+        ConfigChange("retention.bytes", SET, "5000"),
+        ConfigChange("retention.ms", DELETE, None),
+        ConfigChange("cleanup.policy", APPEND, "compact"),
+        ConfigChange("leader.replication.throttled.replicas", APPEND, "0:1,0:2")])
+    assert configs(controller) == {
+        "kipper.storage.mode": "classic", "retention.bytes": "5000",
+        # APPEND starts from the default of an unset list config.
+        "cleanup.policy": "delete,compact", "leader.replication.throttled.replicas": "0:1,0:2"}
+    await controller.alter_topic_configs("t", [ConfigChange("cleanup.policy", SUBTRACT, "delete")])
+    assert configs(controller)["cleanup.policy"] == "compact"
+
+
+async def test_alter_configs_replaces_every_explicit_config_but_the_storage_mode(controller):
+    await controller.alter_topic_configs("t", [ConfigChange("segment.bytes", SET, "100000")],
+                                         replace=True)
+    assert configs(controller) == {"kipper.storage.mode": "classic", "segment.bytes": "100000"}
+
+
+async def test_validate_only_changes_nothing(controller):
+    before = controller.image.next_offset
+    await controller.alter_topic_configs("t", [ConfigChange("retention.ms", SET, "5")],
+                                         validate_only=True)
+    await controller.alter_broker_configs("", [ConfigChange("log.retention.ms", SET, "5")],
+                                          validate_only=True)
+    assert configs(controller)["retention.ms"] == "1000"
+    assert controller.image.broker_configs == {}
+    assert controller.image.next_offset == before
+
+
+@pytest.mark.parametrize(("changes", "code", "message"), [
+    ([ConfigChange("no.such.config", SET, "1")], ErrorCode.invalid_config, "Unknown topic config"),
+    ([ConfigChange("retention.ms", SET, "soon")], ErrorCode.invalid_config, "retention.ms"),
+    ([ConfigChange("retention.ms", APPEND, "1")], ErrorCode.invalid_config, "not a list"),
+    ([ConfigChange("retention.ms", SET, "1"), ConfigChange("retention.ms", DELETE, None)],
+     ErrorCode.invalid_request, "duplicate config keys"),
+    ([ConfigChange("kipper.storage.mode", SET, "diskless")], ErrorCode.invalid_config,
+     "kipper.storage.mode is fixed at creation"),
+    ([ConfigChange("kipper.storage.mode", DELETE, None)], ErrorCode.invalid_config,
+     "kipper.storage.mode is fixed at creation"),
+])
+async def test_bad_topic_changes_are_refused_with_kafkas_codes(controller, changes, code, message):
+    with pytest.raises(ControllerError) as refused:
+        await controller.alter_topic_configs("t", changes)
+    assert refused.value.error_code == code
+    assert message in refused.value.message
+    assert configs(controller)["retention.ms"] == "1000"
+
+
+async def test_an_unknown_topic_is_unknown_topic_or_partition(controller):
+    with pytest.raises(ControllerError) as refused:
+        await controller.alter_topic_configs("nope", [ConfigChange("retention.ms", SET, "1")])
+    assert refused.value.error_code == ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize(("resource", "changes", "code"), [
+    ("x", [ConfigChange("log.retention.ms", SET, "1")], ErrorCode.invalid_request),
+    ("", [ConfigChange("broker.id", SET, "3")], ErrorCode.invalid_config),
+    ("", [ConfigChange("log.retention.bananas", SET, "3")], ErrorCode.invalid_config),
+    ("0", [ConfigChange("log.cleaner.threads", SET, "many")], ErrorCode.invalid_config),
+    ("0", [ConfigChange("log.cleanup.policy", SET, "shred")], ErrorCode.invalid_config),
+])
+async def test_bad_broker_changes_are_refused(controller, resource, changes, code):
+    with pytest.raises(ControllerError) as refused:
+        await controller.alter_broker_configs(resource, changes)
+    assert refused.value.error_code == code
+    assert controller.image.broker_configs == {}
+
+
+async def test_broker_configs_are_kept_per_resource_and_replayed_after_a_restart(tmp_path):
+    controller = Controller(tmp_path, ControllerSettings())
+    await controller.start()
+    await controller.alter_broker_configs("", [ConfigChange("log.retention.ms", SET, "60000")])
+    await controller.alter_broker_configs("0", [ConfigChange("log.cleaner.threads", SET, "2"),
+                                                ConfigChange("log.cleanup.policy", APPEND,
+                                                             "compact")])
+    await controller.alter_broker_configs("", [ConfigChange("log.segment.bytes", SET, "100000")],
+                                          replace=True)
+    await controller.stop()
+
+    restarted = Controller(tmp_path, ControllerSettings())
+    await restarted.start()
+    try:
+        assert restarted.image.broker_configs == {
+            "": {"log.segment.bytes": "100000"},
+            "0": {"log.cleaner.threads": "2", "log.cleanup.policy": "delete,compact"}}
+        # Deleting the last config removes the resource.
+        await restarted.alter_broker_configs("0", [ConfigChange("log.cleaner.threads", DELETE, None),
+                                                   ConfigChange("log.cleanup.policy", DELETE, None)])
+        assert "0" not in restarted.image.broker_configs
+    finally:
+        await restarted.stop()

@@ -1,0 +1,189 @@
+"""Changing configs on a live cluster, in every storage mode, with real admin clients:
+IncrementalAlterConfigs (confluent-kafka), AlterConfigs (kafka-python), DescribeConfigs with
+sources and synonyms; dynamic broker configs, cluster-wide and per broker; validate_only; the
+error codes of bad changes; configs kept across a restart."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kio.schema.errors import ErrorCode
+
+from protocol.apis import ApiKey
+from support.raw import call, connect, entity
+from support.topics import create_topic
+from support.wait import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def alter(bootstrap: str, resource_type: ResourceType, name: str, validate_only: bool = False,
+          **changes: tuple[AlterConfigOpType, str | None]) -> None:
+    """IncrementalAlterConfigs of one resource (confluent-kafka); raises KafkaException."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [ConfigEntry(key.replace("_", "."), value, incremental_operation=op)
+               for key, (op, value) in changes.items()]
+    resource = ConfigResource(resource_type, name, incremental_configs=entries)
+    admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(30)
+
+
+def describe(bootstrap: str, resource_type: ResourceType, name: str) -> dict[str, ConfigEntry]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(resource_type, name)
+    # librdkafka always asks for synonyms.
+    return admin.describe_configs([resource])[resource].result(30)
+
+
+def error_code(call) -> int:
+    with pytest.raises(KafkaException) as refused:
+        call()
+    return refused.value.args[0].code()
+
+
+def produce(bootstrap: str, topic: str, value: bytes, count: int = 1) -> list[KafkaError | None]:
+    """Produce ``count`` records, each in its own batch; the delivery error of each."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    outcomes: list[KafkaError | None] = []
+    for _ in range(count):
+        producer.produce(topic, value, on_delivery=lambda error, _: outcomes.append(error))
+        producer.flush(30)
+    return outcomes
+
+
+def log_start(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "configs-watermarks"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
+    finally:
+        consumer.close()
+
+
+def test_a_lowered_retention_ms_shrinks_a_live_log(storage_mode, topic_name):
+    bootstrap = storage_mode.bootstrap
+    create_topic(bootstrap, topic_name, replication_factor=storage_mode.replication_factor,
+                 config={"segment.bytes": "1024"})
+    assert produce(bootstrap, topic_name, b"r" * 300, count=20) == [None] * 20
+    assert log_start(bootstrap, topic_name) == 0
+    time.sleep(1.5)
+    alter(bootstrap, ResourceType.TOPIC, topic_name, retention_ms=(AlterConfigOpType.SET, "1000"))
+
+    entry = describe(bootstrap, ResourceType.TOPIC, topic_name)["retention.ms"]
+    assert (entry.value, entry.source) == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    # Deleted at the next retention check (every 2 s in tests: support.processes).
+    wait_until(lambda: log_start(bootstrap, topic_name) > 0, timeout=30, interval=0.5)
+
+
+def test_max_message_bytes_changes_what_produce_accepts_at_once(storage_mode, topic_name):
+    bootstrap = storage_mode.bootstrap
+    create_topic(bootstrap, topic_name, replication_factor=storage_mode.replication_factor)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        def set_max(value: str) -> None:
+            # Legacy AlterConfigs: the request's configs replace the topic's.
+            result = admin.alter_configs([KpConfigResource(
+                ConfigResourceType.TOPIC, topic_name, configs={"max.message.bytes": value})],
+                incremental=False)
+            assert result == {"topic": {topic_name: "OK"}}
+
+        set_max("2000")
+        [refused] = produce(bootstrap, topic_name, b"m" * 5000)
+        assert refused is not None and refused.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        set_max("100000")
+        assert produce(bootstrap, topic_name, b"m" * 5000) == [None]
+    finally:
+        admin.close()
+
+
+def test_cleanup_policy_and_validate_only(storage_mode, topic_name):
+    bootstrap = storage_mode.bootstrap
+    create_topic(bootstrap, topic_name, replication_factor=storage_mode.replication_factor)
+    alter(bootstrap, ResourceType.TOPIC, topic_name, validate_only=True,
+          cleanup_policy=(AlterConfigOpType.SET, "compact"))
+    assert describe(bootstrap, ResourceType.TOPIC, topic_name)["cleanup.policy"].value == "delete"
+    alter(bootstrap, ResourceType.TOPIC, topic_name,
+          cleanup_policy=(AlterConfigOpType.APPEND, "compact"))
+    entry = describe(bootstrap, ResourceType.TOPIC, topic_name)["cleanup.policy"]
+    assert (entry.value, entry.source) == ("delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+
+def test_bad_changes_answer_kafkas_error_codes(storage_mode, topic_name):
+    bootstrap = storage_mode.bootstrap
+    create_topic(bootstrap, topic_name, replication_factor=storage_mode.replication_factor)
+    assert error_code(lambda: alter(bootstrap, ResourceType.TOPIC, topic_name,
+                                    no_such_config=(AlterConfigOpType.SET, "1"))) \
+        == KafkaError.INVALID_CONFIG
+    assert error_code(lambda: alter(bootstrap, ResourceType.TOPIC, topic_name,
+                                    retention_ms=(AlterConfigOpType.SET, "soon"))) \
+        == KafkaError.INVALID_CONFIG
+    assert error_code(lambda: alter(bootstrap, ResourceType.TOPIC, topic_name,
+                                    kipper_storage_mode=(AlterConfigOpType.SET, "other"))) \
+        == KafkaError.INVALID_CONFIG
+    assert error_code(lambda: alter(bootstrap, ResourceType.TOPIC, f"{topic_name}-missing",
+                                    retention_ms=(AlterConfigOpType.SET, "1"))) \
+        == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert error_code(lambda: alter(bootstrap, ResourceType.BROKER, "0",
+                                    broker_id=(AlterConfigOpType.SET, "9"))) \
+        == KafkaError.INVALID_CONFIG
+
+
+def test_dynamic_broker_configs_cluster_wide_then_per_broker(broker_factory, topic_name):
+    """Topic defaults from dynamic broker configs, with DescribeConfigs' sources and
+    synonyms, kept across a restart (replayed from the metadata log)."""
+    broker = broker_factory()
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, topic_name)
+    # librdkafka and kafka-python refuse the cluster-wide resource (""): sent as Kafka's
+    # tools send it.
+    with connect(broker) as sock:
+        response = call(sock, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, entity(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "IncrementalAlterConfigsRequest",
+            validate_only=False, resources=(entity(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "AlterConfigsResource", resource_type=4,
+                resource_name="", configs=(entity(
+                    ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "AlterableConfig",
+                    name="log.retention.ms", config_operation=0, value="7200000"),)),)))
+    assert [r.error_code for r in response.responses] == [ErrorCode.none]
+
+    retention = describe(bootstrap, ResourceType.TOPIC, topic_name)["retention.ms"]
+    assert (retention.value, retention.source) == (
+        "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms.values()][:1] == [
+        ("log.retention.ms", "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
+
+    alter(bootstrap, ResourceType.BROKER, "0",
+          log_retention_hours=(AlterConfigOpType.SET, "3"),
+          log_cleaner_threads=(AlterConfigOpType.SET, "2"))
+    broker.stop()
+    broker.start()
+
+    retention = describe(bootstrap, ResourceType.TOPIC, topic_name)["retention.ms"]
+    assert (retention.value, retention.source) == (
+        str(3 * 3600 * 1000), ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    own = describe(bootstrap, ResourceType.BROKER, "0")
+    assert own["log.cleaner.threads"].value == "2"
+    assert own["log.cleaner.threads"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert not own["log.cleaner.threads"].is_read_only
+    assert own["broker.id"].is_read_only and own["broker.id"].source == \
+        ConfigSource.STATIC_BROKER_CONFIG.value
+    assert own["kipper.cluster.secret"].is_sensitive and own["kipper.cluster.secret"].value is None
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)  # kafka-python sees the same
+    try:
+        described = admin.describe_configs(
+            [KpConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
+        assert "log.cleaner.threads" in str(described), described
+    finally:
+        admin.close()
