@@ -222,7 +222,7 @@ class Broker:
     def cleaner_io_max_bytes_per_second(self) -> float:
         """The log cleaner's I/O limit, read before each throttling decision (so that the
         dynamic broker config `log.cleaner.io.max.bytes.per.second` can apply at once)."""
-        return self.config.log_cleaner_io_max_bytes_per_second
+        return self.dynamic_configs.broker_number("log.cleaner.io.max.bytes.per.second")
 
     def _serve_requests(self) -> None:
         """Hand the handlers their services: from now on connections are served."""

@@ -28,6 +28,13 @@ def _static_broker_configs(config: BrokerConfig) -> dict[str, str]:
         "kipper.s3.secret.key": config.s3_secret_key,
         "kipper.default.storage.mode": config.default_storage_mode,
         "unclean.leader.election.enable": str(config.unclean_leader_election).lower(),
+        "log.cleaner.threads": config.log_cleaner_threads,
+        "log.cleaner.io.max.bytes.per.second": config.log_cleaner_io_max_bytes_per_second,
+        "log.cleaner.dedupe.buffer.size": config.log_cleaner_dedupe_buffer_size,
+        "log.cleaner.backoff.ms": config.log_cleaner_backoff_ms,
+        "auto.leader.rebalance.enable": str(config.auto_leader_rebalance_enable).lower(),
+        "leader.imbalance.per.broker.percentage": config.leader_imbalance_per_broker_percentage,
+        "leader.imbalance.check.interval.seconds": config.leader_imbalance_check_interval_seconds,
     }
     return {name: str(value) for name, value in values.items() if value is not None}
 

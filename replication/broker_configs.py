@@ -134,8 +134,6 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
                     "kipper.storage.mode of topics created without one",
                     topic_config="kipper.storage.mode"),
     # Broker-level dynamic configs other parts read (DynamicConfigs.broker_value).
-    BrokerConfigDef("log.cleaner.threads", "1", "int",
-                    "Threads of the log cleaner", dynamic=True),
     BrokerConfigDef("log.cleaner.io.max.bytes.per.second", repr(1.7976931348623157e308),
                     "double", "Bytes per second the log cleaner reads and writes at most",
                     dynamic=True),
@@ -164,6 +162,16 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _static("kipper.cluster.secret", "password",
             "Secret every node of the cluster proves it holds"),
     _static("kipper.s3.secret.key", "password", "Secret key of the object store"),
+    # Fixed at startup in kipper (Kafka resizes its cleaner threads live).
+    _static("log.cleaner.threads", "int", "Threads of the log cleaner"),
+    _static("log.cleaner.dedupe.buffer.size", "long", "Memory of the cleaner's key maps"),
+    _static("log.cleaner.backoff.ms", "long", "Sleep of a cleaner with no log to clean"),
+    _static("auto.leader.rebalance.enable", "boolean",
+            "Move leaderships back to preferred replicas"),
+    _static("leader.imbalance.per.broker.percentage", "int",
+            "Share of a broker's preferred leaderships elsewhere that triggers rebalancing"),
+    _static("leader.imbalance.check.interval.seconds", "long",
+            "How often the leader imbalance is checked"),
 )}
 
 

@@ -52,9 +52,8 @@ class ReplicaManager:
         self.isr_changes = IsrChanges()
         # The replication throttle (replication.throttle): bytes sent to, and fetched for,
         # throttled replicas out of the ISR.
-        self.leader_quota = ReplicationQuota(lambda: throttled_rate(image, node_id, LEADER_RATE))
-        self.follower_quota = ReplicationQuota(
-            lambda: throttled_rate(image, node_id, FOLLOWER_RATE))
+        self.leader_quota = ReplicationQuota(lambda: throttled_rate(configs, LEADER_RATE))
+        self.follower_quota = ReplicationQuota(lambda: throttled_rate(configs, FOLLOWER_RATE))
 
     def start(self) -> None:
         self._isr_task = asyncio.create_task(self._shrink_isr_loop())

@@ -17,7 +17,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .cluster_metadata import MetadataImage
+from storage.config import LONG_MAX
+
+from .dynamic_config import DynamicConfigs
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
@@ -26,15 +28,11 @@ QUOTA_WINDOWS = 11
 QUOTA_WINDOW_S = 1.0
 
 
-def throttled_rate(image: MetadataImage, node_id: int, name: str) -> int | None:
-    """The effective value of a throttled-rate broker config on ``node_id``: its own
-    dynamic value, else the cluster-wide default; None when unthrottled."""
-    # Read from the image directly until the typed dynamic broker configs (#16, configs) land.
-    for resource in (str(node_id), ""):
-        value = image.broker_configs.get(resource, {}).get(name)
-        if value is not None:
-            return int(value)
-    return None
+def throttled_rate(configs: DynamicConfigs, name: str) -> int | None:
+    """The effective value of a throttled-rate broker config on this node (its own dynamic
+    value, else the cluster-wide default); None when unthrottled (Kafka's default, Long.MAX)."""
+    rate = configs.broker_number(name)
+    return None if rate >= LONG_MAX else int(rate)
 
 
 def lists_replica(throttled_replicas: str, partition: int, broker: int) -> bool:

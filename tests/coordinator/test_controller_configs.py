@@ -12,6 +12,10 @@ from coordinator.controller import Controller, ControllerError, ControllerSettin
 SET, DELETE, APPEND, SUBTRACT = ConfigOp.SET, ConfigOp.DELETE, ConfigOp.APPEND, ConfigOp.SUBTRACT
 
 
+# A dynamic broker config read live (by the log cleaner).
+CLEANER_IO = "log.cleaner.io.max.bytes.per.second"
+
+
 @pytest.fixture
 async def controller(tmp_path):
     controller = Controller(tmp_path, ControllerSettings())
@@ -88,7 +92,7 @@ async def test_an_unknown_topic_is_unknown_topic_or_partition(controller):
     ("x", [ConfigChange("log.retention.ms", SET, "1")], ErrorCode.invalid_request),
     ("", [ConfigChange("broker.id", SET, "3")], ErrorCode.invalid_config),
     ("", [ConfigChange("log.retention.bananas", SET, "3")], ErrorCode.invalid_config),
-    ("0", [ConfigChange("log.cleaner.threads", SET, "many")], ErrorCode.invalid_config),
+    ("0", [ConfigChange(CLEANER_IO, SET, "many")], ErrorCode.invalid_config),
     ("0", [ConfigChange("log.cleanup.policy", SET, "shred")], ErrorCode.invalid_config),
 ])
 async def test_bad_broker_changes_are_refused(controller, resource, changes, code):
@@ -102,7 +106,7 @@ async def test_broker_configs_are_kept_per_resource_and_replayed_after_a_restart
     controller = Controller(tmp_path, ControllerSettings())
     await controller.start()
     await controller.alter_broker_configs("", [ConfigChange("log.retention.ms", SET, "60000")])
-    await controller.alter_broker_configs("0", [ConfigChange("log.cleaner.threads", SET, "2"),
+    await controller.alter_broker_configs("0", [ConfigChange(CLEANER_IO, SET, "2"),
                                                 ConfigChange("log.cleanup.policy", APPEND,
                                                              "compact")])
     await controller.alter_broker_configs("", [ConfigChange("log.segment.bytes", SET, "100000")],
@@ -114,9 +118,9 @@ async def test_broker_configs_are_kept_per_resource_and_replayed_after_a_restart
     try:
         assert restarted.image.broker_configs == {
             "": {"log.segment.bytes": "100000"},
-            "0": {"log.cleaner.threads": "2", "log.cleanup.policy": "delete,compact"}}
+            "0": {CLEANER_IO: "2", "log.cleanup.policy": "delete,compact"}}
         # Deleting the last config removes the resource.
-        await restarted.alter_broker_configs("0", [ConfigChange("log.cleaner.threads", DELETE, None),
+        await restarted.alter_broker_configs("0", [ConfigChange(CLEANER_IO, DELETE, None),
                                                    ConfigChange("log.cleanup.policy", DELETE, None)])
         assert "0" not in restarted.image.broker_configs
     finally:

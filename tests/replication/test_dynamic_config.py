@@ -9,6 +9,8 @@ from replication.broker_configs import ConfigSource
 from replication.cluster_metadata import MetadataImage, TopicInfo
 from replication.dynamic_config import ConfigSynonym, DynamicConfigs
 
+# A dynamic broker config read live (by the log cleaner).
+CLEANER_IO = "log.cleaner.io.max.bytes.per.second"
 NODE = 1
 
 
@@ -50,7 +52,7 @@ def test_defaults_come_from_kafkas_synonyms_in_precedence_order():
 def test_describe_reports_sources_and_synonyms_highest_first():
     configs, image = view({"log.retention.ms": "90000", "kipper.cluster.secret": "s"})
     set_dynamic(image, configs, "", {"log.retention.ms": "70000"})
-    set_dynamic(image, configs, str(NODE), {"log.cleaner.threads": "3"})
+    set_dynamic(image, configs, str(NODE), {CLEANER_IO: "3"})
     topic = TopicInfo("t", uuid.uuid4(), {"cleanup.policy": "compact"})
     described = {c.name: c for c in configs.describe_topic(topic)}
     retention = described["retention.ms"]
@@ -63,10 +65,10 @@ def test_describe_reports_sources_and_synonyms_highest_first():
     assert described["cleanup.policy"].kind == "list"
 
     broker = {c.name: c for c in configs.describe_broker()}
-    assert broker["log.cleaner.threads"].source == ConfigSource.DYNAMIC_BROKER_CONFIG
-    assert not broker["log.cleaner.threads"].read_only
+    assert broker[CLEANER_IO].source == ConfigSource.DYNAMIC_BROKER_CONFIG
+    assert not broker[CLEANER_IO].read_only
     assert broker["broker.id"].read_only
     assert broker["kipper.cluster.secret"].sensitive
     assert broker["kipper.cluster.secret"].value is None
-    assert configs.broker_number("log.cleaner.threads") == 3
+    assert configs.broker_number(CLEANER_IO) == 3
     assert [c.name for c in configs.describe_cluster_default()] == ["log.retention.ms"]

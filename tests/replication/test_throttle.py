@@ -6,17 +6,19 @@ import asyncio
 from types import SimpleNamespace
 
 from replication.cluster_metadata import MetadataImage
+from replication.dynamic_config import DynamicConfigs
 from replication.fetcher import LeaderFetcher
 from replication.throttle import LEADER_RATE, ReplicationQuota, lists_replica, throttled_rate
 
 
 def test_a_brokers_own_rate_overrides_the_cluster_default():
     image = MetadataImage()
-    assert throttled_rate(image, 1, LEADER_RATE) is None
+    node_1, node_2 = (DynamicConfigs(node, image, {}, {}) for node in (1, 2))
+    assert throttled_rate(node_1, LEADER_RATE) is None
     image.apply(0, {"type": "broker_config", "resource": "", "configs": {LEADER_RATE: "100"}})
-    assert throttled_rate(image, 1, LEADER_RATE) == 100
+    assert throttled_rate(node_1, LEADER_RATE) == 100
     image.apply(1, {"type": "broker_config", "resource": "1", "configs": {LEADER_RATE: "7"}})
-    assert (throttled_rate(image, 1, LEADER_RATE), throttled_rate(image, 2, LEADER_RATE)) == (7, 100)
+    assert (throttled_rate(node_1, LEADER_RATE), throttled_rate(node_2, LEADER_RATE)) == (7, 100)
 
 
 def test_throttled_replica_lists():

@@ -165,7 +165,7 @@ def test_dynamic_broker_configs_cluster_wide_then_per_broker(broker_factory, top
 
     alter(bootstrap, ResourceType.BROKER, "0",
           log_retention_hours=(AlterConfigOpType.SET, "3"),
-          log_cleaner_threads=(AlterConfigOpType.SET, "2"))
+          log_cleaner_io_max_bytes_per_second=(AlterConfigOpType.SET, "2000000"))
     broker.stop()
     broker.start()
 
@@ -173,9 +173,9 @@ def test_dynamic_broker_configs_cluster_wide_then_per_broker(broker_factory, top
     assert (retention.value, retention.source) == (
         str(3 * 3600 * 1000), ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     own = describe(bootstrap, ResourceType.BROKER, "0")
-    assert own["log.cleaner.threads"].value == "2"
-    assert own["log.cleaner.threads"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
-    assert not own["log.cleaner.threads"].is_read_only
+    cleaner_io = own["log.cleaner.io.max.bytes.per.second"]
+    assert (cleaner_io.value, cleaner_io.source) == ("2000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert not cleaner_io.is_read_only and own["log.cleaner.threads"].is_read_only
     assert own["broker.id"].is_read_only and own["broker.id"].source == \
         ConfigSource.STATIC_BROKER_CONFIG.value
     assert own["kipper.cluster.secret"].is_sensitive and own["kipper.cluster.secret"].value is None
@@ -184,6 +184,6 @@ def test_dynamic_broker_configs_cluster_wide_then_per_broker(broker_factory, top
     try:
         described = admin.describe_configs(
             [KpConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
-        assert "log.cleaner.threads" in str(described), described
+        assert "log.cleaner.io.max.bytes.per.second" in str(described), described
     finally:
         admin.close()
