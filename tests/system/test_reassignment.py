@@ -1,21 +1,24 @@
 """Replica placement by real clients on a 4-broker cluster: manual assignment at creation
 (CreateTopics, CreatePartitions), KIP-455 reassignment (kafka-python's
 alter/list_partition_reassignments) under an idempotent acks=all producer and a consumer
-that keeps reading, in every storage mode, and ElectLeaders (KIP-460, confluent-kafka);
+that keeps reading, in every storage mode, and with the replication throttle set as Kafka's
+reassignment tool sets it; ElectLeaders (KIP-460, confluent-kafka);
 kafkajs's admin client (tests/js/admin.mjs) and kcat's metadata see the same placements."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaError
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   ResourceType)
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import (InvalidReplicationAssignmentError, InvalidRequestError,
@@ -166,6 +169,63 @@ def test_elect_leaders_on_demand(cluster, admin, topic_name):
     assert results[asked[0]].code() == KafkaError.ELECTION_NOT_NEEDED
     results = confluent.elect_leaders(ElectionType.UNCLEAN, asked[:1]).result(30)
     assert results[asked[0]].code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+THROTTLED_RATE = 100_000  # bytes per second, for leaders and followers
+THROTTLED_BYTES = 3 << 19  # 1.5 MiB: more than a replica fetch takes at once (1 MiB)
+
+
+def set_throttle(cluster: Cluster, topic: str, rate: int | None) -> None:
+    """Kafka's reassignment tool's throttle: both rates on every broker, every replica of
+    ``topic`` throttled (``*``); None removes them (IncrementalAlterConfigs, confluent-kafka)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    op = AlterConfigOpType.DELETE if rate is None else AlterConfigOpType.SET
+
+    def resource(resource_type: ResourceType, name: str, configs: dict[str, str]):
+        return ConfigResource(resource_type, name, incremental_configs=[
+            ConfigEntry(key, None if rate is None else value, incremental_operation=op)
+            for key, value in configs.items()])
+
+    rates = {f"{side}.replication.throttled.rate": str(rate) for side in ("leader", "follower")}
+    # (librdkafka sends each broker's configs to that broker: one resource per call)
+    resources = [resource(ResourceType.BROKER, str(b.node_id), rates) for b in cluster.brokers]
+    resources.append(resource(ResourceType.TOPIC, topic, {
+        f"{side}.replication.throttled.replicas": "*" for side in ("leader", "follower")}))
+    for one in resources:
+        admin.incremental_alter_configs([one])[one].result(30)
+
+
+def test_the_replication_throttle_slows_a_reassignment(cluster, admin, topic_name):
+    """A replica fetch takes up to 1 MiB, and the rate is measured over Kafka's 11 windows
+    of a second (at least 10 s): the first fetch goes at once, the rest waits until the
+    measured rate is under the quota again."""
+    admin.create_topics([NewTopic(topic_name, replica_assignments={0: [0, 1, 2]})])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for _ in range(THROTTLED_BYTES // 1024):
+        producer.produce(topic_name, os.urandom(1024), partition=0)
+    assert producer.flush(30) == 0
+    stored = sum(p.stat().st_size
+                 for p in (cluster.brokers[0].data_dir / f"{topic_name}-0").glob("*.log"))
+    partition = TopicPartition(topic_name, 0)
+
+    def reassign(replicas: list[int]) -> float:
+        started = time.monotonic()
+        assert admin.alter_partition_reassignments({partition: replicas})[partition] is None
+        wait_until(lambda: not admin.list_partition_reassignments([partition]), 60,
+                   interval=0.1)
+        return time.monotonic() - started
+
+    set_throttle(cluster, topic_name, THROTTLED_RATE)
+    try:
+        throttled = reassign([1, 2, 3])
+    finally:
+        set_throttle(cluster, topic_name, None)
+    unthrottled = reassign([0, 1, 2])
+    print(f"{stored} bytes reassigned in {throttled:.1f} s at {THROTTLED_RATE} B/s, "
+          f"in {unthrottled:.1f} s unthrottled")
+    assert throttled >= 0.5 * stored / THROTTLED_RATE
+    assert unthrottled < throttled / 2
+    assert list(partition_metadata(cluster.bootstrap, topic_name).replicas) == [0, 1, 2]
 
 
 def test_kafkajs_admin_places_configures_and_moves_replicas(cluster, kafkajs, topic_name):
