@@ -17,14 +17,14 @@ import time
 import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   ResourceType)
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ResourceType
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import (InvalidReplicationAssignmentError, InvalidRequestError,
                           NoReassignmentInProgressError, UnknownTopicOrPartitionError)
 
 from support.clients import AckedProducer, assert_acked_exactly_once
+from support.configs import alter
 from support.processes import Cluster
 from support.kcat import kcat
 from support.topics import partition_metadata
@@ -177,22 +177,17 @@ THROTTLED_BYTES = 3 << 19  # 1.5 MiB: more than a replica fetch takes at once (1
 
 def set_throttle(cluster: Cluster, topic: str, rate: int | None) -> None:
     """Kafka's reassignment tool's throttle: both rates on every broker, every replica of
-    ``topic`` throttled (``*``); None removes them (IncrementalAlterConfigs, confluent-kafka)."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    ``topic`` throttled (``*``); None removes them."""
     op = AlterConfigOpType.DELETE if rate is None else AlterConfigOpType.SET
-
-    def resource(resource_type: ResourceType, name: str, configs: dict[str, str]):
-        return ConfigResource(resource_type, name, incremental_configs=[
-            ConfigEntry(key, None if rate is None else value, incremental_operation=op)
-            for key, value in configs.items()])
-
-    rates = {f"{side}.replication.throttled.rate": str(rate) for side in ("leader", "follower")}
-    # (librdkafka sends each broker's configs to that broker: one resource per call)
-    resources = [resource(ResourceType.BROKER, str(b.node_id), rates) for b in cluster.brokers]
-    resources.append(resource(ResourceType.TOPIC, topic, {
-        f"{side}.replication.throttled.replicas": "*" for side in ("leader", "follower")}))
-    for one in resources:
-        admin.incremental_alter_configs([one])[one].result(30)
+    for broker in cluster.brokers:
+        value = None if rate is None else str(rate)
+        alter(cluster.bootstrap, ResourceType.BROKER, str(broker.node_id),
+              leader_replication_throttled_rate=(op, value),
+              follower_replication_throttled_rate=(op, value))
+    replicas = None if rate is None else "*"
+    alter(cluster.bootstrap, ResourceType.TOPIC, topic,
+          leader_replication_throttled_replicas=(op, replicas),
+          follower_replication_throttled_replicas=(op, replicas))
 
 
 def test_the_replication_throttle_slows_a_reassignment(cluster, admin, topic_name):
