@@ -10,9 +10,9 @@
 // to [0, 2] (AlterPartitionReassignments) and lists the reassignments until none is left,
 // then describes the cluster. Prints one JSON document on stdout; the Python test checks it.
 import kafkajs from 'kafkajs'
-import { parseFlags, stderrLogCreator } from './common.mjs'
+import { newKafka, parseFlags } from './common.mjs'
 
-const { Kafka, logLevel, ConfigResourceTypes } = kafkajs
+const { ConfigResourceTypes } = kafkajs
 
 const RETENTION_MS = '3600000'
 const DEADLINE_MS = 30000
@@ -30,14 +30,7 @@ async function main () {
     if (args[required] === undefined) throw new Error(`missing --${required}`)
   }
   const topic = args.topic
-  const kafka = new Kafka({
-    clientId: 'kipper-kafkajs-admin-test',
-    brokers: args.bootstrap.split(','),
-    logLevel: logLevel.WARN,
-    logCreator: stderrLogCreator,
-    retry: { retries: 5, initialRetryTime: 100 },
-  })
-  const admin = kafka.admin()
+  const admin = newKafka('kipper-kafkajs-admin-test', args.bootstrap).admin()
   await admin.connect()
   const result = {}
   try {
