@@ -10,10 +10,7 @@
 // consumer group from the beginning, asks the admin API for offsets by timestamp and the
 // earliest/latest offsets, and prints one JSON document on stdout. The Python test checks it.
 // The record contents must stay in step with tests/support/dataset.py (make_records).
-import kafkajs from 'kafkajs'
-import { CODECS, parseFlags, stderrLogCreator } from './common.mjs'
-
-const { Kafka, logLevel } = kafkajs
+import { CODECS, newKafka, parseFlags } from './common.mjs'
 
 function parseArgs (argv) {
   const args = parseFlags(argv)
@@ -61,13 +58,7 @@ function withTimeout (promise, ms, what) {
 
 async function main () {
   const opts = parseArgs(process.argv.slice(2))
-  const kafka = new Kafka({
-    clientId: 'kipper-kafkajs-test',
-    brokers: opts.bootstrap.split(','),
-    logLevel: logLevel.WARN,
-    logCreator: stderrLogCreator,
-    retry: { retries: 5, initialRetryTime: 100 },
-  })
+  const kafka = newKafka('kipper-kafkajs-test', opts.bootstrap)
   const result = { compression: opts.compression, count: opts.count }
 
   const admin = kafka.admin()

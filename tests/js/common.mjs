@@ -6,7 +6,7 @@ import LZ4Codec from '@2l/kafkajs-lz4'
 // (`__importDefault is not defined`), which is why these scripts are ES modules.
 import '@sensejs/kafkajs-zstd-support'
 
-const { CompressionTypes, CompressionCodecs } = kafkajs
+const { CompressionTypes, CompressionCodecs, Kafka, logLevel } = kafkajs
 
 // Every codec registered, so every script reads batches of any codec (a topic's
 // compression.type may store them with another codec than the producer's).
@@ -37,4 +37,15 @@ export function parseFlags (argv) {
 export const stderrLogCreator = () => ({ namespace, label, log }) => {
   const { message, ...extra } = log
   process.stderr.write(`[kafkajs ${label} ${namespace}] ${message} ${JSON.stringify(extra)}\n`)
+}
+
+// A client of the brokers of `bootstrap` (comma-separated), logging warnings to stderr.
+export function newKafka (clientId, bootstrap, retries = 5) {
+  return new Kafka({
+    clientId,
+    brokers: bootstrap.split(','),
+    logLevel: logLevel.WARN,
+    logCreator: stderrLogCreator,
+    retry: { retries, initialRetryTime: 100 },
+  })
 }

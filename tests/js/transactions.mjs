@@ -12,19 +12,10 @@
 // consume: a consumer group of its own reads the topic from the beginning at the isolation
 // level (kafkajs `readUncommitted`) until it has `count` records, then `settle-ms` more; prints
 // {"values": [...]} in the order read.
-import kafkajs from 'kafkajs'
-import { parseFlags, stderrLogCreator } from './common.mjs'
-
-const { Kafka, logLevel } = kafkajs
+import { newKafka, parseFlags } from './common.mjs'
 
 function client (bootstrap) {
-  return new Kafka({
-    clientId: 'kipper-kafkajs-txn-test',
-    brokers: bootstrap.split(','),
-    logLevel: logLevel.WARN,
-    logCreator: stderrLogCreator,
-    retry: { retries: 8, initialRetryTime: 100 },
-  })
+  return newKafka('kipper-kafkajs-txn-test', bootstrap, 8)
 }
 
 async function produce (args) {

@@ -1,7 +1,8 @@
 """Log compaction seen by real clients, in every storage mode: a changelog topic of KEYS keys
 x VERSIONS versions, the last version of 10 % of the keys a tombstone, produced by
-confluent-kafka. Once cleaned, a consumer from the beginning (confluent-kafka, kafka-python)
-sees exactly the latest value of each live key, at the offset it was written at; the
+confluent-kafka to a topic created with cleanup.policy=delete, then switched to compact live
+(IncrementalAlterConfigs). Once cleaned, a consumer from the beginning (confluent-kafka,
+kafka-python) sees exactly the latest value of each live key, at the offset it was written at; the
 tombstones are gone after delete.retention.ms; a consumer group that committed mid-log
 resumes unaffected; the partition's files shrink, and /metrics counts the cleaner's work
 (the log cleaner's families, or diskless housekeeping's compaction counters). In classic mode the broker is also killed
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ResourceType
 from kafka import KafkaConsumer
+from support.configs import alter
 from support.metrics import scrape, total
 from support.topics import create_topic
 from support.wait import wait_until
@@ -36,7 +39,8 @@ DELETE_RETENTION_MS = 2000
 ROLL_KEY = b"~roll"  # written to roll the active segment, so the rest can be cleaned
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120 + KEYS * VERSIONS / 200)]
 
-TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(64 << 10),
+# Created with cleanup.policy=delete: the test switches it to compact once filled.
+TOPIC_CONFIG = {"cleanup.policy": "delete", "segment.bytes": str(64 << 10),
                 "segment.ms": str(SEGMENT_MS), "min.cleanable.dirty.ratio": "0.01",
                 # The roll after the tombstones' horizon is too small for the dirty ratio.
                 "max.compaction.lag.ms": "1000",
@@ -133,6 +137,10 @@ def test_a_compacted_changelog_keeps_the_latest_value_of_each_key(
                             "--metrics-listener", "127.0.0.1:0")
     create_topic(broker.bootstrap, topic_name, config=TOPIC_CONFIG)
     latest = produce_changelog(broker.bootstrap, topic_name)
+    # Nothing is compacted while the policy is delete (and the segments are closed).
+    assert len(read_confluent(broker.bootstrap, topic_name)) == KEYS * VERSIONS + 1
+    alter(broker.bootstrap, ResourceType.TOPIC, topic_name,
+          cleanup_policy=(AlterConfigOpType.SET, "compact"))
     live = {k: v for k, v in latest.items() if v is not None}
     local = storage_mode.name != "diskless"
     written = partition_bytes(broker.data_dir, topic_name) if local else 0

@@ -1,7 +1,8 @@
 """Changing configs on a live cluster, in every storage mode, with real admin clients:
 IncrementalAlterConfigs (confluent-kafka), AlterConfigs (kafka-python), DescribeConfigs with
 sources and synonyms; dynamic broker configs, cluster-wide and per broker; validate_only; the
-error codes of bad changes; configs kept across a restart."""
+error codes of bad changes; configs kept across a restart. A changed compression.type applies
+to the batches produced after it (the earlier ones keep their codec)."""
 
 from __future__ import annotations
 
@@ -9,41 +10,20 @@ import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ConfigSource,
-    ResourceType,
-)
+from confluent_kafka.admin import AlterConfigOpType, ConfigSource, ResourceType
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
-from support.raw import call, connect, entity
+from protocol.compression import CODECS
+from support.clients import consume_all
+from support.configs import alter, describe
+from support.raw import call, connect, entity, fetch_codecs
 from support.topics import create_topic
 from support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def alter(bootstrap: str, resource_type: ResourceType, name: str, validate_only: bool = False,
-          **changes: tuple[AlterConfigOpType, str | None]) -> None:
-    """IncrementalAlterConfigs of one resource (confluent-kafka); raises KafkaException."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    entries = [ConfigEntry(key.replace("_", "."), value, incremental_operation=op)
-               for key, (op, value) in changes.items()]
-    resource = ConfigResource(resource_type, name, incremental_configs=entries)
-    admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(30)
-
-
-def describe(bootstrap: str, resource_type: ResourceType, name: str) -> dict[str, ConfigEntry]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(resource_type, name)
-    # librdkafka always asks for synonyms.
-    return admin.describe_configs([resource])[resource].result(30)
 
 
 def error_code(call) -> int:
@@ -52,9 +32,11 @@ def error_code(call) -> int:
     return refused.value.args[0].code()
 
 
-def produce(bootstrap: str, topic: str, value: bytes, count: int = 1) -> list[KafkaError | None]:
+def produce(bootstrap: str, topic: str, value: bytes, count: int = 1,
+            codec: str = "none") -> list[KafkaError | None]:
     """Produce ``count`` records, each in its own batch; the delivery error of each."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all",
+                         "compression.type": codec})
     outcomes: list[KafkaError | None] = []
     for _ in range(count):
         producer.produce(topic, value, on_delivery=lambda error, _: outcomes.append(error))
@@ -105,6 +87,19 @@ def test_max_message_bytes_changes_what_produce_accepts_at_once(storage_mode, to
         assert produce(bootstrap, topic_name, b"m" * 5000) == [None]
     finally:
         admin.close()
+
+
+def test_a_changed_compression_type_applies_to_later_batches(storage_mode, topic_name):
+    bootstrap = storage_mode.bootstrap
+    create_topic(bootstrap, topic_name, replication_factor=storage_mode.replication_factor)
+    value = b"compressible " * 40
+    assert produce(bootstrap, topic_name, value, count=3, codec="lz4") == [None] * 3
+    alter(bootstrap, ResourceType.TOPIC, topic_name,
+          compression_type=(AlterConfigOpType.SET, "zstd"))
+    assert produce(bootstrap, topic_name, value, count=3, codec="lz4") == [None] * 3
+    # The batches stored before the change keep the producer's codec.
+    assert fetch_codecs(bootstrap, topic_name) == [CODECS["lz4"]] * 3 + [CODECS["zstd"]] * 3
+    assert consume_all(bootstrap, topic_name, 6) == [value] * 6
 
 
 def test_cleanup_policy_and_validate_only(storage_mode, topic_name):

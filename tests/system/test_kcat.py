@@ -10,27 +10,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 
 from support.dataset import (CREATE_TIME, Consumed, Record, check_consumed, make_records,
                              timestamp_queries)
+from support.kcat import KCAT, kcat
 from support.topics import create_topic
 
 CLIENT = "kcat"
 
-KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 CHUNKS = 3  # not a divisor of the probes' positions: they land inside batches
-
-
-def kcat(*args: str, stdin: bytes | None = None, timeout: float = 60) -> str:
-    assert KCAT, "kcat is not installed (apt-get install -y kcat)"
-    proc = subprocess.run([KCAT, *args], input=stdin, capture_output=True, timeout=timeout)
-    assert proc.returncode == 0, (
-        f"kcat {' '.join(args)} exited {proc.returncode}\nstderr:\n"
-        f"{proc.stderr.decode(errors='replace')[-3000:]}")
-    return proc.stdout.decode()
 
 
 def chunk_headers(j: int) -> tuple[tuple[str, bytes], ...]:
