@@ -29,10 +29,13 @@ CLUSTER_SECRET = "kipper-test-cluster-secret"
 # Settings of every node a test starts (``env`` overrides them): transactions open longer
 # than their timeout are aborted within a second, not Kafka's 10 s, so that a test of a
 # hanging transaction does not wait for the sweep; retention is checked every 2 s, not every
-# 5 minutes, so that a test lowering retention.ms sees the log shrink.
+# 5 minutes, so that a test lowering retention.ms sees the log shrink; leaderships are not
+# moved back to preferred replicas behind a test's back (a group coordinator moving while a
+# member commits on leaving loses that commit: tests of leader balancing turn it on).
 TEST_NODE_ENV = {"KIPPER_CLUSTER_SECRET": CLUSTER_SECRET,
                  "KIPPER_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "1000",
-                 "KIPPER_LOG_RETENTION_CHECK_INTERVAL_MS": "2000"}
+                 "KIPPER_LOG_RETENTION_CHECK_INTERVAL_MS": "2000",
+                 "KIPPER_AUTO_LEADER_REBALANCE_ENABLE": "false"}
 
 
 @dataclass

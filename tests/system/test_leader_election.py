@@ -18,6 +18,7 @@ CHECK_INTERVAL_S = 1
 
 def test_leadership_returns_to_the_preferred_replicas(tmp_path, topic_name):
     cluster = Cluster(tmp_path, broker_env={
+        "KIPPER_AUTO_LEADER_REBALANCE_ENABLE": "true",
         "KIPPER_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": str(CHECK_INTERVAL_S)}).start()
     try:
         admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)

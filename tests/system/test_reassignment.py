@@ -35,8 +35,7 @@ MODES = ("classic", "active-tiered", "diskless")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3_endpoint):
-    cluster = Cluster(tmp_path_factory.mktemp("reassignment"), brokers=4, s3=s3_endpoint,
-                      broker_env={"KIPPER_AUTO_LEADER_REBALANCE_ENABLE": "false"}).start()
+    cluster = Cluster(tmp_path_factory.mktemp("reassignment"), brokers=4, s3=s3_endpoint).start()
     yield cluster
     cluster.stop()
 
