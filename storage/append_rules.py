@@ -8,8 +8,9 @@ engine's ``_append``, so no engine can skip them. Each rule, and where it is app
   ``protocol.records.validate_produce_records``, called by the produce handler before it
   picks a partition. It needs no topic config, so it stays in the sans-I/O protocol layer.
 - **Size** (here, ``check_append``): every batch at most ``max.message.bytes``, and the whole
-  record set at most ``segment.bytes`` (a segment must be able to hold it). Refused with
-  MESSAGE_TOO_LARGE, before anything is stored.
+  record set at most ``segment.bytes`` (a segment must be able to hold it). Refused,
+  before anything is stored, with MESSAGE_TOO_LARGE and RECORD_LIST_TOO_LARGE respectively
+  (Kafka's RecordTooLargeException and RecordBatchTooLargeException).
 - **Keys on compacted topics** (here, ``AppendDecision.invalid``): a ``cleanup.policy`` with
   ``compact`` refuses a client's record without a key with INVALID_RECORD, as Kafka's
   LogValidator: the cleaner keeps the latest record of each key, a keyless one has none.
@@ -60,11 +61,20 @@ class AppendOrigin(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class SizeRefusal:
+    """Why batches are too large to store: one batch over max.message.bytes, or the whole
+    record set of the partition over segment.bytes (``whole_record_set``)."""
+
+    message: str
+    whole_record_set: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AppendDecision:
     """What the rules decided about one append's batches."""
 
-    # Why the batches are refused with MESSAGE_TOO_LARGE; None when they may be stored.
-    too_large: str | None
+    # Why the batches are refused for their size; None when they may be stored.
+    too_large: SizeRefusal | None
     # Stamp the batches with the broker's clock (message.timestamp.type=LogAppendTime);
     # else they keep their producers' CreateTime.
     log_append_time: bool
@@ -113,7 +123,7 @@ def needs_recompression(decision: AppendDecision, batches: Sequence[BatchHeader]
 
 
 def recompressed(config: LogConfig, records: bytearray, batches: Sequence[BatchHeader],
-                 codec: int) -> tuple[bytearray, list[BatchHeader], str | None]:
+                 codec: int) -> tuple[bytearray, list[BatchHeader], SizeRefusal | None]:
     """``records`` with every batch of another codec rewritten with ``codec`` (at the
     topic's level), their new headers, and why the result is too large (None if it is
     not). Raises InvalidRecordBatch when records do not decode."""
@@ -129,11 +139,12 @@ def recompressed(config: LogConfig, records: bytearray, batches: Sequence[BatchH
 
 
 def _too_large(config: LogConfig, records_size: int,
-               batches: Sequence[BatchHeader]) -> str | None:
+               batches: Sequence[BatchHeader]) -> SizeRefusal | None:
     for batch in batches:
         if batch.size > config.max_message_bytes:
-            return (f"record batch of {batch.size} bytes exceeds max.message.bytes="
-                    f"{config.max_message_bytes}")
+            return SizeRefusal(f"record batch of {batch.size} bytes exceeds max.message.bytes="
+                               f"{config.max_message_bytes}", whole_record_set=False)
     if records_size > config.segment_bytes:
-        return f"{records_size} bytes of batches exceed segment.bytes={config.segment_bytes}"
+        return SizeRefusal(f"{records_size} bytes of batches exceed segment.bytes="
+                           f"{config.segment_bytes}", whole_record_set=True)
     return None

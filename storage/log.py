@@ -20,6 +20,7 @@ from protocol.records import BatchHeader, InvalidRecordBatch
 from .append_rules import (
     AppendDecision,
     AppendOrigin,
+    SizeRefusal,
     check_append,
     needs_recompression,
     recompressed,
@@ -40,7 +41,11 @@ class OffsetOutOfRange(StorageError):
 
 
 class RecordTooLarge(StorageError):
-    """MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE."""
+    """A batch larger than max.message.bytes (MESSAGE_TOO_LARGE)."""
+
+
+class RecordListTooLarge(RecordTooLarge):
+    """The batches of one append larger than segment.bytes (RECORD_LIST_TOO_LARGE)."""
 
 
 class KafkaStorageError(StorageError):
@@ -134,7 +139,7 @@ class PartitionLog(abc.ABC):
         implement ``_append`` and leave this alone, so that no append skips the rules."""
         decision = check_append(self.config, records, batches, origin)
         if decision.too_large is not None:
-            raise RecordTooLarge(f"{decision.too_large} of {self.topic}-{self.partition}")
+            raise self._too_large(decision.too_large)
         if decision.invalid is not None:
             raise InvalidRecordBatch(f"{decision.invalid} of {self.topic}-{self.partition}")
         # Recompression runs here, before the first await: off the event loop, a later
@@ -143,9 +148,13 @@ class PartitionLog(abc.ABC):
             records, batches, too_large = recompressed(self.config, records, batches,
                                                        decision.target_codec)
             if too_large is not None:
-                raise RecordTooLarge(f"{too_large} of {self.topic}-{self.partition}")
+                raise self._too_large(too_large)
         self.check_space(len(records))
         return await self._append(records, batches, leader_epoch, decision)
+
+    def _too_large(self, refusal: SizeRefusal) -> RecordTooLarge:
+        error = RecordListTooLarge if refusal.whole_record_set else RecordTooLarge
+        return error(f"{refusal.message} of {self.topic}-{self.partition}")
 
     def check_space(self, size: int) -> None:
         """Raise DiskFull if ``size`` more bytes of this log would take the reserved space."""

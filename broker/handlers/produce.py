@@ -18,7 +18,7 @@ from protocol.records import (
 )
 from replication.partition import Partition, PartitionError
 from storage.disk_space import log_storage_error
-from storage.log import AppendResult, KafkaStorageError, RecordTooLarge
+from storage.log import AppendResult, KafkaStorageError, RecordListTooLarge, RecordTooLarge
 from storage.producer_state import NO_OFFSET, ProducerStateError
 
 from .registry import RequestContext, handles
@@ -87,6 +87,8 @@ async def _append(ctx: RequestContext, topic: str, partition_index: int,
     except InvalidRecordBatch as e:
         log.info("rejecting produce to %s-%d from %s: %s", topic, partition_index, ctx.peer, e)
         return _batch_error(e), str(e)
+    except RecordListTooLarge as e:
+        return ErrorCode.record_list_too_large, str(e)
     except RecordTooLarge as e:
         return ErrorCode.message_too_large, str(e)
     except ProducerStateError as e:

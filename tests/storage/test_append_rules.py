@@ -116,10 +116,14 @@ async def _produce_answer(log: PartitionLog, mode: str, records: bytes) -> Error
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_produce_answers_message_too_large(open_log, build_batch, mode):
-    log = open_log(mode, max_message_bytes=LIMIT)
-    assert await _produce_answer(log, mode, bytes(build_batch(LARGE))) == \
-        ErrorCode.message_too_large
+@pytest.mark.parametrize("limit, error", [
+    ("max_message_bytes", ErrorCode.message_too_large),
+    # Kafka's RecordBatchTooLargeException: the record set does not fit in a segment.
+    ("segment_bytes", ErrorCode.record_list_too_large)])
+async def test_produce_answers_kafkas_error_for_each_size_limit(open_log, build_batch, mode,
+                                                                limit, error):
+    log = open_log(mode, **{limit: LIMIT})
+    assert await _produce_answer(log, mode, bytes(build_batch(LARGE))) == error
 
 
 KEYS = [b"a", b"b", None]

@@ -56,8 +56,10 @@ def key(k: int) -> bytes:
 
 def produce_changelog(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
     """Every version of every key; each value carries its offset (one partition, in order)."""
+    # A produce request's batches must fit one segment (64 KiB here), as in Kafka: else
+    # RECORD_LIST_TOO_LARGE (librdkafka's batches grow to 1 MB under load).
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 5})
+                         "linger.ms": 5, "batch.size": 32 << 10})
     latest: dict[bytes, bytes | None] = {}
     offset = 0
     for version in range(VERSIONS):
