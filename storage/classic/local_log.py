@@ -84,10 +84,15 @@ class LocalLog:
             self._marker_removal_unsynced = True
 
     def _finish_swaps(self) -> None:
-        """Discard the cleaner's unfinished rewrites and complete its finished swaps."""
-        for cleaned in self.dir.glob(f"*{CLEANED_SUFFIX}"):
+        """Discard the cleaner's unfinished rewrites and complete its finished swaps (the
+        directory is synced only when there were any: every log is opened at start-up)."""
+        cleaned_files = list(self.dir.glob(f"*{CLEANED_SUFFIX}"))
+        swaps = sorted(self.dir.glob(f"*.log{SWAP_SUFFIX}"))
+        if not cleaned_files and not swaps:
+            return
+        for cleaned in cleaned_files:
             cleaned.unlink()
-        for swap in sorted(self.dir.glob(f"*.log{SWAP_SUFFIX}")):
+        for swap in swaps:
             base = int(swap.name.partition(".")[0])
             segment = self._new_segment(base, SWAP_SUFFIX)
             segment.recover()
