@@ -25,6 +25,7 @@ from coordinator.group.service import GroupCoordinator
 from protocol.apis import ApiKey
 from protocol.internal import InternalApiKey
 from replication.cluster_metadata import METADATA_TOPIC, NO_LEADER, MetadataImage
+from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
 from replication.partition import PartitionError, ReplicatedPartition
 from replication.replica_manager import ReplicaManager
@@ -273,6 +274,7 @@ class BrokerMetrics(Collector):
     replicas: Callable[[], ReplicaManager | None]
     # This node's controller role, if it runs the controller.
     controller: Controller | None
+    fetch_sessions: FetchSessionCache
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
@@ -285,6 +287,8 @@ class BrokerMetrics(Collector):
             catalog.ACTIVE_CONTROLLER: int(self.controller is not None),
             catalog.OFFLINE_PARTITIONS:
                 0 if self.controller is None else offline_partitions(self.controller.image),
+            catalog.FETCH_SESSIONS: len(self.fetch_sessions.sessions),
+            catalog.FETCH_SESSION_EVICTIONS: self.fetch_sessions.evictions,
         }
         replicas = self.replicas()
         if replicas is not None:  # None until the node has started
@@ -305,6 +309,10 @@ class BrokerMetrics(Collector):
         family = catalog.EVENT_LOOP_LAG.family()
         self.loop_lag.histogram.add_to(family)
         yield family
+        family = catalog.FETCH_REQUESTS.family()
+        for kind, n in sorted(self.fetch_sessions.requests.items()):
+            family.add_metric([kind], n)
+        yield family
         yield from self.requests.collect()
         yield from self.topics.collect()
         yield from self.lag.collect()
@@ -314,6 +322,7 @@ class BrokerMetrics(Collector):
             **{spec.name.removeprefix("kipper_"): value
                for spec, value in self._unlabelled().items()},
             "requests": self.requests.snapshot(),
+            "fetch_requests": dict(self.fetch_sessions.requests),
             "topics": self.topics.snapshot(),
             "consumer_group_lag": [
                 {"group": row.group, "topic": row.topic, "partition": row.partition,

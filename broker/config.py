@@ -120,6 +120,10 @@ class BrokerConfig:
         100 * 1024 * 1024, "Largest request frame accepted (`socket.request.max.bytes`).")
     connections_max_idle_ms: int = setting(
         600_000, "A client connection idle this long is closed (`connections.max.idle.ms`).")
+    max_incremental_fetch_session_cache_slots: int = setting(
+        1000, "Incremental fetch sessions (KIP-227) a broker keeps for consumers and "
+        "followers (`max.incremental.fetch.session.cache.slots`); past it a new session "
+        "takes an idle or less valuable one's slot, or the fetcher goes without.")
     fetch_max_bytes: int = setting(
         55 * 1024 * 1024, "Most record bytes one Fetch response carries, whatever the request "
         "asks (`fetch.max.bytes`).")

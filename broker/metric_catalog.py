@@ -81,6 +81,21 @@ EVENT_LOOP_LAG = MetricSpec(
     "How late the event loop ran a timer (sampled every 0.5 s): time the broker could not "
     "serve anything", where=EVERY_NODE)
 
+# Fetch sessions (KIP-227, replication/fetch_session.py).
+FETCH_SESSIONS = MetricSpec(
+    "kipper_fetch_sessions", "gauge",
+    "Incremental fetch sessions this broker holds (at most "
+    "max_incremental_fetch_session_cache_slots; Kafka's NumIncrementalFetchSessions)",
+    where=EVERY_NODE)
+FETCH_SESSION_EVICTIONS = MetricSpec(
+    "kipper_fetch_session_evictions", "counter",
+    "Sessions evicted for new ones (Kafka's IncrementalFetchSessionEvictionsPerSec)",
+    where=EVERY_NODE)
+FETCH_REQUESTS = MetricSpec(
+    "kipper_fetch_requests", "counter",
+    "Fetch requests by session kind: none (no session), full (creating one), incremental, "
+    "or the session error they were answered with", ("session",), EVERY_NODE)
+
 # Topics (broker/handlers/produce.py, fetch.py).
 TOPIC_BYTES_IN = MetricSpec(
     "kipper_topic_bytes_in", "counter",
@@ -283,6 +298,7 @@ PROCESS_FAMILIES = (
 
 CATALOG: tuple[MetricSpec, ...] = (
     REQUEST_SECONDS, CONNECTIONS, RESPONSE_MEMORY_USED, RESPONSE_MEMORY_LIMIT, EVENT_LOOP_LAG,
+    FETCH_SESSIONS, FETCH_SESSION_EVICTIONS, FETCH_REQUESTS,
     TOPIC_BYTES_IN, TOPIC_RECORDS_IN, TOPIC_BYTES_OUT, REPLICATION_BYTES_OUT,
     PARTITIONS, LEADER_PARTITIONS, UNDER_REPLICATED, UNDER_MIN_ISR, AT_MIN_ISR,
     ISR_SHRINKS, ISR_EXPANDS, OFFLINE_PARTITIONS, ACTIVE_CONTROLLER,

@@ -27,6 +27,7 @@ from replication.cluster_metadata import (
     MetadataImage,
     PartitionInfo,
 )
+from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
 from replication.partition import ReplicatedPartition
 from replication.replica_manager import ReplicaManager
@@ -148,6 +149,7 @@ class Broker:
         self.request_metrics = RequestMetrics()
         self.topic_metrics = TopicMetrics()
         self.loop_lag = EventLoopLag()
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         if self.metrics is not None:
             lag = ConsumerLag(lambda: self.group_coordinator, lambda: self.replicas, self.image,
                               self.nodes)
@@ -155,7 +157,7 @@ class Broker:
             self.metrics.add_source("broker", BrokerMetrics(
                 self.request_metrics, self.topic_metrics, lag, self.loop_lag,
                 self.response_memory, lambda: len(self._connections), lambda: self.replicas,
-                self.controller))
+                self.controller, self.fetch_sessions))
             self.metrics.add_source("log_cleaner", LogCleanerMetrics(self.logs.cleaner.metrics))
 
     async def start(self) -> None:
@@ -236,6 +238,7 @@ class Broker:
             batch_coordinator=self.batch_coordinator,
             producer_ids=self.producer_ids, capture=self.capture,
             storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics,
+            fetch_sessions=self.fetch_sessions,
             transaction_partitions=None if self.transaction_coordinator is None
             else TransactionPartitionAdder(self.transaction_coordinator, self.nodes,
                                            self.config.node_id))

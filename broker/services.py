@@ -27,6 +27,7 @@ from protocol.apis import ApiKey
 from protocol.build import make
 from replication.cluster_metadata import MetadataImage
 from replication.dynamic_config import DynamicConfigs
+from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
 from replication.replica_manager import ReplicaManager
 
@@ -105,6 +106,8 @@ class BrokerServices:
     storage_modes: Collection[str]
     # Bytes and records per topic, counted by Produce and Fetch.
     topic_metrics: TopicMetrics = field(default_factory=TopicMetrics)
+    # Incremental fetch sessions (KIP-227) of consumers and followers fetching here.
+    fetch_sessions: FetchSessionCache = field(default_factory=lambda: FetchSessionCache(1000))
     # How this broker, as a partition leader, adds partitions to transactions of producers
     # on transaction protocol version 2 (Produce v12+, TxnOffsetCommit v5+).
     transaction_partitions: TransactionPartitionAdder | None = None

@@ -4,6 +4,10 @@ One fetcher per leader broker, as in Kafka's ReplicaFetcherThread. A partition t
 becomes a follower first truncates its log to where it agrees with the leader's epoch
 history (OffsetForLeaderEpoch, KIP-101/279), then fetches from its log end offset with
 its replica id, which is how the leader learns the follower's position.
+
+Its fetches run in an incremental fetch session (KIP-227, replication.fetch_session): each
+lists only the partitions whose position moved since the last one, so an idle follower of
+thousands of partitions sends (and the leader reads) next to nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +17,12 @@ import logging
 from typing import Callable
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.request import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    ForgottenTopic,
+)
 from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -25,6 +34,7 @@ from protocol.build import make
 from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError
 
+from .fetch_session import INVALID_SESSION_ID, FetchPlan, FetchPosition, FetchSessionHandler
 from .node_client import NodeConnection
 from .partition import ReplicatedPartition
 from .throttle import ReplicationQuota
@@ -53,6 +63,7 @@ class LeaderFetcher:
         self._needs_truncation: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self.session = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -61,6 +72,7 @@ class LeaderFetcher:
         key = (partition.topic, partition.index)
         self.partitions[key] = partition
         self._needs_truncation.add(key)
+        self.session.resend(key)
         self._changed.set()
 
     def remove(self, topic: str, index: int) -> None:
@@ -85,6 +97,7 @@ class LeaderFetcher:
             except (ConnectionError, OSError, asyncio.TimeoutError, KafkaStorageError) as e:
                 # (A storage error here came from truncating this replica's log.)
                 log.info("fetch from leader %d failed: %s", self.leader_id, e)
+                self.session.reset()
                 await asyncio.sleep(0.5)
 
     async def _truncate(self) -> None:
@@ -120,41 +133,74 @@ class LeaderFetcher:
         self._needs_truncation.clear()
 
     async def _fetch_once(self) -> None:
-        by_topic: dict[str, list] = {}
         throttled = {key for key, partition in self.partitions.items()
                      if self.quota is not None and self.throttled(partition)}
         held_back = throttled if throttled and self.quota.exceeded() else set()
         if held_back and len(held_back) == len(self.partitions):
             await asyncio.sleep(THROTTLED_PAUSE_S)
             return
-        for (topic, index), partition in self.partitions.items():
-            if (topic, index) in held_back:
-                continue
-            by_topic.setdefault(topic, []).append(make(
-                FetchPartition, partition=index, current_leader_epoch=partition.leader_epoch,
-                fetch_offset=partition.log.log_end_offset,
-                last_fetched_epoch=partition.log.latest_epoch(),
-                log_start_offset=partition.log.log_start_offset,
-                partition_max_bytes=PARTITION_MAX_BYTES))
-        request = make(FetchRequest, replica_id=self.node_id, max_wait=FETCH_MAX_WAIT_MS,
-                       min_bytes=1, max_bytes=16 << 20, isolation_level=0, session_id=0,
-                       session_epoch=-1, forgotten_topics_data=(), rack_id="",
-                       topics=tuple(make(FetchTopic, topic=t, partitions=tuple(ps))
-                                    for t, ps in by_topic.items()))
-        response = await self.connection.call(ApiKey.FETCH, request, FETCH_MAX_WAIT_MS / 1000 + 30)
-        # Concurrently: an active-tiered partition's append downloads from object storage,
-        # which must not hold back the other partitions.
+        wanted = {key: FetchPosition(partition.log.log_end_offset, partition.leader_epoch,
+                                     partition.log.log_start_offset)
+                  for key, partition in self.partitions.items() if key not in held_back}
+        if held_back:
+            # A fetch of only some partitions, outside the session, which stays as it was.
+            plan = FetchPlan(INVALID_SESSION_ID, -1, wanted, [])
+        else:
+            plan = self.session.plan(wanted)
+        request = self._request(plan)
+        try:
+            response = await self.connection.call(ApiKey.FETCH, request,
+                                                  FETCH_MAX_WAIT_MS / 1000 + 30)
+        except BaseException:
+            self.session.reset()  # the broker may or may not have taken the request
+            raise
+        if not held_back:
+            self.session.answered(plan, response.error_code, response.session_id)
+        if response.error_code != ErrorCode.none:
+            log.info("fetch session with leader %d: %s, starting a new one", self.leader_id,
+                     response.error_code.name)
+            return
         if throttled:
             self.quota.record(sum(len(data.records or b"") for topic in response.responses
                                   for data in topic.partitions
                                   if (topic.topic, data.partition_index) in throttled))
-        applied = await asyncio.gather(*(
-            self._apply(partition, data)
-            for topic in response.responses for data in topic.partitions
-            if (partition := self.partitions.get((topic.topic, data.partition_index))) is not None))
-        if not any(applied):
+        # Concurrently: an active-tiered partition's append downloads from object storage,
+        # which must not hold back the other partitions.
+        answered = [(partition, data) for topic in response.responses
+                    for data in topic.partitions
+                    if (partition := self.partitions.get((topic.topic, data.partition_index)))
+                    is not None]
+        applied = await asyncio.gather(*(self._apply(partition, data)
+                                         for partition, data in answered))
+        for (partition, _), ok in zip(answered, applied):
+            if not ok:  # its answer could not be used: ask for it again
+                self.session.resend((partition.topic, partition.index))
+        if answered and not any(applied):
             # Every partition is waiting for metadata that moves it: do not spin.
             await asyncio.sleep(0.1)
+
+    def _request(self, plan: FetchPlan) -> FetchRequest:
+        by_topic: dict[str, list] = {}
+        for (topic, index), position in plan.to_send.items():
+            by_topic.setdefault(topic, []).append(make(
+                FetchPartition, partition=index,
+                current_leader_epoch=position.current_leader_epoch,
+                fetch_offset=position.fetch_offset,
+                last_fetched_epoch=self.partitions[(topic, index)].log.latest_epoch(),
+                log_start_offset=position.log_start_offset,
+                partition_max_bytes=PARTITION_MAX_BYTES))
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in plan.forgotten:
+            forgotten.setdefault(topic, []).append(index)
+        return make(FetchRequest, replica_id=self.node_id, max_wait=FETCH_MAX_WAIT_MS,
+                    min_bytes=1, max_bytes=16 << 20, isolation_level=0,
+                    session_id=plan.session_id, session_epoch=plan.epoch,
+                    forgotten_topics_data=tuple(
+                        make(ForgottenTopic, topic=topic, partitions=tuple(indexes))
+                        for topic, indexes in forgotten.items()),
+                    rack_id="",
+                    topics=tuple(make(FetchTopic, topic=t, partitions=tuple(ps))
+                                 for t, ps in by_topic.items()))
 
     async def _apply(self, partition: ReplicatedPartition, data) -> bool:
         if data.error_code == ErrorCode.none:

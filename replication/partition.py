@@ -65,11 +65,21 @@ class Watchable:
 
     def __init__(self) -> None:
         self._waiters: set[asyncio.Future] = set()
+        # Called at every change, for as long as they are registered (fetch sessions).
+        self._listeners: list[Callable[[], None]] = []
 
     def notify_waiters(self) -> None:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        for listener in self._listeners:
+            listener()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.remove(listener)
 
     def add_waiter(self, waiter: asyncio.Future) -> None:
         self._waiters.add(waiter)
@@ -160,10 +170,13 @@ class ReplicatedPartition(Partition):
 
     def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
                  propose_isr: IsrProposer | None = None,
-                 isr_changes: IsrChanges | None = None) -> None:
+                 isr_changes: IsrChanges | None = None,
+                 last_fetch_by: Callable[[int], float] = lambda replica_id: 0.0) -> None:
+        """``last_fetch_by``: when a follower broker last fetched anything from this one."""
         super().__init__(node_id, log, info)
         self.propose_isr = propose_isr
         self.isr_changes = isr_changes
+        self.last_fetch_by = last_fetch_by
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
         self._high_watermark = log.log_start_offset
@@ -290,9 +303,18 @@ class ReplicatedPartition(Partition):
             return
         now = time.monotonic()
         lagging = [r for r in self.isr if r != self.node_id and
-                   now - self._followers.get(r, FollowerState()).caught_up_at > max_lag_s]
+                   now - self._caught_up_at(r) > max_lag_s]
         if lagging:
             self._propose([r for r in self.isr if r not in lagging])
+
+    def _caught_up_at(self, replica_id: int) -> float:
+        """When the follower last held everything this log holds. One that holds it now held
+        it at its latest fetch of any partition: an idle partition of its fetch session
+        (KIP-227) is fetched by every fetch without being listed."""
+        state = self._followers.get(replica_id, FollowerState())
+        if state.log_end_offset >= self.log.log_end_offset:
+            return max(state.caught_up_at, self.last_fetch_by(replica_id))
+        return state.caught_up_at
 
     def _propose(self, new_isr: list[int]) -> None:
         if self.propose_isr is None or (self._isr_change and not self._isr_change.done()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from kio.schema.alter_partition.v3.request import (
     AlterPartitionRequest,
@@ -50,6 +51,8 @@ class ReplicaManager:
         self._isr_task: asyncio.Task | None = None
         self.broker_epoch = -1
         self.isr_changes = IsrChanges()
+        # When each follower broker last fetched from this one (time.monotonic()).
+        self._follower_fetches: dict[int, float] = {}
         # The replication throttle (replication.throttle): bytes sent to, and fetched for,
         # throttled replicas out of the ISR.
         self.leader_quota = ReplicationQuota(lambda: throttled_rate(configs, LEADER_RATE))
@@ -116,7 +119,7 @@ class ReplicaManager:
         if partition is None:
             log_ = self.logs.open(info.topic, info.partition, config)
             partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
-                                            self.isr_changes)
+                                            self.isr_changes, self.last_fetch_by)
             self.partitions[key] = partition
         else:
             partition.update_info(info)
@@ -131,6 +134,12 @@ class ReplicaManager:
         partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
         partition.notify_waiters()
         self._clean_up(self.logs.delete_partition(*key))
+
+    def follower_fetched(self, replica_id: int) -> None:
+        self._follower_fetches[replica_id] = time.monotonic()
+
+    def last_fetch_by(self, replica_id: int) -> float:
+        return self._follower_fetches.get(replica_id, 0.0)
 
     def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
         """Whether what this broker, as leader, sends follower ``replica_id`` counts against

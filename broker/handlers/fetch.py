@@ -9,6 +9,15 @@ from protocol.apis import ApiKey
 from protocol.build import millis
 from replication.cluster_metadata import METADATA_TOPIC
 from protocol.records import iter_batches
+from replication.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    FetchSessionError,
+    PartitionKey,
+)
 from replication.partition import Partition, PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, OffsetOutOfRange, RecordsLost
 
@@ -27,6 +36,8 @@ class PartitionRead(NamedTuple):
     watch: Partition | None  # the partition to watch for new data (None: the entry is an error)
     # A follower is sent a high watermark it does not know yet: answer without waiting.
     answer_now: bool = False
+    # There were records to send and none went (the response was full, or throttled).
+    more: bool = False
 
 
 async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budget: int,
@@ -98,7 +109,8 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     entry = _entry(ctx, request, index, error, hw=partition.high_watermark,
                    lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
                    records=records, aborted=aborted)
-    return PartitionRead(entry, len(records), partition, answer_now)
+    return PartitionRead(entry, len(records), partition, answer_now,
+                         more=not records and fetch.fetch_offset < upper)
 
 
 def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offset: int,
@@ -152,47 +164,138 @@ def response_bytes_bound(request, fetch_max_bytes: int) -> int:
     return min(requested, partitions, fetch_max_bytes)
 
 
-async def _read_all(ctx: RequestContext, request,
-                    received_at: float) -> tuple[list, int, bool, list[Partition]]:
-    """The response's topics, their record bytes, whether it should be sent now regardless
-    of them (an error, or news for a follower), and the partitions to watch."""
-    budget = response_bytes_bound(request, ctx.services.config.fetch_max_bytes)
-    total = 0
-    answer_now = False
-    watched: list[Partition] = []
-    topics = []
-    for fetch_topic in request.topics:
-        entries = []
-        for fetch in fetch_topic.partitions:
-            read = await _read_partition(ctx, request, fetch_topic.topic, fetch,
-                                         max(budget - total, 0), total == 0, received_at)
-            entries.append(read.entry)
+class _Reads:
+    """What a Fetch has read so far, by partition: a long poll reads again only what changed
+    (every partition without a session), and a later read of a partition replaces the
+    earlier one."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.by_key: dict[PartitionKey, tuple[object, PartitionRead]] = {}
+        self.answer_now = False
+
+    @property
+    def total(self) -> int:
+        return sum(read.size for _, read in self.by_key.values())
+
+    async def read(self, ctx: RequestContext, request, targets: list[tuple[str, object]],
+                   received_at: float) -> list[tuple[PartitionKey, PartitionRead]]:
+        """Read ``targets`` (topic, the partition's fetch position) in order."""
+        for key in {(topic, fetch.partition) for topic, fetch in targets}:
+            self.by_key.pop(key, None)
+        total = self.total
+        done = []
+        for topic, fetch in targets:
+            read = await _read_partition(ctx, request, topic, fetch, max(self.budget - total, 0),
+                                         total == 0, received_at)
+            key = (topic, fetch.partition)
+            self.by_key[key] = (fetch, read)
             total += read.size
-            if read.watch is None:
-                answer_now = True
-            else:
-                watched.append(read.watch)
-                answer_now = answer_now or read.answer_now
-        topics.append(ctx.response("FetchableTopicResponse", topic=fetch_topic.topic,
-                                   partitions=tuple(entries)))
-    return topics, total, answer_now, watched
+            self.answer_now = self.answer_now or read.watch is None or read.answer_now
+            done.append((key, read))
+        return done
+
+    def topics(self, ctx: RequestContext, include=lambda key, fetch, entry: True) -> list:
+        """The response's topics: the entries ``include`` keeps, grouped by topic."""
+        by_topic: dict[str, list] = {}
+        for (topic, _), (fetch, read) in self.by_key.items():
+            if include((topic, fetch.partition), fetch, read.entry):
+                by_topic.setdefault(topic, []).append(read.entry)
+        return [ctx.response("FetchableTopicResponse", topic=topic, partitions=tuple(entries))
+                for topic, entries in by_topic.items()]
+
+
+def _requested(request) -> list[tuple[str, object]]:
+    return [(topic.topic, fetch) for topic in request.topics for fetch in topic.partitions]
+
+
+def _open_session(ctx: RequestContext, request) -> FetchSession | None:
+    """The request's fetch session (KIP-227; see replication.fetch_session), updated with
+    what the request lists and forgets; None for a fetch without one. Raises
+    FetchSessionError."""
+    sessions = ctx.services.fetch_sessions
+    session_id, epoch = request.session_id, request.session_epoch
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id != INVALID_SESSION_ID:
+            sessions.remove(session_id)
+        if epoch == FINAL_EPOCH:
+            return None
+        partitions = {}
+        for topic, fetch in _requested(request):
+            cached = partitions[(topic, fetch.partition)] = CachedPartition(
+                fetch.partition, fetch.fetch_offset, fetch.partition_max_bytes)
+            cached.ask(fetch)
+        session = sessions.create(getattr(request, "replica_id", -1) >= 0, partitions)
+        if session is not None:
+            session.changed.update(partitions)
+        return session
+    session = sessions.get(session_id, epoch)
+    session.update(_requested(request), ((topic.topic, index)
+                                         for topic in request.forgotten_topics_data
+                                         for index in topic.partitions))
+    return session
+
+
+def _targets(session: FetchSession) -> list[tuple[str, object]]:
+    return [(key[0], session.partitions[key]) for key in session.take_changed()]
+
+
+def _after_session_read(ctx: RequestContext, session: FetchSession,
+                        done: list[tuple[PartitionKey, PartitionRead]]) -> None:
+    """Watch what was read for changes; read again next time what has data left unsent."""
+    for key, read in done:
+        partition = ctx.services.replicas.partitions.get(key)
+        session.watch(key, partition)
+        if partition is None or read.more:
+            session.still_pending(key)
 
 
 @handles(ApiKey.FETCH)
 async def fetch(ctx: RequestContext, request) -> object:
     received_at = time.monotonic()
     deadline = received_at + millis(request.max_wait) / 1000
+    by_replica = getattr(request, "replica_id", -1) >= 0
+    try:
+        session = _open_session(ctx, request)
+    except FetchSessionError as e:
+        ctx.services.fetch_sessions.requests[e.error_code.name.lower()] += 1
+        return ctx.response("FetchResponse", throttle_time=0, error_code=e.error_code,
+                            session_id=INVALID_SESSION_ID, responses=())
+    if by_replica:
+        ctx.services.replicas.follower_fetched(request.replica_id)
+    incremental = session is not None and request.session_epoch > INITIAL_EPOCH
+    ctx.services.fetch_sessions.requests[
+        "none" if session is None else "incremental" if incremental else "full"] += 1
+    fetch_max_bytes = ctx.services.config.fetch_max_bytes
+    reads = _Reads(response_bytes_bound(request, fetch_max_bytes) if session is None
+                   else min(request.max_bytes if request.max_bytes > 0 else fetch_max_bytes,
+                            fetch_max_bytes))
     while True:
-        topics, total, answer_now, watched = await _read_all(ctx, request, received_at)
+        if session is None:
+            await reads.read(ctx, request, _requested(request), received_at)
+        else:
+            _after_session_read(ctx, session, await reads.read(
+                ctx, request, _targets(session), received_at))
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or answer_now or remaining <= 0 or not watched:
+        if reads.total >= request.min_bytes or reads.answer_now or remaining <= 0:
+            break
+        if session is not None:
+            await session.wait_for_change(remaining)  # long poll
+            continue
+        watched = [read.watch for _, read in reads.by_key.values() if read.watch is not None]
+        if not watched:
             break
         await wait_for_any_change(watched, remaining)  # long poll
-    by_replica = getattr(request, "replica_id", -1) >= 0
+    if session is None:
+        topics = reads.topics(ctx)
+    else:
+        # A new session's answer lists every partition; an incremental one only the news.
+        topics = reads.topics(ctx, lambda key, cached, entry: (
+            cached.is_news(entry) or not incremental))
     for topic in topics:
         if topic.topic != METADATA_TOPIC:  # brokers following the controller, not a topic's use
             ctx.services.topic_metrics.fetched(
                 topic.topic, sum(len(p.records or b"") for p in topic.partitions), by_replica)
-    # Fetch sessions (KIP-227) are answered sessionless: id 0 means "send full requests".
     return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
-                        session_id=0, responses=tuple(topics))
+                        session_id=INVALID_SESSION_ID if session is None else session.session_id,
+                        responses=tuple(topics))

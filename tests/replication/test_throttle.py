@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from kio.schema.errors import ErrorCode
+
 from replication.cluster_metadata import MetadataImage
 from replication.dynamic_config import DynamicConfigs
 from replication.fetcher import LeaderFetcher
@@ -53,8 +55,10 @@ class RecordingConnection:
     async def call(self, api_key, request, timeout):
         asked = [p.partition for topic in request.topics for p in topic.partitions]
         self.fetched.append(asked)
-        return SimpleNamespace(responses=[SimpleNamespace(topic="t", partitions=[
-            SimpleNamespace(partition_index=p, records=b"r" * self.size) for p in asked])])
+        # Session id 0: the leader keeps no session, so every fetch lists every partition.
+        return SimpleNamespace(error_code=ErrorCode.none, session_id=0, responses=[
+            SimpleNamespace(topic="t", partitions=[
+                SimpleNamespace(partition_index=p, records=b"r" * self.size) for p in asked])])
 
 
 def fake_partition(index: int) -> SimpleNamespace:
