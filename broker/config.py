@@ -245,6 +245,15 @@ class BrokerConfig:
         "(`leader.imbalance.check.interval.seconds`). Kafka waits 300 s; kipper's brokers "
         "restart in seconds and only an in-sync preferred replica takes leadership back, so "
         "a restarted broker stops idling within half a minute instead of five.")
+    metadata_log_max_record_bytes_between_snapshots: int = setting(
+        20 * 1024 * 1024, "The controller snapshots the cluster metadata (KIP-630) once this "
+        "many bytes of records were appended since the last snapshot "
+        "(`metadata.log.max.record.bytes.between.snapshots`); restarts load the newest "
+        "snapshot and the log after it, and the log below the older of two snapshots is "
+        "deleted.")
+    metadata_log_max_snapshot_interval_ms: int = setting(
+        3_600_000, "…or once this long has passed since the last snapshot with records "
+        "appended since (`metadata.log.max.snapshot.interval.ms`; 0 turns it off).")
     log_cleaner_threads: int = setting(
         1, "Log cleaner workers compacting the logs of `cleanup.policy=compact` topics "
         "(`log.cleaner.threads`; classic and active-tiered, docs/compaction.md).")

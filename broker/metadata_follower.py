@@ -21,6 +21,12 @@ from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v3.request import BrokerRegistrationRequest, Listener
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch_snapshot.v0.request import (
+    FetchSnapshotRequest,
+    PartitionSnapshot,
+    SnapshotId,
+    TopicSnapshot,
+)
 
 from coordinator.state_machine import Applier
 from protocol.apis import ApiKey
@@ -37,6 +43,8 @@ FETCH_MAX_WAIT_MS = 500
 # Records applied between two yields to the event loop: a partition record may open a log
 # (a few files read, an fsync), so this is some tens of milliseconds at most.
 APPLY_SLICE = 64
+# Snapshot bytes asked per FetchSnapshot.
+SNAPSHOT_CHUNK = 4 << 20
 
 
 class MetadataFollower:
@@ -161,10 +169,49 @@ class MetadataFollower:
                 log.warning("metadata fetch error %s", data.error_code.name)
                 await asyncio.sleep(0.5)
                 continue
+            if data.snapshot_id.end_offset >= 0:
+                await self._load_snapshot(data.snapshot_id)
+                continue
             records = decode_json_records(data.records or b"")
             for start in range(0, len(records), APPLY_SLICE):
                 self.applier.apply(records[start:start + APPLY_SLICE])
                 await asyncio.sleep(0)
+
+    async def _load_snapshot(self, snapshot_id) -> None:
+        """Fetch the snapshot the controller named (KIP-630 FetchSnapshot, a chunk at a time)
+        and apply it in place of the log below its end offset."""
+        data = bytearray()
+        while True:
+            response = await self.metadata_fetches.call(ApiKey.FETCH_SNAPSHOT, make(
+                FetchSnapshotRequest, cluster_id=None, replica_id=-1, max_bytes=SNAPSHOT_CHUNK,
+                topics=(make(TopicSnapshot, name=METADATA_TOPIC, partitions=(make(
+                    PartitionSnapshot, partition=0, current_leader_epoch=-1,
+                    snapshot_id=make(SnapshotId, end_offset=snapshot_id.end_offset,
+                                     epoch=snapshot_id.epoch),
+                    position=len(data)),)),)), 30)
+            chunk = (response.topics[0].partitions[0] if response.topics
+                     else None)
+            error = chunk.error_code if chunk is not None else response.error_code
+            if error != ErrorCode.none:
+                # e.g. replaced by a newer snapshot meanwhile: the next fetch names that one.
+                log.warning("metadata snapshot fetch failed: %s", error.name)
+                await asyncio.sleep(0.5)
+                return
+            data += chunk.unaligned_records
+            if len(data) >= chunk.size or not chunk.unaligned_records:
+                break
+        records = self.image.snapshot_delta(
+            [record for _, record in decode_json_records(bytes(data))])
+        end = snapshot_id.end_offset
+        log.info("loading metadata snapshot ending at %d (%d records, %d bytes)", end,
+                 len(records), len(data))
+        for start in range(0, len(records), APPLY_SLICE):
+            last = start + APPLY_SLICE >= len(records)
+            # The image reaches the snapshot's end offset with the last slice only, so no
+            # one (catch_up) sees it caught up before every record is applied.
+            self.applier.load_snapshot(end if last else self.image.next_offset,
+                                       records[start:start + APPLY_SLICE])
+            await asyncio.sleep(0)
 
     async def catch_up(self, timeout: float = 30.0) -> None:
         """Wait until this broker has applied everything the controller has committed."""

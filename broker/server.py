@@ -80,7 +80,10 @@ class Broker:
                 auto_leader_rebalance=config.auto_leader_rebalance_enable,
                 leader_imbalance_per_broker_percentage=(
                     config.leader_imbalance_per_broker_percentage),
-                leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds))
+                leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
+                snapshot_max_new_record_bytes=(
+                    config.metadata_log_max_record_bytes_between_snapshots),
+                snapshot_max_interval_s=config.metadata_log_max_snapshot_interval_ms / 1000))
         # What this broker knows of the cluster: applied from the controller's metadata log.
         self.image = MetadataImage()
         # Effective broker configs and topic defaults: static settings under dynamic ones.

@@ -52,7 +52,8 @@ OUT = "out"
 
 LABELS = ("local_az", "peer_az", "class", "direction")
 NODE_CLIENT_ID_PREFIX = "kipper-node-"
-_CONTROLLER_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION}
+_CONTROLLER_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+                    ApiKey.FETCH_SNAPSHOT}
 
 
 def node_client_id(node_id: int) -> str:

@@ -32,7 +32,7 @@ from storage.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, validate_top
 from storage.log import KafkaStorageError
 
 from .config_changes import ConfigChange, changed_configs
-from .metadata_log import MetadataLog
+from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
 from .state_machine import Applier
 
@@ -135,6 +135,10 @@ class ControllerSettings:
     auto_leader_rebalance: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_s: float = 30.0
+    # When to snapshot the metadata (metadata.log.max.record.bytes.between.snapshots,
+    # metadata.log.max.snapshot.interval.ms; 0 s: never by time).
+    snapshot_max_new_record_bytes: int = 20 << 20
+    snapshot_max_interval_s: float = 3600.0
 
 
 class Controller:
@@ -148,9 +152,17 @@ class Controller:
         self._lock = asyncio.Lock()
         self._fence_task: asyncio.Task | None = None
         self._balance_task: asyncio.Task | None = None
+        self._snapshot_task: asyncio.Task | None = None
+        self._last_snapshot_at = time.monotonic()
+        self._bytes_at_last_snapshot = 0
 
     async def start(self) -> None:
-        self.applier.apply(await self.log.load())
+        state = await self.log.load()
+        if state.snapshot is not None:
+            self.applier.load_snapshot(state.snapshot.end_offset, state.snapshot_records)
+            log.info("loaded metadata snapshot %s and %d records after it",
+                     state.snapshot.file_name, len(state.tail))
+        self.applier.apply(state.tail)
         # Brokers known from the log get one session to heartbeat before being fenced.
         now = time.monotonic()
         self._last_heartbeat = {node: now for node in self.image.brokers}
@@ -163,6 +175,8 @@ class Controller:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        while self._snapshot_task is not None and not self._snapshot_task.done():
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
         await self.log.log.close()
 
     async def _commit(self, records: list[dict]) -> int:
@@ -177,7 +191,39 @@ class Controller:
         self.applier.apply(enumerate(records, offset))
         for listener in self.on_commit:
             listener()
+        self._maybe_snapshot()
         return offset
+
+    def _maybe_snapshot(self) -> None:
+        """Snapshot the image (KIP-630) in the background once enough was appended since
+        the last one, or enough time passed."""
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        interval = self.settings.snapshot_max_interval_s
+        new_bytes = self.log.appended_bytes - self._bytes_at_last_snapshot
+        due = (new_bytes >= self.settings.snapshot_max_new_record_bytes
+               or (interval > 0 and time.monotonic() - self._last_snapshot_at >= interval))
+        if not due:
+            return
+        snapshot = SnapshotId(self.image.next_offset, 0)  # a quorum of one: epoch 0
+        records = self.image.snapshot_records()
+        self._bytes_at_last_snapshot = self.log.appended_bytes
+        self._last_snapshot_at = time.monotonic()
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(snapshot, records))
+
+    async def _write_snapshot(self, snapshot: SnapshotId, records: list[dict]) -> None:
+        started = time.monotonic()
+        try:
+            await self.log.write_snapshot(snapshot, records)
+        except KafkaStorageError as e:
+            log.warning("metadata snapshot %s not written: %s", snapshot.file_name, e)
+            return
+        log.info("wrote metadata snapshot %s (%d records, %.0f ms); the log now starts at %d",
+                 snapshot.file_name, len(records), (time.monotonic() - started) * 1000,
+                 self.log.log.log_start_offset)
+        # What was committed while this one was written may be due a snapshot already.
+        self._snapshot_task = None
+        self._maybe_snapshot()
 
     # --- brokers -------------------------------------------------------------------------
 

@@ -1,39 +1,128 @@
 """The controller's copy of the cluster metadata log, ``__cluster_metadata-0``: a classic
-log of JSON records, one per batch, appended and fsynced before they are applied."""
+log of JSON records, one per batch, appended and fsynced before they are applied; and its
+snapshots (KIP-630).
+
+A snapshot holds the records that rebuild the metadata image as of an offset (its end
+offset), in the log's own format, in a file named as KRaft names them
+(``<end offset>-<epoch>.checkpoint``, zero-padded). Loading reads the newest snapshot and
+replays the log from its end offset instead of from 0; once a snapshot is written, the log
+below the oldest kept snapshot is deleted, so neither the log nor a restart grows with the
+cluster's history. Snapshots live in a directory of their own next to the log's.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.records import decode_json_records, encode_json_records, iter_batches
 from replication.cluster_metadata import METADATA_TOPIC
 from storage.classic import ClassicLog
+from storage.classic.checkpoint import write_atomically
 from storage.config import LogConfig
+from storage.disk_space import storage_io
 from storage.log import KafkaStorageError
+
+log = logging.getLogger(__name__)
+# Snapshots kept: the newest, and one before it in case the newest cannot be read.
+SNAPSHOTS_KEPT = 2
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+
+
+@dataclass(frozen=True, order=True)
+class SnapshotId:
+    """KIP-630's snapshot id: the offset its state reaches (exclusive) and the epoch of
+    the record before it."""
+
+    end_offset: int
+    epoch: int
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.end_offset:020d}-{self.epoch:010d}.checkpoint"
+
+
+@dataclass(frozen=True)
+class MetadataState:
+    """What loading found: the newest readable snapshot (if any) and the log after it."""
+
+    snapshot: SnapshotId | None
+    snapshot_records: list[dict]
+    tail: list[tuple[int, dict]]
 
 
 class MetadataLog:
-    """The controller's copy of ``__cluster_metadata-0``."""
+    """The controller's copy of ``__cluster_metadata-0`` and its snapshots."""
 
     def __init__(self, directory: Path) -> None:
         config = LogConfig(retention_ms=-1, segment_bytes=64 << 20)
         self.log = ClassicLog(METADATA_TOPIC, 0, config, directory / f"{METADATA_TOPIC}-0")
+        self.snapshot_dir = directory / f"{METADATA_TOPIC}-snapshots"
+        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        # Bytes appended since this process opened the log (when to snapshot next).
+        self.appended_bytes = 0
 
-    async def load(self) -> list[tuple[int, dict]]:
-        records = []
-        offset = self.log.log_start_offset
+    def snapshots(self) -> list[SnapshotId]:
+        """The snapshots on disk, oldest first (temporary files of torn writes excluded)."""
+        found = []
+        for path in self.snapshot_dir.iterdir():
+            match = _SNAPSHOT_NAME.match(path.name)
+            if match:
+                found.append(SnapshotId(int(match[1]), int(match[2])))
+        return sorted(found)
+
+    def latest_snapshot(self) -> SnapshotId | None:
+        snapshots = self.snapshots()
+        return snapshots[-1] if snapshots else None
+
+    def snapshot_path(self, snapshot: SnapshotId) -> Path:
+        return self.snapshot_dir / snapshot.file_name
+
+    def read_snapshot(self, snapshot: SnapshotId) -> list[dict]:
+        """Its records; raises ValueError (InvalidRecordBatch) unless every batch is whole
+        and intact, and there is at least one record (a snapshot names its brokers)."""
+        data = self.snapshot_path(snapshot).read_bytes()
+        for _ in iter_batches(data, verify_crc=True):
+            pass
+        records = [record for _, record in decode_json_records(data)]
+        if not records:
+            raise ValueError("no records")
+        return records
+
+    async def load(self) -> MetadataState:
+        """The newest readable snapshot and the records after it."""
+        snapshot, records = None, []
+        for candidate in reversed(self.snapshots()):
+            try:
+                records = await asyncio.to_thread(self.read_snapshot, candidate)
+                snapshot = candidate
+                break
+            except (OSError, ValueError) as e:
+                log.error("metadata snapshot %s cannot be read (%s): trying an older one",
+                          candidate.file_name, e)
+        start = snapshot.end_offset if snapshot is not None else 0
+        if start < self.log.log_start_offset:
+            raise KafkaStorageError(
+                f"{METADATA_TOPIC} starts at {self.log.log_start_offset} but no readable "
+                f"snapshot reaches it (newest readable ends at {start})")
+        tail = []
+        offset = start
         while offset < self.log.log_end_offset:
             chunk = await self.log.read(offset, 1 << 20)
             decoded = decode_json_records(chunk.records)
-            records += [(o, r) for o, r in decoded if o >= offset]
+            tail += [(o, r) for o, r in decoded if o >= offset]
             offset = decoded[-1][0] + 1
-        return records
+        return MetadataState(snapshot, records, tail)
 
     async def append(self, records: list[dict], leader_epoch: int = 0) -> int:
         """Append and fsync; return the offset of the first record."""
         data = encode_json_records(records)
         batches = list(iter_batches(data))
         result = await self.log.append(data, batches, leader_epoch)
+        self.appended_bytes += len(data)
         try:
             await self.log.flush()
         except KafkaStorageError:
@@ -42,3 +131,18 @@ class MetadataLog:
             await self.log.truncate_to(result.base_offset)
             raise
         return result.base_offset
+
+    async def write_snapshot(self, snapshot: SnapshotId, records: list[dict]) -> None:
+        """Write a snapshot durably (temporary file, fsync, rename), then drop the snapshots
+        and the log below the oldest of the SNAPSHOTS_KEPT newest."""
+        def write() -> None:
+            with storage_io(f"write metadata snapshot {snapshot.file_name}"):
+                write_atomically(self.snapshot_path(snapshot),
+                                 bytes(encode_json_records(records)))
+
+        await asyncio.to_thread(write)
+        kept = self.snapshots()[-SNAPSHOTS_KEPT:]
+        for old in self.snapshots()[:-SNAPSHOTS_KEPT]:
+            self.snapshot_path(old).unlink(missing_ok=True)
+        if len(kept) == SNAPSHOTS_KEPT and kept[0].end_offset > self.log.log_start_offset:
+            await self.log.delete_records_before(kept[0].end_offset)

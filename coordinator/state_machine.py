@@ -77,10 +77,23 @@ class Applier:
             for listener in self.listeners:
                 listener(offset, record, result)
         if applied:
-            for waiter in self._progress_waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._progressed()
         return applied
+
+    def _progressed(self) -> None:
+        for waiter in self._progress_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def load_snapshot(self, end_offset: int, records: Iterable[Any]) -> None:
+        """Apply a snapshot's records: the state as of ``end_offset`` (KIP-630), in place of
+        the log below it. Each is applied as at the snapshot's last offset, so the machine
+        continues at ``end_offset``; listeners see them as they see the log's."""
+        for record in records:
+            result = self.machine.apply(end_offset - 1, record)
+            for listener in self.listeners:
+                listener(end_offset - 1, record, result)
+        self._progressed()
 
     def forget_results(self) -> None:
         """Drop the results kept for writers: the log was truncated and its offsets will

@@ -50,6 +50,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    FETCH_SNAPSHOT = 59
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
 
@@ -108,4 +109,5 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION: (3, 3),
     ApiKey.BROKER_REGISTRATION: (3, 3),
     ApiKey.BROKER_HEARTBEAT: (1, 1),
+    ApiKey.FETCH_SNAPSHOT: (0, 0),
 }

@@ -68,6 +68,32 @@ class MetadataImage:
         # Offset of the next record to apply.
         self.next_offset = 0
 
+    def snapshot_records(self) -> list[dict]:
+        """Records that rebuild this image in an empty one (a KIP-630 snapshot's content):
+        what loading applies instead of the log up to ``next_offset``."""
+        records: list[dict] = []
+        for broker in self.brokers.values():
+            records.append({"type": "broker", "node_id": broker.node_id, "host": broker.host,
+                            "port": broker.port, "rack": broker.rack, "epoch": broker.epoch,
+                            "fenced": broker.fenced})
+            if broker.log_dir_offline:
+                records.append({"type": "broker_log_dir", "node_id": broker.node_id,
+                                "offline": True})
+        for resource, configs in self.broker_configs.items():
+            records.append({"type": "broker_config", "resource": resource, "configs": configs})
+        for topic in self.topics.values():
+            records.append({"type": "topic", "name": topic.name, "id": str(topic.topic_id),
+                            "configs": topic.configs})
+            records += [partition_record(info) for info in topic.partitions.values()]
+        return records
+
+    def snapshot_delta(self, records: list[dict]) -> list[dict]:
+        """What turns this image into the one ``records`` (snapshot_records) rebuild: the
+        topics it no longer has are removed first (a lagging broker's image)."""
+        kept = {record["name"] for record in records if record["type"] == "topic"}
+        return [{"type": "remove_topic", "name": name}
+                for name in self.topics if name not in kept] + records
+
     def live_brokers(self) -> list[BrokerInfo]:
         return sorted((b for b in self.brokers.values() if not b.fenced), key=lambda b: b.node_id)
 

@@ -1,11 +1,16 @@
-"""The controller's own APIs: broker registration, heartbeats and ISR changes (KRaft's)."""
+"""The controller's own APIs: broker registration, heartbeats, ISR changes and metadata
+snapshots (KRaft's)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from kio.schema.errors import ErrorCode
 
-from coordinator.controller import ControllerError
+from coordinator.controller import Controller, ControllerError
+from coordinator.metadata_log import SnapshotId
 from protocol.apis import ApiKey
+from replication.cluster_metadata import METADATA_TOPIC
 
 from .registry import RequestContext, handles
 
@@ -72,3 +77,60 @@ async def alter_partition(ctx: RequestContext, request) -> object:
         topics.append(ctx.response("TopicData", topic_id=topic.topic_id, partitions=tuple(results)))
     return ctx.response("AlterPartitionResponse", throttle_time=0, error_code=ErrorCode.none,
                         topics=tuple(topics))
+
+
+# Most snapshot bytes one FetchSnapshot answer carries, whatever the request allows.
+SNAPSHOT_CHUNK_BYTES = 8 << 20
+
+
+@handles(ApiKey.FETCH_SNAPSHOT)
+async def fetch_snapshot(ctx: RequestContext, request) -> object:
+    """A chunk of a metadata snapshot (KIP-630), for a broker that is sent its id in a
+    Fetch of ``__cluster_metadata`` (broker.handlers.fetch)."""
+    controller = ctx.services.controller
+    if controller is None:
+        return ctx.response("FetchSnapshotResponse", throttle_time=0,
+                            error_code=ErrorCode.not_controller, topics=())
+    topics = []
+    for topic in request.topics:
+        chunks = [await _snapshot_chunk(ctx, controller, topic.name, asked, request.max_bytes)
+                  for asked in topic.partitions]
+        topics.append(ctx.response("TopicSnapshot", name=topic.name, partitions=tuple(chunks)))
+    return ctx.response("FetchSnapshotResponse", throttle_time=0, error_code=ErrorCode.none,
+                        topics=tuple(topics))
+
+
+async def _snapshot_chunk(ctx: RequestContext, controller: Controller, topic: str, asked,
+                          max_bytes: int) -> object:
+    def answer(error: ErrorCode, size: int = -1, data: bytes = b"") -> object:
+        return ctx.response(
+            "PartitionSnapshot", index=asked.partition, error_code=error,
+            snapshot_id=ctx.response("SnapshotId", end_offset=asked.snapshot_id.end_offset,
+                                     epoch=asked.snapshot_id.epoch),
+            current_leader=ctx.response("LeaderIdAndEpoch", leader_id=ctx.services.config.node_id,
+                                        leader_epoch=0),
+            size=size, position=asked.position, unaligned_records=data)
+
+    if topic != METADATA_TOPIC or asked.partition != 0:
+        return answer(ErrorCode.unknown_topic_or_partition)
+    path = controller.log.snapshot_path(SnapshotId(asked.snapshot_id.end_offset,
+                                                   asked.snapshot_id.epoch))
+
+    def read() -> tuple[int, bytes] | None:
+        try:
+            with open(path, "rb") as snapshot:
+                size = snapshot.seek(0, 2)
+                if not 0 <= asked.position <= size:
+                    return size, b""
+                snapshot.seek(asked.position)
+                return size, snapshot.read(min(max(max_bytes, 1), SNAPSHOT_CHUNK_BYTES))
+        except FileNotFoundError:
+            return None
+
+    found = await asyncio.to_thread(read)
+    if found is None:
+        return answer(ErrorCode.snapshot_not_found)
+    size, data = found
+    if not 0 <= asked.position <= size:
+        return answer(ErrorCode.position_out_of_range, size)
+    return answer(ErrorCode.none, size, data)

@@ -34,12 +34,13 @@ def sync_file_system(directory: Path) -> None:
     os.sync()
 
 
-def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+def write_atomically(path: Path, content: str | bytes, *, sync: bool = True) -> None:
     """Without ``sync`` the caller makes it durable later (sync_file_system)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(text)
+        with (open(tmp, "wb") if isinstance(content, bytes)
+              else open(tmp, "w", encoding="ascii")) as f:
+            f.write(content)
             if sync:
                 f.flush()
                 os.fsync(f.fileno())

@@ -1,0 +1,113 @@
+"""Snapshots of the cluster metadata (KIP-630): the image they rebuild, how the controller
+writes and loads them, and what is left of the log."""
+
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.config_changes import ConfigChange, ConfigOp
+from coordinator.controller import Controller, ControllerSettings
+from coordinator.metadata_log import SNAPSHOTS_KEPT, MetadataLog, SnapshotId
+from coordinator.state_machine import Applier
+from replication.cluster_metadata import MetadataImage
+
+# Small enough that every few changes make a snapshot.
+SNAPSHOT_BYTES = 2_000
+
+
+def settings() -> ControllerSettings:
+    return ControllerSettings(auto_leader_rebalance=False,
+                              snapshot_max_new_record_bytes=SNAPSHOT_BYTES)
+
+
+async def busy_controller(tmp_path) -> Controller:
+    """A controller with brokers (one fenced, one with a full log dir), topics with
+    configs, a deleted topic and dynamic broker configs."""
+    controller = Controller(tmp_path, settings())
+    await controller.start()
+    for node in range(3):
+        epoch = await controller.register_broker(node, "127.0.0.1", 9092 + node, f"az{node}")
+        await controller.heartbeat(node, epoch, want_fence=False, want_shut_down=False)
+    for i in range(12):
+        await controller.create_topic(f"t{i}", 4, 3, {"retention.ms": str(1000 + i)})
+    await controller.delete_topic("t3")
+    await controller.alter_broker_configs("", [ConfigChange("log.retention.ms", ConfigOp.SET,
+                                                            "60000")])
+    await controller.heartbeat(1, controller.image.brokers[1].epoch, want_fence=False,
+                               want_shut_down=False, log_dir_offline=True)
+    await controller.heartbeat(2, controller.image.brokers[2].epoch, want_fence=False,
+                               want_shut_down=True)
+    if controller._snapshot_task is not None:
+        await controller._snapshot_task
+    return controller
+
+
+def same_image(a: MetadataImage, b: MetadataImage) -> bool:
+    return (a.topics == b.topics and a.brokers == b.brokers
+            and a.broker_configs == b.broker_configs and a.next_offset == b.next_offset)
+
+
+async def test_a_snapshot_rebuilds_the_image(tmp_path):
+    controller = await busy_controller(tmp_path)
+    try:
+        rebuilt = MetadataImage()
+        Applier(rebuilt).load_snapshot(controller.image.next_offset,
+                                       controller.image.snapshot_records())
+        assert same_image(rebuilt, controller.image)
+        assert rebuilt.brokers[1].log_dir_offline and rebuilt.brokers[2].fenced
+    finally:
+        await controller.stop()
+
+
+async def test_a_restart_loads_the_newest_snapshot_and_the_log_after_it(tmp_path):
+    controller = await busy_controller(tmp_path)
+    await controller.create_topic("after", 1, 1, {})  # in the log's tail
+    await controller.stop()
+    log = MetadataLog(tmp_path)
+    snapshots = log.snapshots()
+    assert len(snapshots) == SNAPSHOTS_KEPT
+    # The log below the older snapshot is gone: a restart cannot replay from 0.
+    assert log.log.log_start_offset == snapshots[0].end_offset > 0
+    await log.log.close()
+
+    restarted = Controller(tmp_path, settings())
+    await restarted.start()
+    try:
+        assert same_image(restarted.image, controller.image)
+        assert "after" in restarted.image.topics and "t3" not in restarted.image.topics
+    finally:
+        await restarted.stop()
+
+
+async def test_a_torn_or_unreadable_snapshot_is_passed_over(tmp_path):
+    controller = await busy_controller(tmp_path)
+    await controller.stop()
+    log = MetadataLog(tmp_path)
+    newest = log.latest_snapshot()
+    await log.log.close()
+    # A crash while writing the next one leaves its temporary file; the newest is damaged.
+    (log.snapshot_dir / (SnapshotId(newest.end_offset + 5, 0).file_name + ".tmp")).write_bytes(
+        b"torn")
+    log.snapshot_path(newest).write_bytes(b"\x00" * 10)
+
+    restarted = Controller(tmp_path, settings())
+    await restarted.start()
+    try:
+        assert same_image(restarted.image, controller.image)
+    finally:
+        await restarted.stop()
+
+
+async def test_snapshots_are_written_off_the_event_loop_path_of_commits(tmp_path):
+    """A commit does not wait for the snapshot it triggers."""
+    controller = Controller(tmp_path, settings())
+    await controller.start()
+    try:
+        epoch = await controller.register_broker(0, "127.0.0.1", 9092, None)
+        await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+        await controller.create_topic("big", 200, 1, {})
+        assert controller._snapshot_task is not None
+        await asyncio.wait_for(controller._snapshot_task, 10)
+        assert controller.log.latest_snapshot().end_offset == controller.image.next_offset
+    finally:
+        await controller.stop()
