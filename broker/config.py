@@ -245,6 +245,14 @@ class BrokerConfig:
         "(`leader.imbalance.check.interval.seconds`). Kafka waits 300 s; kipper's brokers "
         "restart in seconds and only an in-sync preferred replica takes leadership back, so "
         "a restarted broker stops idling within half a minute instead of five.")
+    producer_id_expiration_ms: int = setting(
+        86_400_000, "An idempotent producer that wrote nothing to a partition for this long "
+        "and has no open transaction is forgotten there (`producer.id.expiration.ms`), so "
+        "producer state does not grow with every producer that ever wrote; its next write "
+        "starts anew.")
+    producer_id_expiration_check_interval_ms: int = setting(
+        600_000, "How often producer state is checked for expired producers "
+        "(`producer.id.expiration.check.interval.ms`).")
     metadata_log_max_record_bytes_between_snapshots: int = setting(
         20 * 1024 * 1024, "The controller snapshots the cluster metadata (KIP-630) once this "
         "many bytes of records were appended since the last snapshot "

@@ -218,6 +218,9 @@ class Broker:
                 self.config.log_retention_check_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_cleaner()),
+            asyncio.create_task(self.logs.run_producer_expiration(
+                self.config.producer_id_expiration_check_interval_ms / 1000,
+                self.config.producer_id_expiration_ms)),
             asyncio.create_task(self.loop_lag.probe()),
         ]
         if self.metrics is not None:
@@ -306,7 +309,8 @@ class Broker:
         self.logs.register_engine("diskless", diskless_log_factory(
             self.batch_coordinator, self.wal_writer, cache,
             lambda topic: str(self.image.topics[topic].topic_id)),
-            retention=self.housekeeping.apply_retention)
+            retention=self.housekeeping.apply_retention,
+            producer_expiration=self.housekeeping.expire_producers)
         self.housekeeping.start()
         if self.metrics is not None:
             self.metrics.add_source("diskless", DisklessMetrics(

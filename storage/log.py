@@ -256,6 +256,12 @@ class PartitionLog(abc.ABC):
     async def enforce_retention(self, now_ms: int) -> int:
         """Delete what retention.ms / retention.bytes allow; return bytes freed."""
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget the idempotent producers idle for ``expiration_ms`` (producer.id.expiration.ms)
+        and with no open transaction; return how many. Engines that keep producer state
+        elsewhere expire it there."""
+        return 0
+
     @abc.abstractmethod
     def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
         """OffsetForLeaderEpoch: the end offset of ``leader_epoch`` (or the largest smaller one)."""

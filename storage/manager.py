@@ -25,6 +25,8 @@ EngineFactory = Callable[[str, int, LogConfig, Path], PartitionLog]
 # now_ms -> bytes freed: retention an engine applies to all its partitions at once (the
 # diskless batch coordinator's, one record for every topic), run on the logs' schedule.
 EngineRetention = Callable[[int], Awaitable[int]]
+# (now_ms, producer.id.expiration.ms) -> producers forgotten.
+ProducerExpiration = Callable[[int, int], Awaitable[int]]
 
 
 def _now_ms() -> int:
@@ -50,14 +52,19 @@ class LogManager:
         self._last_flush_ms: dict[tuple[str, int], int] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
         self._engine_retention: dict[str, EngineRetention] = {}
+        self._engine_producer_expiration: dict[str, ProducerExpiration] = {}
         self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
 
     def register_engine(self, mode: str, factory: EngineFactory,
-                        retention: EngineRetention | None = None) -> None:
-        """``retention``: for an engine whose logs leave ``enforce_retention`` to it."""
+                        retention: EngineRetention | None = None,
+                        producer_expiration: ProducerExpiration | None = None) -> None:
+        """``retention``, ``producer_expiration``: for an engine whose logs leave
+        ``enforce_retention`` and ``expire_producers`` to it."""
         self.engines[mode] = factory
         if retention is not None:
             self._engine_retention[mode] = retention
+        if producer_expiration is not None:
+            self._engine_producer_expiration[mode] = producer_expiration
 
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
@@ -145,6 +152,24 @@ class LogManager:
             return
         if freed:
             logger.info("retention freed %d bytes of %s", freed, what)
+
+    async def run_producer_expiration(self, interval_s: float, expiration_ms: int) -> None:
+        """Forget idempotent producers idle for ``expiration_ms`` in every log, every
+        ``interval_s`` (producer.id.expiration.ms / .check.interval.ms; run as a task), so
+        producer state does not grow with every producer that ever wrote."""
+        while True:
+            await asyncio.sleep(interval_s)
+            now = _now_ms()
+            expired = 0
+            for log in list(self._logs.values()):
+                expired += log.expire_producers(now, expiration_ms)
+            for expire in list(self._engine_producer_expiration.values()):
+                try:
+                    expired += await expire(now, expiration_ms)
+                except Exception:
+                    logger.exception("producer expiration failed")
+            if expired:
+                logger.info("forgot %d producers idle for %d ms", expired, expiration_ms)
 
     async def run_cleaner(self) -> None:
         """Compact the logs of compacted topics (storage.log_cleaner; run as a task)."""

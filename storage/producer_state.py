@@ -361,13 +361,15 @@ class ProducerState:
         self.aborted = [t for t in self.aborted if t.last_offset < offset]
         self._unreplicated = [t for t in self._unreplicated if t.last_offset < offset]
 
-    def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``producer.id.expiration.ms`` (they may then start anew),
-        but not one with an open transaction, as Kafka."""
-        for producer_id in [pid for pid, entry in self.producers.items()
-                            if now_ms - entry.last_timestamp >= expiration_ms
-                            and entry.txn_first_offset == NO_OFFSET]:
+        but not one with an open transaction, as Kafka; return how many."""
+        expired = [pid for pid, entry in self.producers.items()
+                   if now_ms - entry.last_timestamp >= expiration_ms
+                   and entry.txn_first_offset == NO_OFFSET]
+        for producer_id in expired:
             del self.producers[producer_id]
+        return len(expired)
 
     def snapshot(self) -> bytes:
         body = bytearray(_COUNT.pack(len(self.producers)))

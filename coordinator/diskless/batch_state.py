@@ -36,6 +36,8 @@ from storage.diskless.control_plane import (
     DeleteTopicResult,
     EnforceRetention,
     EnforceRetentionResult,
+    ExpireProducers,
+    ExpireProducersResult,
     LogInfo,
     Merge,
     MergeResult,
@@ -404,10 +406,22 @@ class BatchCoordinatorState(RecordControlPlane):
                                   | ({key} if key else set())), now_ms)
         return compaction_result(request)
 
+    def _expire_producers(self, request: ExpireProducers) -> ExpireProducersResult:
+        expired = 0
+        rows = self._db.execute("SELECT topic_id, partition FROM producer_state").fetchall()
+        for topic_id, partition in rows:
+            forgotten = self._producer_state(topic_id, partition).remove_expired(
+                request.now_ms, request.expiration_ms)
+            if forgotten:
+                self._save_producer_state(topic_id, partition)
+                expired += forgotten
+        return ExpireProducersResult(expired)
+
     _HANDLERS = {
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
         EnforceRetention: _enforce_retention,
+        ExpireProducers: _expire_producers,
         DeleteTopic: _delete_topic,
         ObjectsDeleted: _objects_deleted,
         Merge: _merge,

@@ -35,6 +35,7 @@ from storage.diskless.control_plane import (
     ControlPlane,
     DeleteTopic,
     EnforceRetention,
+    ExpireProducers,
     Merge,
     ObjectsDeleted,
     RetentionLimits,
@@ -130,6 +131,14 @@ class Housekeeping:
         removed = await self._on_writable_coordinator(
             "retention", lambda: self._apply_retention(now_ms))
         return removed or 0
+
+    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms of every diskless log at ``now_ms``, in one record (on
+        the writable coordinator's broker only); return how many producers were forgotten."""
+        result = await self._on_writable_coordinator(
+            "producer expiration", lambda: self.control_plane.expire_producers(
+                ExpireProducers(now_ms, expiration_ms)))
+        return 0 if result is None else result.expired
 
     async def _on_writable_coordinator(self, what: str, work):
         """``work()``'s result when this broker runs the writable coordinator, else None;

@@ -258,6 +258,11 @@ class ClassicLog(PartitionLog):
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTransaction]:
         return self._producers.aborted_between(start, end)
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        # The next snapshot (at a roll or close) leaves them out; until then a restart
+        # rebuilds them and the next check forgets them again.
+        return self._producers.remove_expired(now_ms, expiration_ms)
+
     def active_producers(self) -> list[ProducerEntry]:
         return list(self._producers.producers.values())
 

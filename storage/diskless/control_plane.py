@@ -256,6 +256,23 @@ class EnforceRetention(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class ExpireProducersResult(WireRecord):
+    expired: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireProducers(Request):
+    """Forget, in every diskless log, the producers idle for ``expiration_ms`` at ``now_ms``
+    with no open transaction (producer.id.expiration.ms): the time is in the record, so
+    every replica of the coordinator's state forgets the same ones."""
+
+    TYPE: ClassVar = "expire_producers"
+    RESULT: ClassVar = ExpireProducersResult
+    now_ms: int
+    expiration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTopicResult(WireRecord):
     pass
 
@@ -377,8 +394,8 @@ class Compact(Request):
 
 
 _REQUEST_TYPES: dict[str, type[Request]] = {
-    cls.TYPE: cls for cls in (CommitFile, DeleteRecords, EnforceRetention, DeleteTopic,
-                              ObjectsDeleted, Merge, Compact)}
+    cls.TYPE: cls for cls in (CommitFile, DeleteRecords, EnforceRetention, ExpireProducers,
+                              DeleteTopic, ObjectsDeleted, Merge, Compact)}
 
 
 def decode_request(wire: dict[str, Any]) -> Request:
@@ -454,6 +471,8 @@ class ControlPlane(Protocol):
 
     async def enforce_retention(self, request: EnforceRetention) -> EnforceRetentionResult: ...
 
+    async def expire_producers(self, request: ExpireProducers) -> ExpireProducersResult: ...
+
     async def delete_topic(self, request: DeleteTopic) -> None: ...
 
     async def objects_deleted(self, request: ObjectsDeleted) -> ObjectsDeletedResult: ...
@@ -525,6 +544,9 @@ class RecordControlPlane(abc.ABC):
         return await self.submit(request)
 
     async def enforce_retention(self, request: EnforceRetention) -> EnforceRetentionResult:
+        return await self.submit(request)
+
+    async def expire_producers(self, request: ExpireProducers) -> ExpireProducersResult:
         return await self.submit(request)
 
     async def delete_topic(self, request: DeleteTopic) -> None:

@@ -27,6 +27,8 @@ from .control_plane import (
     DeleteTopicResult,
     EnforceRetention,
     EnforceRetentionResult,
+    ExpireProducers,
+    ExpireProducersResult,
     LogInfo,
     Merge,
     MergeResult,
@@ -270,10 +272,16 @@ class InMemoryControlPlane(RecordControlPlane):
                                   | ({key} if key else set())), now_ms)
         return compaction_result(request)
 
+    def _expire_producers(self, request: ExpireProducers) -> ExpireProducersResult:
+        return ExpireProducersResult(sum(
+            log.producers.remove_expired(request.now_ms, request.expiration_ms)
+            for log in self._logs.values()))
+
     _HANDLERS = {
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
         EnforceRetention: _enforce_retention,
+        ExpireProducers: _expire_producers,
         DeleteTopic: _delete_topic,
         ObjectsDeleted: _objects_deleted,
         Merge: _merge,

@@ -30,6 +30,8 @@ from storage.diskless.control_plane import (
     DeleteRecordsResult,
     DeleteTopic,
     EnforceRetentionResult,
+    ExpireProducers,
+    ExpireProducersResult,
     LogInfo,
     Merge,
     MergeResult,
@@ -101,6 +103,19 @@ async def test_idempotent_producer(control_plane):
     assert control_plane.files_to_delete(now_ms=1_000, delay_ms=0) == ["o3"]
     invalid = (await commit(control_plane, "o5", batch(producer=8, seq=-1)))[0]
     assert invalid.error_code == INVALID_RECORD
+
+
+async def test_idle_producers_expire_unless_a_transaction_is_open(control_plane):
+    await commit(control_plane, "o1", batch(producer=7, seq=0, ts=1_000),
+                 batch(producer=8, seq=0, ts=1_000, transactional=True),
+                 batch(producer=9, seq=0, ts=5_000))
+    result = await control_plane.expire_producers(ExpireProducers(now_ms=6_000,
+                                                                  expiration_ms=4_000))
+    assert result == ExpireProducersResult(1)
+    assert [p.producer_id for p in control_plane.active_producers("t", 0)] == [8, 9]
+    # Forgotten, producer 7 starts anew: a later sequence is not out of order.
+    later = (await commit(control_plane, "o2", batch(producer=7, seq=40, ts=7_000)))[0]
+    assert later.error_code == 0
 
 
 async def test_log_append_time(control_plane):

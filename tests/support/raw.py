@@ -8,8 +8,10 @@ from contextlib import contextmanager
 
 import pytest
 from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.framing import decode_response, encode_request
 from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody
@@ -118,3 +120,15 @@ def fetch_codecs(bootstrap: str, topic: str, partition: int = 0) -> list[int]:
                     offset = batch.next_offset
             if offset >= answer.high_watermark:
                 return codecs
+
+
+def open_transactions(sock: socket.socket, topic: str, partition: int = 0) -> dict[int, int]:
+    """DescribeProducers (v0): each producer the partition's leader holds state for, and
+    where its open transaction starts (-1: none open)."""
+    response = call(sock, ApiKey.DESCRIBE_PRODUCERS, 0, entity(
+        ApiKey.DESCRIBE_PRODUCERS, 0, "DescribeProducersRequest", topics=(entity(
+            ApiKey.DESCRIBE_PRODUCERS, 0, "TopicRequest", name=topic,
+            partition_indexes=(partition,)),)))
+    found = response.topics[0].partitions[0]
+    assert found.error_code == ErrorCode.none, found.error_message
+    return {p.producer_id: p.current_txn_start_offset for p in found.active_producers}

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from support.batches import build_batch as build_old_batch
-from support.raw import call, connect, entity, prove_broker
+from support.raw import call, connect, entity, open_transactions, prove_broker
 from support.topics import create_topic
 
 
@@ -27,7 +27,6 @@ def build_batch(values, **fields) -> bytearray:
 
 
 PRODUCE_VERSION, MARKERS_VERSION, INIT_VERSION, LIST_OFFSETS_VERSION = 9, 1, 4, 7
-DESCRIBE_PRODUCERS_VERSION = 0
 READ_COMMITTED, READ_UNCOMMITTED = 1, 0
 
 
@@ -75,18 +74,6 @@ def end_offset(sock, topic: str, isolation: int) -> int:
             entity(ApiKey.LIST_OFFSETS, v, "ListOffsetsPartition", partition_index=0,
                    current_leader_epoch=-1, timestamp=-1),)),)))
     return response.topics[0].partitions[0].offset
-
-
-def open_transactions(sock, topic: str) -> dict[int, int]:
-    """DescribeProducers: each producer of partition 0 and where its open transaction starts
-    (-1: none open)."""
-    v = DESCRIBE_PRODUCERS_VERSION
-    response = call(sock, ApiKey.DESCRIBE_PRODUCERS, v, entity(
-        ApiKey.DESCRIBE_PRODUCERS, v, "DescribeProducersRequest", topics=(entity(
-            ApiKey.DESCRIBE_PRODUCERS, v, "TopicRequest", name=topic, partition_indexes=(0,)),)))
-    partition = response.topics[0].partitions[0]
-    assert partition.error_code == ErrorCode.none, partition.error_message
-    return {p.producer_id: p.current_txn_start_offset for p in partition.active_producers}
 
 
 def confluent_values(bootstrap: str, topic: str, isolation: str, count: int) -> list[bytes]:

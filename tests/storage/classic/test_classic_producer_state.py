@@ -9,7 +9,7 @@ from protocol.records import validate_produce_records
 from storage.classic import ClassicLog
 from storage.config import LogConfig
 from storage.producer_state import InvalidProducerEpoch, OutOfOrderSequence
-from support.batches import build_batch
+from support.batches import T0, build_batch
 
 PID = 4242
 
@@ -114,3 +114,17 @@ async def test_truncated_batches_are_forgotten_also_after_a_crash(open_log):
     assert log.log_end_offset == 6
     crashed = open_log()
     assert await append(crashed, 6) == (6, 7)
+
+
+async def test_an_idle_producer_expires_and_may_start_anew(open_log):
+    log = open_log()
+    await append(log, 0)
+    # Its last write is stamped T0 + 1 (the batch's max timestamp, as Kafka).
+    assert log.expire_producers(now_ms=T0 + 1000, expiration_ms=1000) == 0
+    assert log.expire_producers(now_ms=T0 + 1001, expiration_ms=1000) == 1
+    assert log.active_producers() == []
+    # Forgotten, its next batch starts a new entry whatever its sequence (as Kafka since
+    # KIP-360), and the next snapshot leaves the old one out.
+    assert await append(log, 40) == (2, 3)
+    await log.close()
+    assert [p.last_sequence for p in open_log().active_producers()] == [41]
