@@ -170,10 +170,14 @@ class LeaderFetcher:
                     for data in topic.partitions
                     if (partition := self.partitions.get((topic.topic, data.partition_index)))
                     is not None]
+        ends = [partition.log.log_end_offset for partition, _ in answered]
         applied = await asyncio.gather(*(self._apply(partition, data)
                                          for partition, data in answered))
-        for (partition, _), ok in zip(answered, applied):
-            if not ok:  # its answer could not be used: ask for it again
+        for (partition, data), ok, end in zip(answered, applied, ends):
+            # Records that did not move the log end (an active-tiered download that failed
+            # falls back to the leader's records that way) are asked for again at once,
+            # although this replica's position did not change.
+            if not ok or (data.records and partition.log.log_end_offset == end):
                 self.session.resend((partition.topic, partition.index))
         if answered and not any(applied):
             # Every partition is waiting for metadata that moves it: do not spin.

@@ -239,6 +239,7 @@ class ReplicatedPartition(Partition):
             raise PartitionError(
                 ErrorCode.not_enough_replicas,
                 f"ISR {self.isr} is smaller than min.insync.replicas={min_isr}")
+        self._note_caught_up_followers()
         result = await self.log.append(records, batches, self.leader_epoch, origin)
         self.maybe_advance_high_watermark()
         self.notify_waiters()  # followers long-polling for new data
@@ -306,6 +307,14 @@ class ReplicatedPartition(Partition):
                    now - self._caught_up_at(r) > max_lag_s]
         if lagging:
             self._propose([r for r in self.isr if r not in lagging])
+
+    def _note_caught_up_followers(self) -> None:
+        """Before the log end moves: a follower holding all of it was caught up as of its
+        latest fetch (which an idle partition of its session was part of unlisted), not
+        only as of the last fetch that listed this partition."""
+        for replica_id, state in self._followers.items():
+            if state.log_end_offset >= self.log.log_end_offset:
+                state.caught_up_at = max(state.caught_up_at, self.last_fetch_by(replica_id))
 
     def _caught_up_at(self, replica_id: int) -> float:
         """When the follower last held everything this log holds. One that holds it now held
