@@ -37,7 +37,7 @@ from .response_memory import ResponseMemory
 
 log = logging.getLogger(__name__)
 # How often the event loop's lag is sampled.
-LOOP_PROBE_INTERVAL_S = 0.5
+LOOP_PROBE_INTERVAL_S = 0.1
 # How long a scrape waits for a partition leader's high watermark (consumer lag).
 END_OFFSET_TIMEOUT_S = 2.0
 

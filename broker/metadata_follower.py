@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 FETCH_MAX_WAIT_MS = 500
 # Records applied between two yields to the event loop: a partition record may open a log
 # (a few files read, an fsync), so this is some tens of milliseconds at most.
-APPLY_SLICE = 64
+APPLY_SLICE = 8
 # Snapshot bytes asked per FetchSnapshot.
 SNAPSHOT_CHUNK = 4 << 20
 

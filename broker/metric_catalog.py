@@ -78,7 +78,7 @@ RESPONSE_MEMORY_LIMIT = MetricSpec(
     where=EVERY_NODE)
 EVENT_LOOP_LAG = MetricSpec(
     "kipper_event_loop_lag_seconds", "histogram",
-    "How late the event loop ran a timer (sampled every 0.5 s): time the broker could not "
+    "How late the event loop ran a timer (sampled every 0.1 s): time the broker could not "
     "serve anything", where=EVERY_NODE)
 
 # Fetch sessions (KIP-227, replication/fetch_session.py).

@@ -62,10 +62,17 @@ class DynamicConfigs:
         self.static_topic_defaults = static_topic_defaults
         # Called after a dynamic broker config changed (effective values may differ).
         self.listeners: list[Callable[[], None]] = []
+        # Computed once per change of the dynamic broker configs, not for every partition
+        # of a topic created with thousands: topic_defaults(), and each topic's LogConfig
+        # with the configs dict it was made from (a config record replaces that dict).
+        self._topic_defaults: dict[str, str] | None = None
+        self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
 
     def on_metadata_record(self, record: dict) -> None:
         """Called after ``record`` was applied to the image."""
         if record["type"] == "broker_config" and record["resource"] in ("", str(self.node_id)):
+            self._topic_defaults = None
+            self._log_configs.clear()
             for listener in self.listeners:
                 listener()
 
@@ -104,13 +111,16 @@ class DynamicConfigs:
         return None
 
     def topic_defaults(self) -> dict[str, str]:
-        """The effective default of every topic config on this node."""
-        defaults = {}
-        for name, definition in TOPIC_CONFIGS.items():
-            synonym = self._topic_default(name)
-            defaults[name] = (definition.default if synonym is None
-                              else self._as_topic_value(synonym))
-        return defaults
+        """The effective default of every topic config on this node (shared: not to be
+        changed)."""
+        if self._topic_defaults is None:
+            defaults = {}
+            for name, definition in TOPIC_CONFIGS.items():
+                synonym = self._topic_default(name)
+                defaults[name] = (definition.default if synonym is None
+                                  else self._as_topic_value(synonym))
+            self._topic_defaults = defaults
+        return self._topic_defaults
 
     @staticmethod
     def _as_topic_value(synonym: ConfigSynonym) -> str:
@@ -119,7 +129,11 @@ class DynamicConfigs:
 
     def log_config(self, topic: TopicInfo) -> LogConfig:
         """The effective configs of ``topic`` on this node."""
-        return LogConfig.from_topic_configs(topic.configs, self.topic_defaults())
+        cached = self._log_configs.get(topic.name)
+        if cached is None or cached[0] is not topic.configs:
+            cached = self._log_configs[topic.name] = (
+                topic.configs, LogConfig.from_topic_configs(topic.configs, self.topic_defaults()))
+        return cached[1]
 
     # --- DescribeConfigs -------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from protocol.build import make
 from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from replication.fetcher import LeaderFetcher
 from storage.config import InvalidConfig, LogConfig
-from storage.log import KafkaStorageError, Leadership
+from storage.log import KafkaStorageError, Leadership, PartitionLog
 from storage.manager import LogManager
 
 from .dynamic_config import DynamicConfigs
@@ -82,8 +82,13 @@ class ReplicaManager:
         elif kind == "config":
             self._reconfigure(record["topic"])
         elif kind == "remove_topic":
-            for key in [k for k in self.partitions if k[0] == record["name"]]:
-                self._delete_replica(key)
+            keys = [k for k in self.partitions if k[0] == record["name"]]
+            for key in keys:
+                self._stop_serving(key)
+            # One task deletes them one after another: thousands of deletions started at
+            # once would all run their first step in one turn of the event loop.
+            self._clean_up(self._delete_logs([log_ for key in keys
+                                              if (log_ := self.logs.detach(*key)) is not None]))
         elif kind == "broker" and record["node_id"] in self._fetchers:
             # The leader moved to a new address (restart): reconnect its fetcher.
             for partition in list(self._fetchers[record["node_id"]].partitions.values()):
@@ -129,11 +134,18 @@ class ReplicaManager:
             self._follow(partition)
 
     def _delete_replica(self, key: tuple[str, int]) -> None:
+        self._stop_serving(key)
+        self._clean_up(self.logs.delete_partition(*key))
+
+    def _stop_serving(self, key: tuple[str, int]) -> None:
         self._stop_following(*key)
         partition = self.partitions.pop(key)
         partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
         partition.notify_waiters()
-        self._clean_up(self.logs.delete_partition(*key))
+
+    async def _delete_logs(self, logs: list[PartitionLog]) -> None:
+        for log_ in logs:
+            await self.logs.delete_detached(log_)
 
     def follower_fetched(self, replica_id: int) -> None:
         self._follower_fetches[replica_id] = time.monotonic()

@@ -256,6 +256,10 @@ class PartitionLog(abc.ABC):
     async def enforce_retention(self, now_ms: int) -> int:
         """Delete what retention.ms / retention.bytes allow; return bytes freed."""
 
+    def release_directory(self) -> None:
+        """Of a log being deleted: stop using its directory at once (a new log of the same
+        partition is opening there); ``delete`` then removes what it had."""
+
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget the idempotent producers idle for ``expiration_ms`` (producer.id.expiration.ms)
         and with no open transaction; return how many. Engines that keep producer state

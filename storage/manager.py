@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .classic import ClassicLog
-from .classic.checkpoint import sync_file_system
+from .classic.checkpoint import DELETED_DIR_SUFFIX, move_aside_for_deletion, sync_file_system
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
@@ -47,12 +47,16 @@ class LogManager:
         ``cleaner``: the log cleaner's settings (it runs once ``run_cleaner`` is started)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        for doomed in self.data_dir.glob(f"*{DELETED_DIR_SUFFIX}"):
+            shutil.rmtree(doomed, ignore_errors=True)  # deletions a crash interrupted
         self.disk_space = DiskSpace(self.data_dir, reserved_bytes)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._last_flush_ms: dict[tuple[str, int], int] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
         self._engine_retention: dict[str, EngineRetention] = {}
         self._engine_producer_expiration: dict[str, ProducerExpiration] = {}
+        # Logs detached for deletion and not deleted yet, by partition.
+        self._detached: dict[tuple[str, int], list[PartitionLog]] = {}
         self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
 
     def register_engine(self, mode: str, factory: EngineFactory,
@@ -80,6 +84,8 @@ class LogManager:
             raise InvalidConfig(
                 f"kipper.storage.mode={config.storage_mode!r} of {topic} has no storage engine "
                 f"in this broker (available: {', '.join(sorted(self.engines))})")
+        for old in self._detached.get(key, ()):
+            old.release_directory()  # a deleted log of the same name not yet removed
         log = factory(topic, partition, config, self.partition_dir(topic, partition))
         if not is_internal_topic(topic):
             log.disk_space = self.disk_space
@@ -95,14 +101,34 @@ class LogManager:
 
     async def delete_partition(self, topic: str, partition: int) -> None:
         """Remove the partition's data, whether or not its log is open."""
+        log = self.detach(topic, partition)
+        if log is not None:
+            await self.delete_detached(log)
+        elif (doomed := move_aside_for_deletion(self.partition_dir(topic, partition))) is not None:
+            await asyncio.to_thread(shutil.rmtree, doomed, ignore_errors=True)
+
+    def detach(self, topic: str, partition: int) -> PartitionLog | None:
+        """Stop serving the partition's log (None if not open), to be deleted later with
+        ``delete_detached``; a new log of the same name may be opened meanwhile (the old
+        one then gives up its directory first)."""
         key = (topic, partition)
-        log = self._logs.pop(key, None)
         self._last_flush_ms.pop(key, None)
         self.cleaner.forget(key)
+        log = self._logs.pop(key, None)
         if log is not None:
+            self._detached.setdefault(key, []).append(log)
+        return log
+
+    async def delete_detached(self, log: PartitionLog) -> None:
+        key = (log.topic, log.partition)
+        try:
             await log.delete()
-        else:
-            shutil.rmtree(self.partition_dir(topic, partition), ignore_errors=True)
+        finally:
+            detached = self._detached.get(key, [])
+            if log in detached:
+                detached.remove(log)
+            if not detached:
+                self._detached.pop(key, None)
 
     async def flush_all(self) -> None:
         for log in list(self._logs.values()):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import uuid
 from pathlib import Path
 
 
@@ -19,6 +20,22 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# A partition directory being deleted: renamed at once (a new partition of the same name
+# may be created meanwhile), then removed off the event loop; what a crash leaves is
+# removed at the next start.
+DELETED_DIR_SUFFIX = "-delete"
+
+
+def move_aside_for_deletion(directory: Path) -> Path | None:
+    """Rename ``directory`` for deletion; the new path (None: there was none)."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
+    try:
+        os.rename(directory, doomed)
+    except FileNotFoundError:
+        return None
+    return doomed
 
 
 def sync_file_system(directory: Path) -> None:

@@ -20,7 +20,6 @@ Durability bookkeeping:
 
 from __future__ import annotations
 
-import shutil
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,13 @@ from pathlib import Path
 from protocol.records import BatchHeader
 
 from ..config import LogConfig
-from .checkpoint import fsync_dir, read_offset, write_atomically, write_offset
+from .checkpoint import (
+    fsync_dir,
+    move_aside_for_deletion,
+    read_offset,
+    write_atomically,
+    write_offset,
+)
 from .segment import INT32_MAX, LogSegment, index_files, log_file
 
 CLEAN_SHUTDOWN_FILE = ".kipper_clean_shutdown"
@@ -266,10 +271,12 @@ class LocalLog:
         else:
             marker.touch()  # empty: nothing in it can be torn
 
-    def delete(self) -> None:
+    def move_aside(self) -> Path | None:
+        """Close the files and rename the directory for deletion (checkpoint.
+        move_aside_for_deletion); the caller removes what this returns."""
         for segment in self._segments:
-            segment.delete()
-        shutil.rmtree(self.dir, ignore_errors=True)
+            segment.release()
+        return move_aside_for_deletion(self.dir)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -15,9 +15,11 @@ event loop for as long as the disk takes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,6 +105,9 @@ class ClassicLog(PartitionLog):
             self._epochs.truncate_from_end(self._local.next_offset)
             self._epochs.truncate_from_start(self._log_start)
         self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
+        # Deletion (release_directory): the directory renamed aside, to be removed.
+        self._released = False
+        self._doomed: Path | None = None
         # The log end at which what is on disk gives the current producer state (a snapshot
         # there, or an empty log to replay): close need not write a snapshot when nothing was
         # appended since (thousands of untouched partitions at shutdown).
@@ -467,5 +472,12 @@ class ClassicLog(PartitionLog):
         with storage_io(f"mark {self.directory} clean"):
             self._local.mark_clean(sync=False)
 
+    def release_directory(self) -> None:
+        if not self._released:
+            self._released = True
+            self._doomed = self._local.move_aside()
+
     async def delete(self) -> None:
-        self._local.delete()
+        self.release_directory()
+        if self._doomed is not None:  # thousands at once (a topic deleted): off the loop
+            await asyncio.to_thread(shutil.rmtree, self._doomed, ignore_errors=True)

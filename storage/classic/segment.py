@@ -308,11 +308,15 @@ class LogSegment:
         return self._first_batch_timestamp
 
     def delete(self) -> None:
+        self.release()
+        for path in (self.path, self._index_path, self._time_index_path):
+            path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """Close the file without writing anything (its directory is being deleted)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        for path in (self.path, self._index_path, self._time_index_path):
-            path.unlink(missing_ok=True)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -79,6 +79,24 @@ async def test_delete_partition_open_or_not(tmp_path, produce):
     assert not (tmp_path / "b-0").exists()
 
 
+async def test_a_detached_log_is_deleted_later_without_touching_its_successor(tmp_path,
+                                                                              produce):
+    """A deleted topic's logs are removed in the background; one recreated meanwhile under
+    the same name keeps its own records, and an interrupted removal is finished at start."""
+    logs = LogManager(tmp_path)
+    await produce(logs.open("t", 0, LogConfig()), [b"old"])
+    old = logs.detach("t", 0)
+    assert logs.get("t", 0) is None
+    new = logs.open("t", 0, LogConfig())
+    await produce(new, [b"new", b"newer"])
+    await logs.delete_detached(old)
+    assert new.log_end_offset == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("t-")] == ["t-0"]
+    logs.detach("t", 0).release_directory()  # a crash before its removal
+    assert LogManager(tmp_path).open("t", 0, LogConfig()).log_end_offset == 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("t-")] == ["t-0"]
+
+
 async def test_retention_and_flush_loops(tmp_path, produce):
     logs = LogManager(tmp_path)
     expiring = logs.open("old", 0, LogConfig(retention_ms=1000, segment_ms=1))

@@ -95,7 +95,7 @@ def test_metrics_follow_a_produce_and_a_consumer_group(storage_mode, topic_name)
         now, "kipper_request_seconds_count", api="PRODUCE")
     assert total(now, "kipper_under_replicated_partitions") == 0
     assert total(now, "kipper_under_min_isr_partitions") == 0
-    # Sampled every 0.5 s: a broker started for this test may not have sampled yet.
+    # Sampled every 0.1 s: a broker started for this test may not have sampled yet.
     wait_until(lambda: total(scrapes(), "kipper_event_loop_lag_seconds_count") > 0, timeout=10)
     for process_sample in ("process_cpu_seconds_total", "process_resident_memory_bytes",
                            "process_open_fds"):
