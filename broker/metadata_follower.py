@@ -31,7 +31,7 @@ from kio.schema.fetch_snapshot.v0.request import (
 from coordinator.state_machine import Applier
 from protocol.apis import ApiKey
 from protocol.build import make
-from protocol.records import decode_json_records
+from protocol.records import decode_json_records, iter_batches
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from replication.node_client import NodeConnection
 
@@ -172,10 +172,12 @@ class MetadataFollower:
             if data.snapshot_id.end_offset >= 0:
                 await self._load_snapshot(data.snapshot_id)
                 continue
-            records = decode_json_records(data.records or b"")
-            for start in range(0, len(records), APPLY_SLICE):
-                self.applier.apply(records[start:start + APPLY_SLICE])
-                await asyncio.sleep(0)
+            fetched = data.records or b""
+            for batch in iter_batches(fetched, allow_partial_tail=True):
+                records = decode_json_records(fetched[batch.position:batch.position + batch.size])
+                for start in range(0, len(records), APPLY_SLICE):
+                    self.applier.apply(records[start:start + APPLY_SLICE])
+                    await asyncio.sleep(0)
 
     async def _load_snapshot(self, snapshot_id) -> None:
         """Fetch the snapshot the controller named (KIP-630 FetchSnapshot, a chunk at a time)

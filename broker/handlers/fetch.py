@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import NamedTuple
 
@@ -27,6 +28,8 @@ from ..diskless_routing import stable_choice
 from .registry import RequestContext, handles
 
 READ_COMMITTED = 1
+# Partitions a Fetch reads between two turns of the event loop.
+READS_BETWEEN_YIELDS = 64
 # Fetch v11 (KIP-392) is the first version whose clients may fetch from followers.
 FOLLOWER_FETCH_MIN_VERSION = 11
 # Fetch v12 (KIP-595) is the first whose answer can name a snapshot to load instead.
@@ -210,7 +213,9 @@ class _Reads:
             self.by_key.pop(key, None)
         total = self.total
         done = []
-        for topic, fetch in targets:
+        for i, (topic, fetch) in enumerate(targets):
+            if i and i % READS_BETWEEN_YIELDS == 0:
+                await asyncio.sleep(0)  # a full fetch of thousands of partitions
             read = await _read_partition(ctx, request, topic, fetch, max(self.budget - total, 0),
                                          total == 0, received_at)
             key = (topic, fetch.partition)
