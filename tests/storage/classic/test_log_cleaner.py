@@ -6,6 +6,7 @@ leftover .cleaned or .swap file; a kill -9 of a process in the middle of a clean
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -321,7 +322,11 @@ asyncio.run(cleaner.clean_filthiest())
 
 
 def _log_bytes(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.glob("*.log"))
+    total = 0
+    for path in directory.glob("*.log"):
+        with contextlib.suppress(FileNotFoundError):  # swapped away since the listing
+            total += path.stat().st_size
+    return total
 
 
 def _writing(directory: Path, bytes_before: int) -> bool:
