@@ -11,7 +11,8 @@ from support.raw import connect, open_transactions
 from support.topics import create_topic
 from support.wait import wait_until
 
-EXPIRATION = {"KIPPER_PRODUCER_ID_EXPIRATION_MS": "3000",
+# Long enough for the first DescribeProducers to see the producer on a loaded machine.
+EXPIRATION = {"KIPPER_PRODUCER_ID_EXPIRATION_MS": "8000",
               "KIPPER_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS": "500"}
 
 
@@ -50,6 +51,6 @@ def test_an_idle_producer_is_forgotten_and_writes_on(cluster, topic_name, mode):
     leader = cluster.brokers[cluster.leader_of(topic_name)]
     with connect(leader) as sock:
         assert len(open_transactions(sock, topic_name)) == 1
-        wait_until(lambda: open_transactions(sock, topic_name) == {}, timeout=20, interval=0.5)
+        wait_until(lambda: open_transactions(sock, topic_name) == {}, timeout=40, interval=0.5)
     send(10)  # sequence 10 of a producer the partition no longer knows: accepted
     assert values(cluster.bootstrap, topic_name) == list(range(20))
