@@ -308,6 +308,19 @@ class ReplicatedPartition(Partition):
         if lagging:
             self._propose([r for r in self.isr if r not in lagging])
 
+    def maybe_expand_isr(self) -> None:
+        """Propose a caught-up follower for the ISR. A fetch that lists the partition does
+        that too, but a partition idle in the follower's fetch session (KIP-227) is no
+        longer listed once caught up, so a proposal that could not be sent then (another
+        ISR change in flight) is made here, periodically."""
+        if not self.is_leader:
+            return
+        for replica_id, state in self._followers.items():
+            if (replica_id not in self.isr and state.log_end_offset >= self.high_watermark
+                    and state.log_end_offset >= self.log.log_end_offset):
+                self._propose(self.isr + [replica_id])
+                return
+
     def _note_caught_up_followers(self) -> None:
         """Before the log end moves: a follower holding all of it was caught up as of its
         latest fetch (which an idle partition of its session was part of unlisted), not

@@ -222,6 +222,7 @@ class ReplicaManager:
             for partition in list(self.partitions.values()):
                 if isinstance(partition, ReplicatedPartition):  # leaderless ones have no ISR
                     partition.maybe_shrink_isr(self.replica_lag_time_max_s)
+                    partition.maybe_expand_isr()
 
     def _clean_up(self, work) -> None:
         task = asyncio.ensure_future(work)
