@@ -285,6 +285,14 @@ class BrokerConfig:
     capture_trace_dir: Path | None = setting(
         None, "Directory where the produce traffic received is written as a bench trace "
         "(bench/README.md); none = off.", flag=Flag("--capture-trace", metavar="DIR"))
+    diskless_coordinator_checkpoint_interval_records: int = setting(
+        10_000, "Diskless: the batch coordinator checkpoints its state to object storage "
+        "once this many records were applied since the last checkpoint; a broker without a "
+        "usable database restores the newest checkpoint and applies the log after it, and "
+        "`__diskless-metadata` is deleted below the older of the two checkpoints kept.")
+    diskless_coordinator_checkpoint_interval_ms: int = setting(
+        600_000, "…or once this long has passed since the last checkpoint with records "
+        "applied since.")
 
     @property
     def host_port(self) -> tuple[str, int]:

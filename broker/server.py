@@ -10,7 +10,13 @@ import uuid
 from collections.abc import Awaitable
 
 from coordinator.controller import Controller, ControllerSettings
-from coordinator.diskless import BatchCoordinator, Housekeeping, HousekeepingSettings
+from coordinator.diskless import (
+    BatchCoordinator,
+    CheckpointSettings,
+    CheckpointStore,
+    Housekeeping,
+    HousekeepingSettings,
+)
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
 from coordinator.internal_topic import InternalTopicLog
@@ -288,7 +294,10 @@ class Broker:
             lambda host, port, timeout_s: self.nodes.connection(
                 host, port, "diskless-committed-offset").latest_offset(
                     DISKLESS_METADATA_TOPIC, 0, timeout_s),
-            config.diskless_catch_up_timeout_ms / 1000)
+            config.diskless_catch_up_timeout_ms / 1000,
+            CheckpointStore(self.object_store, config.s3_key_prefix), CheckpointSettings(
+                config.diskless_coordinator_checkpoint_interval_records,
+                config.diskless_coordinator_checkpoint_interval_ms))
         cache = ReadCache(self.object_store, config.diskless_read_cache_max_bytes)
         self.wal_writer = WalWriter(
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,

@@ -24,6 +24,9 @@ def _static_broker_configs(config: BrokerConfig) -> dict[str, str]:
         "replica.lag.time.max.ms": config.replica_lag_time_max_ms,
         "log.retention.check.interval.ms": config.log_retention_check_interval_ms,
         "transaction.max.timeout.ms": config.transaction_max_timeout_ms,
+        "producer.id.expiration.ms": config.producer_id_expiration_ms,
+        "producer.id.expiration.check.interval.ms":
+            config.producer_id_expiration_check_interval_ms,
         "kipper.cluster.secret": config.cluster_secret,
         "kipper.s3.secret.key": config.s3_secret_key,
         "kipper.default.storage.mode": config.default_storage_mode,

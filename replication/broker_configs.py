@@ -159,6 +159,11 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {d.name: d for d in (
     _static("log.retention.check.interval.ms", "long",
             "How often retention.ms and retention.bytes are applied"),
     _static("transaction.max.timeout.ms", "int", "Longest transaction timeout allowed"),
+    # Fixed at startup in kipper (Kafka updates producer.id.expiration.ms cluster-wide).
+    _static("producer.id.expiration.ms", "int",
+            "An idempotent producer idle this long without an open transaction is forgotten"),
+    _static("producer.id.expiration.check.interval.ms", "int",
+            "How often producer state is checked for expired producers"),
     _static("kipper.cluster.secret", "password",
             "Secret every node of the cluster proves it holds"),
     _static("kipper.s3.secret.key", "password", "Secret key of the object store"),

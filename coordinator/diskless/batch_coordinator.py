@@ -14,6 +14,10 @@ Queries answer from this broker's copy, which trails the coordinator by a replic
 round: ``catch_up`` first brings it up to what the coordinator has committed, so that
 reads through any broker see every acknowledged change (see ``catch_up``).
 
+The writable coordinator checkpoints the state to object storage, and a broker without a
+usable database restores the newest checkpoint and applies the log after it; the log below
+the checkpoints is deleted (checkpoints.py).
+
 Of the replica layer it needs only ``MetadataLogReplica`` (the partition, as this broker
 holds it), ``CallNode`` (a call to another broker) and ``CommittedOffsetAt`` (the
 coordinator's committed offset, asked of another broker), all given by the broker.
@@ -25,6 +29,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -44,6 +49,8 @@ from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.partition import PartitionError
 from storage.diskless.control_plane import (
     BatchCoordinate,
+    CheckpointTaken,
+    CheckpointTakenResult,
     CommitFile,
     DeleteRecords,
     LogInfo,
@@ -54,14 +61,24 @@ from storage.diskless.control_plane import (
     decode_request,
 )
 from storage.log import AppendResult, NotCaughtUp, PartitionLog
+from storage.objectstore import ObjectStoreError
 from storage.producer_state import AbortedTransaction, ProducerEntry
 
 from ..state_machine import Applier
 from .batch_state import BatchCoordinatorState
+from .checkpoints import (
+    CHECKPOINTS_KEPT,
+    CheckpointSettings,
+    CheckpointStore,
+    copy_state,
+    write_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5)
 COMMIT_TIMEOUT_S = 30.0
+# How often the writable coordinator looks whether a checkpoint is due.
+CHECKPOINT_POLL_S = 1.0
 
 
 class MetadataLogReplica(Protocol):
@@ -101,6 +118,21 @@ class CoordinatorUnavailable(Exception):
     """No coordinator answered before the deadline."""
 
 
+class StateBehindLog(Exception):
+    """This broker's state ends below its log's start and no checkpoint could be restored."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointTimes:
+    """The latest checkpoint this broker took or restored: the offset it reflects, its size
+    and how long taking it (copy, upload, record) or restoring it (download, check, swap)
+    took."""
+
+    offset: int = -1
+    size_bytes: int = 0
+    seconds: float = 0.0
+
+
 class BatchCoordinator(RecordControlPlane):
     """This broker's part of the coordinator, as a ControlPlane: state changes go to the
     writable coordinator wherever it runs; queries read the local materialised state."""
@@ -108,7 +140,10 @@ class BatchCoordinator(RecordControlPlane):
     def __init__(self, node_id: int, state_path: Path, image: MetadataImage,
                  metadata_log: Callable[[], MetadataLogReplica | None], call_node: CallNode,
                  create_topic: Callable[..., Awaitable[ErrorCode]],
-                 committed_offset_at: CommittedOffsetAt, catch_up_timeout_s: float) -> None:
+                 committed_offset_at: CommittedOffsetAt, catch_up_timeout_s: float,
+                 checkpoints: CheckpointStore | None = None,
+                 checkpoint_settings: CheckpointSettings = CheckpointSettings()) -> None:
+        """``checkpoints``: where checkpoints go (None: none are taken, the log is kept)."""
         self.node_id = node_id
         self.state = BatchCoordinatorState(state_path)
         self.image = image
@@ -117,8 +152,17 @@ class BatchCoordinator(RecordControlPlane):
         self.create_topic = create_topic
         # Called with the (topic id, partition) pairs a newly applied record changed.
         self.on_change: list[Callable[[set[tuple[str, int]]], None]] = []
-        self.applier = Applier(_AppliedState(self.state, self.on_change))
+        self._applied = _AppliedState(self.state, self.on_change)
+        self.applier = Applier(self._applied)
         self._apply_task: asyncio.Task | None = None
+        self._checkpoint_task: asyncio.Task | None = None
+        self._checkpoints = checkpoints
+        self.checkpoint_settings = checkpoint_settings
+        # A state starting empty is restored from a checkpoint once, if there is one.
+        self._restore_tried = False
+        self.checkpoint_taken = CheckpointTimes()
+        self.checkpoints_taken = 0
+        self.checkpoint_restored = CheckpointTimes()
         self.commit_latencies_ms: deque[float] = deque(maxlen=10_000)
         self.commit_requests = 0
         self.appends = 0
@@ -130,11 +174,14 @@ class BatchCoordinator(RecordControlPlane):
 
     def start(self) -> None:
         self._apply_task = asyncio.create_task(self._apply_loop())
+        if self._checkpoints is not None:
+            self._checkpoint_task = asyncio.create_task(self._checkpoint_loop())
 
     async def stop(self) -> None:
-        if self._apply_task is not None:
-            self._apply_task.cancel()
-            await asyncio.gather(self._apply_task, return_exceptions=True)
+        tasks = [t for t in (self._apply_task, self._checkpoint_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.state.close()
 
     @property
@@ -318,6 +365,10 @@ class BatchCoordinator(RecordControlPlane):
                 continue
             try:
                 applied_any = await self._apply_committed(partition)
+            except StateBehindLog as e:
+                log.warning("%s; retrying", e)
+                await asyncio.sleep(1)
+                continue
             except Exception:
                 log.exception("applying %s failed; retrying", DISKLESS_METADATA_TOPIC)
                 await asyncio.sleep(1)
@@ -334,6 +385,10 @@ class BatchCoordinator(RecordControlPlane):
                         DISKLESS_METADATA_TOPIC, self.state.applied_offset)
             self.state.reset()
             self.applier.forget_results()
+        if self._checkpoints is not None and (
+                self.state.applied_offset + 1 < log_.log_start_offset
+                or (self.state.applied_offset < 0 and not self._restore_tried)):
+            await self._restore(log_)
         next_offset = max(self.state.applied_offset + 1, log_.log_start_offset)
         high_watermark = partition.high_watermark
         if next_offset >= high_watermark:
@@ -341,7 +396,93 @@ class BatchCoordinator(RecordControlPlane):
         read = await log_.read(next_offset, 1 << 20, max_offset=high_watermark)
         self.applier.apply((offset, record) for offset, record in decode_json_records(read.records)
                            if offset < high_watermark)
+        # The log below the oldest checkpoint kept is not needed any more, here as on
+        # every replica (each applies the CheckpointTaken record that says so).
+        trim_to = min(self._applied.log_start, self.state.applied_offset + 1)
+        if trim_to > log_.log_start_offset:
+            await log_.delete_records_before(trim_to)
+            log.info("%s now starts at %d (checkpointed below)", DISKLESS_METADATA_TOPIC,
+                     log_.log_start_offset)
         return True
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    async def _restore(self, log_: PartitionLog) -> None:
+        """Replace the state with the newest readable checkpoint that the log continues (at
+        or past its start less one) and is ahead of the state. Raises StateBehindLog when
+        the state needs one (it ends below the log start) and none could be restored."""
+        self._restore_tried = True
+        applied, log_start = self.state.applied_offset, log_.log_start_offset
+        started = time.monotonic()
+        try:
+            offsets = [o for o in await self._checkpoints.offsets()
+                       if o > applied and o + 1 >= log_start]
+        except ObjectStoreError as e:
+            offsets = []
+            log.warning("cannot list the batch coordinator's checkpoints: %s", e)
+        download = self.state.path.with_name(self.state.path.name + ".restore")
+        for offset in reversed(offsets):
+            try:
+                data = await self._checkpoints.get(offset)
+                found = await asyncio.to_thread(write_checkpoint, data, download)
+            except (ObjectStoreError, ValueError) as e:
+                log.warning("checkpoint %d of the batch coordinator is unusable: %s", offset, e)
+                continue
+            if found != offset:
+                log.warning("checkpoint %d holds the state at %d: skipped", offset, found)
+                download.unlink(missing_ok=True)
+                continue
+            self.state.replace_with(download)
+            self.checkpoint_restored = CheckpointTimes(offset, len(data),
+                                                       time.monotonic() - started)
+            log.info("restored the batch coordinator's state from checkpoint %d (%d bytes, "
+                     "%.2f s); applying %s from %d", offset, len(data),
+                     self.checkpoint_restored.seconds, DISKLESS_METADATA_TOPIC, offset + 1)
+            return
+        if applied + 1 < log_start:
+            raise StateBehindLog(
+                f"the batch coordinator's state ends at {applied}, below the start of "
+                f"{DISKLESS_METADATA_TOPIC} ({log_start}), and no checkpoint was restored")
+
+    async def _checkpoint_loop(self) -> None:
+        last_taken = time.monotonic()
+        while True:
+            await asyncio.sleep(CHECKPOINT_POLL_S)
+            # Counted from the newest checkpoint recorded, by whichever coordinator: the
+            # record of a checkpoint alone does not make the next one due.
+            since = self.state.applied_offset - self.state.latest_checkpoint()
+            due = since >= self.checkpoint_settings.interval_records or (
+                since > 1 and time.monotonic() - last_taken
+                >= self.checkpoint_settings.interval_ms / 1000)
+            if not due or not self.is_writable:
+                continue
+            try:
+                await self.take_checkpoint()
+            except (NotCoordinator, RecordRejected, ObjectStoreError, TimeoutError, OSError,
+                    sqlite3.Error) as e:
+                log.warning("checkpoint of the batch coordinator's state failed: %r", e)
+            last_taken = time.monotonic()
+
+    async def take_checkpoint(self) -> int:
+        """As the writable coordinator: copy the state, upload the copy and record it in the
+        log; the offset it reflects. Raises NotCoordinator, ObjectStoreError, OSError."""
+        started = time.monotonic()
+        copy = self.state.path.with_name(self.state.path.name + ".checkpoint")
+        try:
+            offset = await asyncio.to_thread(copy_state, self.state.path, copy)
+            data = await asyncio.to_thread(copy.read_bytes)
+        finally:
+            copy.unlink(missing_ok=True)
+        key = await self._checkpoints.put(offset, data)
+        result: CheckpointTakenResult = await self.append(
+            CheckpointTaken(offset, key, CHECKPOINTS_KEPT), COMMIT_TIMEOUT_S)
+        if result.log_start > 0:
+            await self._checkpoints.delete_below(result.log_start - 1)
+        self.checkpoints_taken += 1
+        self.checkpoint_taken = CheckpointTimes(offset, len(data), time.monotonic() - started)
+        log.info("checkpointed the batch coordinator's state at %d (%d bytes, %.2f s)", offset,
+                 len(data), self.checkpoint_taken.seconds)
+        return offset
 
     def metrics(self) -> dict:
         partition = self._metadata_log()
@@ -352,6 +493,14 @@ class BatchCoordinator(RecordControlPlane):
             "applied_offset": self.state.applied_offset,
             "is_coordinator": self.is_writable,
             "metadata_log_bytes": partition.log.size_bytes if partition else 0,
+            "metadata_log_start_offset": partition.log.log_start_offset if partition else 0,
+            "latest_checkpoint_offset": self.state.latest_checkpoint(),
+            "checkpoints_taken": self.checkpoints_taken,
+            "checkpoint_offset": self.checkpoint_taken.offset,
+            "checkpoint_bytes": self.checkpoint_taken.size_bytes,
+            "checkpoint_seconds": self.checkpoint_taken.seconds,
+            "restored_checkpoint_offset": self.checkpoint_restored.offset,
+            "restore_seconds": self.checkpoint_restored.seconds,
             "appends": self.appends,
             "commit_requests": self.commit_requests,
             "commit_latency_p50_ms": _percentile(latencies, 0.5),
@@ -408,6 +557,8 @@ class _AppliedState:
                  on_change: list[Callable[[set[tuple[str, int]]], None]]) -> None:
         self.state = state
         self.on_change = on_change
+        # Where the log may start, as the latest CheckpointTaken record applied said.
+        self.log_start = 0
 
     @property
     def next_offset(self) -> int:
@@ -423,6 +574,8 @@ class _AppliedState:
             log.error("skipping %s record at offset %d: %r", DISKLESS_METADATA_TOPIC, offset, e)
             self.state.skip(offset)
             return RecordRejected(repr(e))
+        if isinstance(result, CheckpointTakenResult):
+            self.log_start = max(self.log_start, result.log_start)
         changed = _changed_logs(request)
         if changed:
             for listener in self.on_change:

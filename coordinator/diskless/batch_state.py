@@ -8,11 +8,17 @@ clock, and every query orders its rows explicitly.
 
 Offsets are assigned here: a committed batch takes the log's high watermark as its base
 offset. Rejected batches take no offset; their bytes stay in the object as dead bytes.
+
+The database is one file, so a checkpoint of the state is a copy of it (``copy_state``,
+coordinator/diskless/checkpoints.py): the ``applied`` row in the copy is the log offset it
+reflects.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -25,6 +31,8 @@ from storage.diskless.control_plane import (
     NO_TIMESTAMP,
     BatchCoordinate,
     BatchResult,
+    CheckpointTaken,
+    CheckpointTakenResult,
     CommitBatch,
     CommitFile,
     CommitFileResult,
@@ -52,6 +60,7 @@ from storage.diskless.control_plane import (
     check_commit_batch,
     compaction_refusal,
     compaction_result,
+    kept_checkpoints,
     new_log_start,
     refused_commit,
     retention_keep_from,
@@ -80,17 +89,19 @@ CREATE TABLE IF NOT EXISTS producer_state (
     topic_id TEXT, partition INTEGER, snapshot BLOB,
     PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, result TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (offset INTEGER PRIMARY KEY, object_key TEXT);
 """
 # Columns added since the first schema, with their defaults: added to older databases.
 _ADDED_COLUMNS = (("logs", "cleaned_offset", 0), ("batches", "cleaned_at_ms", -1),
                   ("logs", "tombstone_horizon_ms", -1))
 _TABLES = ("applied", "logs", "batches", "objects", "deleted_objects", "deleted_topics",
-           "producer_state", "requests")
+           "producer_state", "requests", "checkpoints")
 
 _BATCH_COLUMNS = ("topic_id, partition, base_offset, last_offset, object_key, byte_offset, "
                   "byte_size, max_timestamp, timestamp_type, append_time_ms, cleaned_at_ms")
 # LogAppendTime batches are stamped by the coordinator; their client timestamps do not count.
 _EFFECTIVE_TIMESTAMP = "CASE timestamp_type WHEN 1 THEN append_time_ms ELSE max_timestamp END"
+log = logging.getLogger(__name__)
 
 
 class BatchCoordinatorState(RecordControlPlane):
@@ -98,20 +109,48 @@ class BatchCoordinatorState(RecordControlPlane):
     ControlPlane without a replicated log, as the contract tests use it."""
 
     def __init__(self, path: Path) -> None:
-        # Autocommit mode: every apply opens its own transaction explicitly.
-        self._db = sqlite3.connect(path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        for table, column, default in _ADDED_COLUMNS:
-            if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
-                self._db.execute(
-                    f"ALTER TABLE {table} ADD COLUMN {column} INTEGER DEFAULT {default}")
-        row = self._db.execute("SELECT offset FROM applied").fetchone()
-        self._applied_offset = -1 if row is None else row[0]
+        self.path = path
         # Decoded producer state per (topic_id, partition); only valid while it matches the
         # database, so it is dropped whenever a transaction rolls back.
         self._producer_states: dict[tuple[str, int], ProducerState] = {}
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            # Not a database (a torn or overwritten file): set it aside and start empty; the
+            # coordinator then rebuilds the state from a checkpoint and the log.
+            log.error("%s is unreadable (%s): moved to %s.corrupt, starting empty", path, e,
+                      path.name)
+            os.replace(path, path.with_name(path.name + ".corrupt"))
+            _remove_journal(path)
+            self._open()
+
+    def _open(self) -> None:
+        # Autocommit mode: every apply opens its own transaction explicitly.
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            for table, column, default in _ADDED_COLUMNS:
+                if column not in {row[1] for row in
+                                  self._db.execute(f"PRAGMA table_info({table})")}:
+                    self._db.execute(
+                        f"ALTER TABLE {table} ADD COLUMN {column} INTEGER DEFAULT {default}")
+            row = self._db.execute("SELECT offset FROM applied").fetchone()
+        except sqlite3.DatabaseError:
+            self._db.close()
+            raise
+        self._applied_offset = -1 if row is None else row[0]
+        self._producer_states.clear()
+
+    def replace_with(self, checkpoint: Path) -> None:
+        """Take the state in the database file ``checkpoint`` (checked by
+        checkpoints.checkpoint_offset) in place of this one. The file is renamed over the
+        database, so a crash leaves one whole state or the other."""
+        self._db.close()
+        _remove_journal(self.path)  # closing folded the WAL into the old file
+        os.replace(checkpoint, self.path)
+        self._open()
 
     @property
     def applied_offset(self) -> int:
@@ -417,6 +456,14 @@ class BatchCoordinatorState(RecordControlPlane):
                 expired += forgotten
         return ExpireProducersResult(expired)
 
+    def _checkpoint_taken(self, request: CheckpointTaken) -> CheckpointTakenResult:
+        recorded = self._db.execute("SELECT offset, object_key FROM checkpoints").fetchall()
+        kept, result = kept_checkpoints([*recorded, (request.offset, request.object_key)],
+                                        request.keep)
+        self._db.execute("DELETE FROM checkpoints")
+        self._db.executemany("INSERT INTO checkpoints VALUES (?, ?)", kept)
+        return result
+
     _HANDLERS = {
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
@@ -426,6 +473,7 @@ class BatchCoordinatorState(RecordControlPlane):
         ObjectsDeleted: _objects_deleted,
         Merge: _merge,
         Compact: _compact,
+        CheckpointTaken: _checkpoint_taken,
     }
 
     # -- queries -------------------------------------------------------------------------------
@@ -503,6 +551,11 @@ class BatchCoordinatorState(RecordControlPlane):
             "COUNT(CASE WHEN live_bytes = 0 THEN 1 END) FROM objects").fetchone()
         return StateStats(logs, batches, objects, int(live), int(dead), empty)
 
+    def latest_checkpoint(self) -> int:
+        """The offset of the newest checkpoint recorded in the log (-1: none)."""
+        (offset,) = self._db.execute("SELECT MAX(offset) FROM checkpoints").fetchone()
+        return -1 if offset is None else offset
+
     def database_bytes(self) -> int:
         (pages,), (page_size,) = (self._db.execute(f"PRAGMA {pragma}").fetchone()
                                   for pragma in ("page_count", "page_size"))
@@ -533,3 +586,7 @@ class BatchCoordinatorState(RecordControlPlane):
         row = self._db.execute(f"SELECT 1 FROM {table} WHERE {where}", params).fetchone()
         return row is not None
 
+
+def _remove_journal(path: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)

@@ -393,9 +393,33 @@ class Compact(Request):
     tombstone_horizon_ms: int = -1
 
 
+# --- checkpoints of the coordinator's state -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointTakenResult(WireRecord):
+    # Where the coordinator's log may start now: one past the oldest checkpoint kept, once
+    # ``keep`` of them exist (-1: keep the whole log).
+    log_start: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointTaken(Request):
+    """A copy of the state as of the coordinator's log offset ``offset`` (every record up
+    to it applied) is in object storage at ``object_key``: the ``keep`` newest checkpoints
+    are kept, and the log below the oldest of them is no longer needed to rebuild the state
+    (coordinator/diskless/checkpoints.py)."""
+
+    TYPE: ClassVar = "checkpoint_taken"
+    RESULT: ClassVar = CheckpointTakenResult
+    offset: int
+    object_key: str
+    keep: int
+
+
 _REQUEST_TYPES: dict[str, type[Request]] = {
     cls.TYPE: cls for cls in (CommitFile, DeleteRecords, EnforceRetention, ExpireProducers,
-                              DeleteTopic, ObjectsDeleted, Merge, Compact)}
+                              DeleteTopic, ObjectsDeleted, Merge, Compact, CheckpointTaken)}
 
 
 def decode_request(wire: dict[str, Any]) -> Request:
@@ -481,6 +505,8 @@ class ControlPlane(Protocol):
 
     async def compact(self, request: Compact) -> CompactResult: ...
 
+    async def checkpoint_taken(self, request: CheckpointTaken) -> CheckpointTakenResult: ...
+
     async def catch_up(self, since: float) -> None:
         """Return once the queries below include every state change acknowledged before
         ``since`` (time.monotonic()), wherever it was submitted; raises
@@ -559,6 +585,9 @@ class RecordControlPlane(abc.ABC):
         return await self.submit(request)
 
     async def compact(self, request: Compact) -> CompactResult:
+        return await self.submit(request)
+
+    async def checkpoint_taken(self, request: CheckpointTaken) -> CheckpointTakenResult:
         return await self.submit(request)
 
 
@@ -678,3 +707,11 @@ def compaction_result(request: Compact) -> CompactResult:
     return CompactResult(len(request.batches) - dropped, dropped,
                          sum(rewrite.old_byte_size for rewrite in request.batches),
                          sum(rewrite.byte_size for rewrite in request.batches))
+
+
+def kept_checkpoints(checkpoints: Iterable[tuple[int, str]],
+                     keep: int) -> tuple[list[tuple[int, str]], CheckpointTakenResult]:
+    """Of the (offset, object key) checkpoints recorded, the ``keep`` newest, and the
+    result of recording the newest of them."""
+    kept = sorted(dict(checkpoints).items())[-keep:]
+    return kept, CheckpointTakenResult(kept[0][0] + 1 if len(kept) == keep else -1)

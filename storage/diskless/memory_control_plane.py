@@ -16,6 +16,8 @@ from .control_plane import (
     NO_TIMESTAMP,
     BatchCoordinate,
     BatchResult,
+    CheckpointTaken,
+    CheckpointTakenResult,
     CommitBatch,
     CommitFile,
     CommitFileResult,
@@ -42,6 +44,7 @@ from .control_plane import (
     check_commit_batch,
     compaction_refusal,
     compaction_result,
+    kept_checkpoints,
     new_log_start,
     refused_commit,
     retention_keep_from,
@@ -82,6 +85,7 @@ class InMemoryControlPlane(RecordControlPlane):
         self._deleted_objects: set[str] = set()
         self._deleted_topics: set[str] = set()
         self._requests: dict[str, CommitFileResult] = {}
+        self._checkpoints: list[tuple[int, str]] = []  # (offset, object key), kept ones
 
     async def submit(self, request: Request) -> Any:
         return self.apply(request)
@@ -277,6 +281,11 @@ class InMemoryControlPlane(RecordControlPlane):
             log.producers.remove_expired(request.now_ms, request.expiration_ms)
             for log in self._logs.values()))
 
+    def _checkpoint_taken(self, request: CheckpointTaken) -> CheckpointTakenResult:
+        self._checkpoints, result = kept_checkpoints(
+            [*self._checkpoints, (request.offset, request.object_key)], request.keep)
+        return result
+
     _HANDLERS = {
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
@@ -286,6 +295,7 @@ class InMemoryControlPlane(RecordControlPlane):
         ObjectsDeleted: _objects_deleted,
         Merge: _merge,
         Compact: _compact,
+        CheckpointTaken: _checkpoint_taken,
     }
 
     # -- queries -------------------------------------------------------------------------------

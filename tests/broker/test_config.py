@@ -11,6 +11,8 @@ import pytest
 
 from broker.cli import build_parser, config_from_args
 from broker.config import BrokerConfig
+from broker.static_configs import dynamic_configs
+from replication.cluster_metadata import MetadataImage
 
 NODE_FLAGS = {"--config", "--node-id", "--listener", "--advertised-listener", "--rack",
               "--data-dir", "--metrics-listener"}
@@ -69,3 +71,9 @@ def test_an_unknown_file_setting_is_refused(tmp_path: Path):
     args = build_parser().parse_args(["broker", "--config", str(toml)])
     with pytest.raises(ValueError, match="unknown broker setting 'no_such_setting'"):
         config_from_args(args, {})
+
+
+def test_producer_expiration_settings_are_described_under_kafkas_names():
+    configs = dynamic_configs(BrokerConfig(producer_id_expiration_ms=5_000), MetadataImage())
+    assert configs.broker_value("producer.id.expiration.ms") == "5000"
+    assert configs.broker_value("producer.id.expiration.check.interval.ms") == "600000"

@@ -24,6 +24,8 @@ from storage.diskless.control_plane import (
     BatchMove,
     BatchResult,
     BatchRewrite,
+    CheckpointTaken,
+    CheckpointTakenResult,
     CommitFileResult,
     Compact,
     CompactResult,
@@ -429,3 +431,17 @@ async def test_compaction_is_refused_when_a_batch_changed_meanwhile(control_plan
     assert [control_plane.log_info("t", 0),
             control_plane.find_batches("t", 0, 0, 1 << 20)] == before
     assert "c" in control_plane.files_to_delete(now_ms=11, delay_ms=0)
+
+
+async def test_checkpoints_kept_and_where_the_log_may_start(control_plane):
+    first = await control_plane.checkpoint_taken(CheckpointTaken(10, "c/10", keep=2))
+    assert first == CheckpointTakenResult(-1)  # one checkpoint: the whole log is kept
+    assert await control_plane.checkpoint_taken(
+        CheckpointTaken(25, "c/25", keep=2)) == CheckpointTakenResult(11)
+    assert await control_plane.checkpoint_taken(
+        CheckpointTaken(40, "c/40", keep=2)) == CheckpointTakenResult(26)
+    # One taken late (a deposed coordinator's) between those kept counts as any other.
+    assert await control_plane.checkpoint_taken(
+        CheckpointTaken(30, "c/30", keep=2)) == CheckpointTakenResult(31)
+    record = CheckpointTaken(50, "c/50", keep=2)
+    assert decode_request(record.to_wire()) == record
