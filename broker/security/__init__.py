@@ -1,0 +1,1 @@
+"""Authentication and authorization of client connections (listeners, TLS, SASL, ACLs)."""
