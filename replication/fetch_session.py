@@ -264,20 +264,55 @@ class FetchPlan:
 
 class FetchSessionHandler:
     """The fetcher's end of a session (Kafka's client FetchSessionHandler): it lists a
-    partition only when its position differs from what the session holds."""
+    partition only when its position differs from what the session holds.
 
-    def __init__(self) -> None:
+    It also remembers which partitions may have moved since the last request (``moved``:
+    an answer appended to them, they were added or truncated), so an idle fetcher of
+    thousands of partitions works out the positions of none of them. A position that moves
+    unseen (retention raising a follower's log start) is caught by a sweep of every
+    partition each ``SWEEP_INTERVAL_S``."""
+
+    SWEEP_INTERVAL_S = 10.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self._held: dict[PartitionKey, FetchPosition] = {}
+        self._moved: set[PartitionKey] = set()
+        self._forgotten: set[PartitionKey] = set()
+        self._clock = clock
+        self._next_sweep = clock() + self.SWEEP_INTERVAL_S
+
+    def moved(self, key: PartitionKey) -> None:
+        """``key``'s position may have changed: work it out for the next request."""
+        self._moved.add(key)
+        self._forgotten.discard(key)
+
+    def forget(self, key: PartitionKey) -> None:
+        """The fetcher no longer follows ``key``: the next request tells the broker."""
+        self._moved.discard(key)
+        self._forgotten.add(key)
+
+    def to_check(self, followed: Iterable[PartitionKey]) -> Iterable[PartitionKey]:
+        """The partitions whose positions the next ``plan`` needs, out of all ``followed``:
+        all of them for a full fetch or a sweep, otherwise those that may have moved."""
+        now = self._clock()
+        if self.session_id == INVALID_SESSION_ID or now >= self._next_sweep:
+            self._next_sweep = now + self.SWEEP_INTERVAL_S
+            return followed
+        return self._moved
 
     def plan(self, wanted: dict[PartitionKey, FetchPosition]) -> FetchPlan:
+        """The next request, from the positions of the partitions ``to_check`` named (with
+        no session: of every followed partition)."""
+        forgotten, self._forgotten = self._forgotten, set()
+        self._moved = set()
         if self.session_id == INVALID_SESSION_ID:
             return FetchPlan(INVALID_SESSION_ID, INITIAL_EPOCH, dict(wanted), [])
         to_send = {key: position for key, position in wanted.items()
                    if self._held.get(key) != position}
-        forgotten = [key for key in self._held if key not in wanted]
-        return FetchPlan(self.session_id, self.epoch, to_send, forgotten)
+        return FetchPlan(self.session_id, self.epoch, to_send,
+                         [key for key in forgotten if key in self._held])
 
     def answered(self, plan: FetchPlan, error: ErrorCode, session_id: int) -> None:
         """The broker answered ``plan`` with a top-level ``error`` and ``session_id``."""
@@ -298,6 +333,7 @@ class FetchSessionHandler:
         """List ``key`` in the next request whatever its position (its last answer could
         not be used, or it was just added)."""
         self._held.pop(key, None)
+        self.moved(key)
 
     def reset(self) -> None:
         """Start over with a full fetch (a session error, a lost connection)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import (
@@ -76,7 +76,8 @@ class LeaderFetcher:
         self._changed.set()
 
     def remove(self, topic: str, index: int) -> None:
-        self.partitions.pop((topic, index), None)
+        if self.partitions.pop((topic, index), None) is not None:
+            self.session.forget((topic, index))
         self._needs_truncation.discard((topic, index))
 
     async def stop(self) -> None:
@@ -127,26 +128,28 @@ class LeaderFetcher:
                                  key[0], key[1], log_.log_end_offset, result.end_offset,
                                  result.leader_epoch)
                         await log_.truncate_to(result.end_offset)
+                        self.session.moved(key)
                     if result.leader_epoch == asked[key] or result.leader_epoch < 0:
                         done.append(key)
             self._needs_truncation.difference_update(done)
         self._needs_truncation.clear()
 
     async def _fetch_once(self) -> None:
+        # Only while a rate is set: otherwise nothing is held back, and looking at every
+        # partition in every round is what an idle follower of thousands would spend on.
+        limited = self.quota is not None and self.quota.rate() is not None
         throttled = {key for key, partition in self.partitions.items()
-                     if self.quota is not None and self.throttled(partition)}
+                     if self.throttled(partition)} if limited else set()
         held_back = throttled if throttled and self.quota.exceeded() else set()
         if held_back and len(held_back) == len(self.partitions):
             await asyncio.sleep(THROTTLED_PAUSE_S)
             return
-        wanted = {key: FetchPosition(partition.log.log_end_offset, partition.leader_epoch,
-                                     partition.log.log_start_offset)
-                  for key, partition in self.partitions.items() if key not in held_back}
         if held_back:
             # A fetch of only some partitions, outside the session, which stays as it was.
-            plan = FetchPlan(INVALID_SESSION_ID, -1, wanted, [])
+            plan = FetchPlan(INVALID_SESSION_ID, -1, self._positions(
+                key for key in self.partitions if key not in held_back), [])
         else:
-            plan = self.session.plan(wanted)
+            plan = self.session.plan(self._positions(self.session.to_check(self.partitions)))
         request = self._request(plan)
         try:
             response = await self.connection.call(ApiKey.FETCH, request,
@@ -174,6 +177,7 @@ class LeaderFetcher:
         applied = await asyncio.gather(*(self._apply(partition, data)
                                          for partition, data in answered))
         for (partition, data), ok, end in zip(answered, applied, ends):
+            self.session.moved((partition.topic, partition.index))
             # Records that did not move the log end (an active-tiered download that failed
             # falls back to the leader's records that way) are asked for again at once,
             # although this replica's position did not change.
@@ -182,6 +186,11 @@ class LeaderFetcher:
         if answered and not any(applied):
             # Every partition is waiting for metadata that moves it: do not spin.
             await asyncio.sleep(0.1)
+
+    def _positions(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], FetchPosition]:
+        return {key: FetchPosition(partition.log.log_end_offset, partition.leader_epoch,
+                                   partition.log.log_start_offset)
+                for key in keys if (partition := self.partitions.get(key)) is not None}
 
     def _request(self, plan: FetchPlan) -> FetchRequest:
         by_topic: dict[str, list] = {}

@@ -130,9 +130,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "int"),
     ConfigDef("min.insync.replicas", "1", _int(1),
               "In-sync replicas needed to accept acks=all produce", "int"),
-    ConfigDef("flush.messages", str(2**63 - 1), _int(1),
+    ConfigDef("flush.messages", str(LONG_MAX), _int(1),
               "Messages appended between two fsyncs of a local log", "long"),
-    ConfigDef("flush.ms", str(2**63 - 1), _int(0),
+    ConfigDef("flush.ms", str(LONG_MAX), _int(0),
               "Milliseconds between two fsyncs of a local log", "long"),
     ConfigDef("unclean.leader.election.enable", "false", _choice("true", "false"),
               "Elect an out-of-sync replica when no in-sync one is alive (may lose acked data)",
@@ -191,8 +191,8 @@ class LogConfig:
     log_append_time: bool = False
     max_message_bytes: int = 1048588
     min_insync_replicas: int = 1
-    flush_messages: int = 2**63 - 1
-    flush_ms: int = 2**63 - 1
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX  # never: the default, as in Kafka
     unclean_leader_election: bool = False
     file_delete_delay_ms: int = 60000
     wal_metadata_scheme: str = "topic"

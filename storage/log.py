@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from protocol.records import BatchHeader, InvalidRecordBatch
 
@@ -114,6 +114,9 @@ class PartitionLog(abc.ABC):
         # Set by storage.manager for the logs of data (not of internal topics): appends are
         # refused while they would eat into the space kept for metadata (storage.disk_space).
         self.disk_space: DiskSpace | None = None
+        # Set by storage.manager: told when an append leaves data that flush.ms wants fsynced
+        # on time, so its flush loop looks at those logs only, not at thousands of idle ones.
+        self.on_flush_pending: Callable[[PartitionLog], None] | None = None
 
     @property
     @abc.abstractmethod
@@ -255,6 +258,10 @@ class PartitionLog(abc.ABC):
     @abc.abstractmethod
     async def enforce_retention(self, now_ms: int) -> int:
         """Delete what retention.ms / retention.bytes allow; return bytes freed."""
+
+    def flush_deadline_ms(self) -> int | None:
+        """When flush.ms wants what this log holds unflushed fsynced (None: nothing is)."""
+        return None
 
     def release_directory(self) -> None:
         """Of a log being deleted: stop using its directory at once (a new log of the same

@@ -51,7 +51,8 @@ class LogManager:
             shutil.rmtree(doomed, ignore_errors=True)  # deletions a crash interrupted
         self.disk_space = DiskSpace(self.data_dir, reserved_bytes)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
-        self._last_flush_ms: dict[tuple[str, int], int] = {}
+        # Logs holding data that flush.ms wants fsynced on time (PartitionLog.on_flush_pending).
+        self._flush_pending: dict[tuple[str, int], PartitionLog] = {}
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
         self._engine_retention: dict[str, EngineRetention] = {}
         self._engine_producer_expiration: dict[str, ProducerExpiration] = {}
@@ -89,8 +90,8 @@ class LogManager:
         log = factory(topic, partition, config, self.partition_dir(topic, partition))
         if not is_internal_topic(topic):
             log.disk_space = self.disk_space
+        log.on_flush_pending = self._note_flush_pending
         self._logs[key] = log
-        self._last_flush_ms[key] = _now_ms()
         return log
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -112,7 +113,7 @@ class LogManager:
         ``delete_detached``; a new log of the same name may be opened meanwhile (the old
         one then gives up its directory first)."""
         key = (topic, partition)
-        self._last_flush_ms.pop(key, None)
+        self._flush_pending.pop(key, None)
         self.cleaner.forget(key)
         log = self._logs.pop(key, None)
         if log is not None:
@@ -142,7 +143,7 @@ class LogManager:
         closed: list[tuple[tuple[str, int], PartitionLog]] = []
         while self._logs:
             key, log = self._logs.popitem()
-            self._last_flush_ms.pop(key, None)
+            self._flush_pending.pop(key, None)
             try:
                 await log.close(sync=False)
                 closed.append((key, log))
@@ -201,15 +202,21 @@ class LogManager:
         """Compact the logs of compacted topics (storage.log_cleaner; run as a task)."""
         await self.cleaner.run()
 
+    def _note_flush_pending(self, log: PartitionLog) -> None:
+        self._flush_pending[(log.topic, log.partition)] = log
+
     async def run_flush(self, interval_s: float) -> None:
-        """Flush every log whose flush.ms has elapsed, checking every ``interval_s``."""
+        """Flush every log whose unflushed data flush.ms wants on disk by now, checking every
+        ``interval_s``."""
         while True:
             await asyncio.sleep(interval_s)
             now = _now_ms()
-            for key, log in list(self._logs.items()):
-                if self._logs.get(key) is not log:
+            for key, log in list(self._flush_pending.items()):
+                deadline = log.flush_deadline_ms()
+                if self._logs.get(key) is not log or deadline is None:
+                    self._flush_pending.pop(key, None)  # gone, or flushed by an append
                     continue
-                if now - self._last_flush_ms.get(key, now) < log.config.flush_ms:
+                if now < deadline:
                     continue
                 try:
                     await log.flush()
@@ -218,4 +225,4 @@ class LogManager:
                 except Exception:
                     logger.exception("flush of %s-%s failed", *key)
                     continue
-                self._last_flush_ms[key] = now
+                self._flush_pending.pop(key, None)

@@ -34,7 +34,7 @@ from protocol.records import (
 )
 
 from ..append_rules import AppendDecision, AppendOrigin
-from ..config import LogConfig
+from ..config import LONG_MAX, LogConfig
 from ..disk_space import storage_io
 from ..log import (
     AppendResult,
@@ -144,6 +144,8 @@ class ClassicLog(PartitionLog):
         # Segment-level settings (index interval and size) apply from the next segment.
         super().reconfigure(config)
         self._local.config = config
+        if self.flush_deadline_ms() is not None and self.on_flush_pending is not None:
+            self.on_flush_pending(self)  # flush.ms set while data waits unflushed
 
     # -- appends -------------------------------------------------------------------------
 
@@ -236,6 +238,13 @@ class ClassicLog(PartitionLog):
         if self._unflushed_messages >= self.config.flush_messages \
                 or now - self._last_flush_ms >= self.config.flush_ms:
             self._flush(now)
+        elif self.config.flush_ms != LONG_MAX and self.on_flush_pending is not None:
+            self.on_flush_pending(self)
+
+    def flush_deadline_ms(self) -> int | None:
+        if not self._unflushed_messages or self.config.flush_ms == LONG_MAX:
+            return None
+        return self._last_flush_ms + self.config.flush_ms
 
     # -- reads ---------------------------------------------------------------------------
 

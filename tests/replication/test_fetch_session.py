@@ -131,6 +131,9 @@ def test_the_fetcher_lists_only_moved_partitions_and_forgets_removed_ones():
     idle = handler.plan(wanted)
     assert (idle.session_id, idle.epoch, idle.to_send, idle.forgotten) == (9, 1, {}, [])
     handler.answered(idle, ErrorCode.none, session_id=9)
+    handler.moved(("t", 0))
+    handler.forget(("t", 1))
+    assert handler.to_check(wanted) == {("t", 0)}
     moved = handler.plan({("t", 0): FetchPosition(11, 1, 0)})
     assert moved.to_send == {("t", 0): FetchPosition(11, 1, 0)}
     assert moved.forgotten == [("t", 1)]
@@ -139,6 +142,17 @@ def test_the_fetcher_lists_only_moved_partitions_and_forgets_removed_ones():
     handler.resend(("t", 0))
     assert handler.plan({("t", 0): FetchPosition(11, 1, 0)}).to_send == {
         ("t", 0): FetchPosition(11, 1, 0)}
+
+
+def test_the_fetcher_checks_every_position_in_a_periodic_sweep():
+    now = [0.0]
+    handler = FetchSessionHandler(clock=lambda: now[0])
+    followed = {("t", 0): FetchPosition(10, 1, 0), ("t", 1): FetchPosition(20, 1, 0)}
+    handler.answered(handler.plan(followed), ErrorCode.none, session_id=3)
+    assert set(handler.to_check(followed)) == set()
+    now[0] += FetchSessionHandler.SWEEP_INTERVAL_S
+    assert set(handler.to_check(followed)) == set(followed)  # e.g. a log start moved by retention
+    assert set(handler.to_check(followed)) == set()
 
 
 def test_the_fetcher_starts_over_after_a_session_error_or_without_a_session():
