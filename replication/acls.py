@@ -360,6 +360,9 @@ class Authorizer:
         # Insertion order, so DescribeAcls lists ACLs in the order they were created.
         self._bindings: dict[AclBinding, None] = {}
         self._by_type: dict[ResourceType, _TypeIndex] = {}
+        # For authorize_any, which looks across a type's names: only the client's own ACLs
+        # and those for every user can concern it.
+        self._by_principal: dict[str, set[AclBinding]] = {}
 
     def __len__(self) -> int:
         return len(self._bindings)
@@ -377,6 +380,7 @@ class Authorizer:
         self._bindings[binding] = None
         self._by_type.setdefault(binding.pattern.type, _TypeIndex()).add(binding.pattern,
                                                                           binding.entry)
+        self._by_principal.setdefault(binding.entry.principal, set()).add(binding)
         return True
 
     def remove(self, binding: AclBinding) -> bool:
@@ -385,6 +389,10 @@ class Authorizer:
             return False
         del self._bindings[binding]
         self._by_type[binding.pattern.type].remove(binding.pattern, binding.entry)
+        principal_bindings = self._by_principal[binding.entry.principal]
+        principal_bindings.discard(binding)
+        if not principal_bindings:
+            del self._by_principal[binding.entry.principal]
         return True
 
     def acls(self, acl_filter: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
@@ -443,39 +451,33 @@ class Authorizer:
         then the principal's and host's ACLs of the type for exactly ``operation`` or ALL
         (no implied operations): a wildcard DENY denies, a wildcard ALLOW allows, and
         otherwise some allowed name must escape every DENY — a literal one the same
-        literal name and every denied prefix of it, a prefixed one every denied prefix."""
+        literal name and every denied prefix of it, a prefixed one every denied prefix.
+        It reads only the ACLs of ``principal`` and ``User:*``."""
         if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
-        index = self._by_type.get(resource_type)
-        if index is None:
+        # pattern type -> permission -> names, of the ACLs that concern this request.
+        names: dict[PatternType, dict[AclPermissionType, set[str]]] = {
+            pattern_type: {AclPermissionType.ALLOW: set(), AclPermissionType.DENY: set()}
+            for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED)}
+        for acl_principal in {principal, WILDCARD_PRINCIPAL}:
+            for binding in self._by_principal.get(acl_principal, ()):
+                pattern, entry = binding.pattern, binding.entry
+                if (pattern.type == resource_type and entry.host in (host, WILDCARD)
+                        and entry.operation in (operation, AclOperation.ALL)):
+                    names[pattern.pattern_type][entry.permission].add(pattern.name)
+        literal, prefixed = names[PatternType.LITERAL], names[PatternType.PREFIXED]
+        if WILDCARD in literal[AclPermissionType.DENY]:
             return False
-
-        def relevant(entries: set[AccessControlEntry]) -> Iterator[AccessControlEntry]:
-            return (entry for entry in entries
-                    if entry.principal in (principal, WILDCARD_PRINCIPAL)
-                    and entry.host in (host, WILDCARD)
-                    and entry.operation in (operation, AclOperation.ALL))
-
-        def names_with(by_name: dict[str, set[AccessControlEntry]],
-                       permission: AclPermissionType) -> set[str]:
-            return {name for name, entries in by_name.items()
-                    if any(entry.permission == permission for entry in relevant(entries))}
-
-        denied_literals = names_with(index.literal, AclPermissionType.DENY)
-        if WILDCARD in denied_literals:
-            return False
-        allowed_literals = names_with(index.literal, AclPermissionType.ALLOW)
-        if WILDCARD in allowed_literals:
+        if WILDCARD in literal[AclPermissionType.ALLOW]:
             return True
-        denied_prefixes = names_with(index.prefixed, AclPermissionType.DENY)
+        denied_prefixes = prefixed[AclPermissionType.DENY]
 
         def escapes_denied_prefixes(name: str) -> bool:
             return not any(name[:length] in denied_prefixes for length in range(1, len(name) + 1))
 
-        return (any(name not in denied_literals and escapes_denied_prefixes(name)
-                    for name in allowed_literals)
-                or any(escapes_denied_prefixes(name)
-                       for name in names_with(index.prefixed, AclPermissionType.ALLOW)))
+        return (any(name not in literal[AclPermissionType.DENY] and escapes_denied_prefixes(name)
+                    for name in literal[AclPermissionType.ALLOW])
+                or any(escapes_denied_prefixes(name) for name in prefixed[AclPermissionType.ALLOW]))
 
     def authorized_operations(self, principal: str, host: str, resource_type: ResourceType,
                               resource_name: str) -> set[AclOperation]:

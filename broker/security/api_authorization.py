@@ -184,7 +184,8 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
         _rule(_topic(Op.DESCRIBE, "every topic"), scope=Scope.HIDDEN,
               applies_when="all topics asked for (topics null)"),
         _rule(_cluster(Op.CREATE), _topic(Op.CREATE, "topics[].name"), scope=Scope.RESOURCE,
-              error=TOPIC_DENIED, applies_when="a listed, describable topic does not exist and would be "
+              error=TOPIC_DENIED,
+              applies_when="a listed, describable topic does not exist and would be "
                            "auto-created (allow_auto_topic_creation and "
                            "auto.create.topics.enable)"),
     ), note="include_topic_authorized_operations: each topic's authorized operations; "
