@@ -409,11 +409,10 @@ class Authorizer:
     def apply(self, record: dict) -> None:
         """Replay an ``acl_record`` or ``remove_acl_record``. Replaying one twice changes
         nothing, so a snapshot loaded over a partly applied log gives the same ACLs."""
-        binding = binding_from_record(record)
         if record["type"] == ACL_RECORD:
-            self.add(binding)
+            self.add(binding_from_record(record))
         elif record["type"] == REMOVE_ACL_RECORD:
-            self.remove(binding)
+            self.remove(binding_from_record(record))
         else:
             raise ValueError(f"not an ACL record: {record['type']!r}")
 

@@ -281,8 +281,8 @@ def test_records_round_trip_through_json():
     assert record["type"] == "remove_acl" and acl_record(STORED[0])["type"] == "acl"
     replica.apply(json.loads(json.dumps(record)))
     assert replica.acls() == STORED[1:]
-    with pytest.raises(ValueError):
-        replica.apply({**record, "type": "topic"})
+    with pytest.raises(ValueError, match="not an ACL record"):
+        replica.apply({"type": "topic", "name": "orders"})
 
 
 @pytest.mark.parametrize("binding, problem", [
@@ -365,6 +365,21 @@ def test_authorize_any_finds_a_resource_not_entirely_denied():
     # One allowed name escaping the denials is enough.
     assert authorizer(acl("orders", write), acl("payments", write),
                       acl("orders", write, DENY)).authorize_any(ALICE, HOST, write, TOPIC)
+    # ACLs for every user count, for allowing and for denying.
+    assert authorizer(acl("orders", write, principal="User:*")).authorize_any(
+        ALICE, HOST, write, TOPIC)
+    assert not authorizer(acl("orders", write),
+                          acl("*", write, DENY, principal="User:*")).authorize_any(
+        ALICE, HOST, write, TOPIC)
+
+
+def test_authorize_any_follows_removals():
+    auth = authorizer(acl("orders", Op.WRITE), acl("*", Op.WRITE, DENY))
+    assert not auth.authorize_any(ALICE, HOST, Op.WRITE, TOPIC)
+    auth.remove(acl("*", Op.WRITE, DENY))
+    assert auth.authorize_any(ALICE, HOST, Op.WRITE, TOPIC)
+    auth.remove(acl("orders", Op.WRITE))
+    assert not auth.authorize_any(ALICE, HOST, Op.WRITE, TOPIC)
 
 
 def test_ten_thousand_acls():
