@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ ORGANIZATION = "kipper dev"
 CA_COMMON_NAME = "kipper dev CA"
 # The names every broker certificate carries: clients on the same machine connect to these.
 LOCAL_NAMES = ("localhost", "127.0.0.1")
+
+_USER_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 CA_CERTIFICATE = "ca.pem"
 CA_KEY = "ca.key"
@@ -70,6 +73,11 @@ def create_dev_ca(directory: Path, broker_ids: Iterable[int] = (0,),
     client of the others). A user's certificate has the subject
     ``CN=<user>,OU=clients,O=kipper dev``, the principal ``ssl.principal.mapping.rules`` maps.
     ``key_password`` encrypts the broker and user keys (PKCS#8, ``ssl.key.password``)."""
+    users = tuple(users)
+    for user in users:
+        if not _USER_NAME.fullmatch(user):
+            raise ValueError(f"user name {user!r}: letters, digits, '.', '_' and '-' only (it "
+                             "names the certificate's files)")
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_certificate = _certificate_authority(directory)
     subject_names = (*LOCAL_NAMES, *host_names)

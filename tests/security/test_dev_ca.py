@@ -116,6 +116,13 @@ def test_encrypted_keys_are_reused_with_their_password_only(tmp_path):
     assert create_dev_ca(tmp_path, key_password="other").brokers[0].key.read_bytes() != key_pem
 
 
+@pytest.mark.parametrize("user", ["../alice", "", "a b"])
+def test_a_user_name_must_make_a_file_name(tmp_path, user):
+    with pytest.raises(ValueError, match="letters, digits"):
+        create_dev_ca(tmp_path, users=(user,))
+    assert not tmp_path.joinpath("..", "client-alice.pem").exists()
+
+
 def test_client_properties(tmp_path):
     dev_ca = create_dev_ca(tmp_path, users=("alice",))
     path = write_client_properties(
