@@ -101,7 +101,10 @@ class PrincipalMapper:
     """``ssl.principal.mapping.rules``: rules tried in order, the first that matches the whole
     distinguished name gives the principal name. ``DEFAULT`` keeps the name as it is;
     ``RULE:^CN=(.*?),OU=.*$/$1/L`` keeps the CN, lower-cased. ``$n`` in a replacement is Java's
-    group reference (``$n`` naming no group stays literal text, as in Kafka); ``\\`` escapes."""
+    group reference (``$n`` naming no group stays literal text, as in Kafka); ``\\`` escapes.
+    Patterns go to Python's ``re``, which reads the Java syntax rules commonly use alike;
+    Java-only syntax (``(?<name>...)``, ``\\Q...\\E``) fails when the rules are read, not at a
+    client's login."""
 
     def __init__(self, rules: str = "DEFAULT") -> None:
         texts = (match[1] for match in _RULE_SPLITTER.finditer(rules.strip()))

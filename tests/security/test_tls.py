@@ -333,6 +333,8 @@ def test_valid_rules(rules):
     "RULE:^CN=(.*?),OU=ServiceUsers.*$/U",
     "RULE:^CN=(.*?),OU=ServiceUsers.*$/LU",
     "RULE:^CN=(.*?/$1/",  # a pattern that does not compile
+    "RULE:^CN=(?<name>.*)$/${name}/",  # Java-only syntax: refused up front
+    "RULE:\\Qa.b\\E/x/",
 ])
 def test_invalid_rules(rules):
     with pytest.raises(TlsConfigError):
