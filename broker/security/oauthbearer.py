@@ -28,7 +28,11 @@ from typing import Any
 
 import jwt
 
-from .sasl_mechanism import SaslAuthenticationFailed, SaslServerMechanism, invalid_credentials
+from .sasl_mechanism import (
+    SaslAuthenticationFailed,
+    SaslServerMechanism,
+    invalid_credentials,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,9 @@ _ALGORITHMS_BY_KEY_TYPE = {
 _GS2_HEADER = re.compile(r"n,(?:a=((?:[^\x00=,]|=2C|=3D)+))?,")
 _KEY_VALUE = re.compile(r"([A-Za-z]+)=([\x21-\x7e \t\r\n]+)")
 _BEARER = re.compile(r"([A-Za-z0-9_]+) +([-_.A-Za-z0-9]+)")
+# Tokens naming a key id the cache lacks ask for a refresh at most this often, so clients
+# sending made-up key ids cannot make the broker hammer the identity provider.
+UNKNOWN_KEY_REFRESH_BACKOFF_S = 10.0
 # The largest JWKS document the loader reads: real ones are a few kilobytes.
 _MAX_JWKS_BYTES = 1 << 20
 _JWKS_HTTP_TIMEOUT_S = 10.0
@@ -62,7 +69,9 @@ class JwksUnavailable(Exception):
 
 
 @dataclass(frozen=True)
-class _JwksKey:
+class JwksKey:
+    """One signing key of a JWKS."""
+
     key_id: str | None
     key_type: str
     # The JWK's own "alg", when it names one: the only algorithm the key may verify.
@@ -81,7 +90,7 @@ class JwksKeys:
         self._is_url = source.startswith(("https://", "http://"))
         self._refresh_interval_s = refresh_interval_s
         self._clock = clock
-        self._keys: list[_JwksKey] = []
+        self._keys: list[JwksKey] = []
         self._loaded_at: float | None = None
         self._file_mtime_ns: int | None = None
         self._unknown_key_seen = False
@@ -110,18 +119,22 @@ class JwksKeys:
 
     def refresh_due(self) -> bool:
         """Whether :meth:`refresh` should run: never loaded, a token named a key id the
-        cache lacks (the provider rotated its keys), the refresh interval has passed (URL),
-        or the file changed."""
-        if self._loaded_at is None or self._unknown_key_seen:
+        cache lacks (the provider rotated its keys; at most every
+        UNKNOWN_KEY_REFRESH_BACKOFF_S), the refresh interval has passed (URL), or the file
+        changed."""
+        if self._loaded_at is None:
+            return True
+        age = self._clock() - self._loaded_at
+        if self._unknown_key_seen and age >= UNKNOWN_KEY_REFRESH_BACKOFF_S:
             return True
         if self._is_url:
-            return self._clock() - self._loaded_at >= self._refresh_interval_s
+            return age >= self._refresh_interval_s
         try:
             return os.stat(self.source).st_mtime_ns != self._file_mtime_ns
         except OSError:
             return False
 
-    def signing_key(self, key_id: str | None) -> _JwksKey | None:
+    def signing_key(self, key_id: str | None) -> JwksKey | None:
         """The key a token's ``kid`` names; a token without ``kid`` may only use the sole
         key of a one-key set (jose4j's rule, which Kafka inherits)."""
         if key_id is None:
@@ -140,7 +153,7 @@ class JwksKeys:
             raise JwksUnavailable(f"cannot fetch JWKS from {self.source}: {error}") from error
 
 
-def _parse_jwks(document: bytes) -> list[_JwksKey]:
+def _parse_jwks(document: bytes) -> list[JwksKey]:
     if len(document) > _MAX_JWKS_BYTES:
         raise JwksUnavailable("JWKS document too large")
     try:
@@ -160,7 +173,7 @@ def _parse_jwks(document: bytes) -> list[_JwksKey]:
         except (jwt.PyJWTError, ValueError):
             continue  # a key type, curve or value PyJWT cannot use, as PyJWKSet skips them
         key_id, algorithm = entry.get("kid"), entry.get("alg")
-        keys.append(_JwksKey(key_id if isinstance(key_id, str) else None, entry["kty"],
+        keys.append(JwksKey(key_id if isinstance(key_id, str) else None, entry["kty"],
                              algorithm if isinstance(algorithm, str) else None,
                              verification_key))
     if not keys:

@@ -10,7 +10,11 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
-from .sasl_mechanism import SaslAuthenticationFailed, SaslServerMechanism, invalid_credentials
+from .sasl_mechanism import (
+    SaslAuthenticationFailed,
+    SaslServerMechanism,
+    invalid_credentials,
+)
 
 # Kafka's PlainServerCallbackHandler reads the users from the JAAS options with this prefix.
 JAAS_USER_PREFIX = "user_"

@@ -28,7 +28,11 @@ from replication.scram_credentials import (
     ScramMechanism,
 )
 
-from .sasl_mechanism import SaslAuthenticationFailed, SaslServerMechanism, invalid_credentials
+from .sasl_mechanism import (
+    SaslAuthenticationFailed,
+    SaslServerMechanism,
+    invalid_credentials,
+)
 
 ScramCredentialLookup = Callable[[str, ScramMechanism], ScramCredential | None]
 
@@ -104,6 +108,8 @@ class ScramServer(SaslServerMechanism):
                 " from username")
 
         credential = self._credentials(self._username, self._mechanism)
+        # A credential under Kafka's minimum iterations (only a hand-made lookup can hold one;
+        # the store refuses them) is refused as Kafka refuses it, but only at the proof.
         self._user_known = (credential is not None and credential.mechanism == self._mechanism
                             and credential.iterations >= MIN_ITERATIONS)
         self._credential = credential if self._user_known else self._unknown_user_credential()

@@ -16,6 +16,7 @@ import pytest
 import scramp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.identity_provider import NOW, initial_response, rsa_private_key, sign
 
 from broker.security.oauthbearer import OAuthBearerServer
 from broker.security.plain import PlainServer
@@ -26,7 +27,6 @@ from replication.scram_credentials import (
     ScramMechanism,
     credential_from_password,
 )
-from support.identity_provider import NOW, initial_response, rsa_private_key, sign
 
 MiB = 1 << 20
 USERS = {"alice": "alice-secret", "bob": "b"}

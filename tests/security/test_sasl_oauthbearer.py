@@ -11,9 +11,18 @@ import os
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
+from support.identity_provider import (
+    KEY_ID,
+    NOW,
+    initial_response,
+    public_jwk,
+    rsa_private_key,
+    sign,
+)
 
 from broker.security.oauthbearer import (
     INVALID_TOKEN_ERROR,
+    UNKNOWN_KEY_REFRESH_BACKOFF_S,
     JwksKeys,
     JwksUnavailable,
     OAuthBearerServer,
@@ -24,14 +33,6 @@ from broker.security.sasl import (
     SaslServerConfig,
     server_mechanism,
     session_lifetime_ms,
-)
-from support.identity_provider import (
-    KEY_ID,
-    NOW,
-    initial_response,
-    public_jwk,
-    rsa_private_key,
-    sign,
 )
 
 
@@ -116,12 +117,16 @@ def test_a_token_signed_by_another_key_is_refused(validator):
     assert_rejected(OAuthBearerServer(validator), initial_response(token))
 
 
-def test_an_unknown_kid_is_refused_and_asks_for_a_refresh(jwks_path, signing_key):
-    keys = JwksKeys.from_file(jwks_path)
+def test_an_unknown_kid_is_refused_and_asks_for_a_refresh_now_and_then(jwks_path, signing_key):
+    clock = [0.0]
+    keys = JwksKeys(str(jwks_path), clock=lambda: clock[0])
+    keys.refresh()
     assert not keys.refresh_due()
     token = sign(signing_key, {"sub": "alice", "exp": NOW + 60}, key_id="rotated-key")
     assert_rejected(OAuthBearerServer(OAuthBearerValidator(keys, clock=lambda: NOW)),
                     initial_response(token))
+    assert not keys.refresh_due()  # just loaded: made-up kids do not force reloads
+    clock[0] = UNKNOWN_KEY_REFRESH_BACKOFF_S
     assert keys.refresh_due()
     keys.refresh()
     assert not keys.refresh_due()
@@ -282,10 +287,24 @@ def test_a_missing_file_fails_and_keeps_the_keys(tmp_path, jwks_path):
     assert keys.signing_key(KEY_ID) is not None
 
 
-def test_an_url_source_loads_nothing_until_refreshed_and_then_every_interval():
-    clock = [0.0]
-    keys = JwksKeys("https://idp.example/jwks", refresh_interval_s=60, clock=lambda: clock[0])
+def test_an_url_source_loads_nothing_by_itself():
+    """No network in a step: until the connection layer refreshes it, an URL source has no
+    key and every token is refused."""
+    keys = JwksKeys("https://idp.example/jwks", refresh_interval_s=60)
     assert keys.refresh_due() and keys.signing_key(KEY_ID) is None
     validator = OAuthBearerValidator(keys, clock=lambda: NOW)
     token = sign(rsa_private_key(), {"sub": "alice", "exp": NOW + 60})
     assert_rejected(OAuthBearerServer(validator), initial_response(token))
+
+
+def test_an_url_source_is_due_every_refresh_interval(jwks_path, monkeypatch):
+    """The HTTP GET itself is left out (no network in unit tests): the fetch is replaced."""
+    clock = [0.0]
+    keys = JwksKeys("https://idp.example/jwks", refresh_interval_s=60, clock=lambda: clock[0])
+    monkeypatch.setattr(keys, "_fetch_url", lambda: jwks_path.read_bytes())
+    keys.refresh()
+    assert keys.signing_key(KEY_ID) is not None and not keys.refresh_due()
+    clock[0] = 59.0
+    assert not keys.refresh_due()
+    clock[0] = 60.0
+    assert keys.refresh_due()
