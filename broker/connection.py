@@ -61,6 +61,8 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        self.client_host = peer[0] if peer else ""
+        self.principal = "User:ANONYMOUS"
         self.traffic = traffic.accepted_connection()
         self.authentication = BrokerAuthentication(credentials)
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
@@ -183,7 +185,7 @@ class Connection:
     async def _handle(self, header: RequestHeader, body: object, traffic_class: str,
                       expected: int, received_at: float) -> bytes | None:
         context = RequestContext(header, self.services, self.peer,
-                                 self.authentication.node_id)
+                                 self.authentication.node_id, self.principal, self.client_host)
         try:
             response = await HANDLERS[header.api_key](context, body)
         except Exception:

@@ -41,6 +41,10 @@ class RequestContext:
     peer: str
     # The node this connection proved to be (broker.inter_broker); None for a client.
     broker_node: int | None = None
+    # Who sent the request (Kafka's KafkaPrincipal, "User:<name>"), as its connection
+    # authenticated; ACLs are checked against it and the client's host (an address, no port).
+    principal: str = "User:ANONYMOUS"
+    client_host: str = ""
 
     @property
     def version(self) -> int:
