@@ -464,6 +464,7 @@ class ClassicLog(PartitionLog):
 
     def _flush(self, now: int) -> None:
         with storage_io(f"flush {self.directory}"):
+            self._epochs.save(sync=True)  # durable before the recovery point passes its entries
             self._local.flush()
             self._save_producer_state(self._local.next_offset)
         self._unflushed_messages = 0
@@ -475,6 +476,7 @@ class ClassicLog(PartitionLog):
             # writes a snapshot), so a snapshot at the log end is current.
             if self._snapshot_offset != self._local.next_offset:
                 self._save_producer_state(self._local.next_offset, sync=sync)
+            self._epochs.save(sync=sync)
             self._local.close(sync=sync)
 
     def mark_clean(self) -> None:
