@@ -90,8 +90,7 @@ class ClassicLog(PartitionLog):
     def __init__(self, topic: str, partition: int, config: LogConfig,
                  directory: Path | str) -> None:
         super().__init__(topic, partition, config)
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(directory)  # created by LocalLog if new
         self._log_start_file = self.directory / LOG_START_OFFSET_FILE
         self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
         checkpointed_start = read_offset(self._log_start_file) or 0
