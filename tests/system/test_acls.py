@@ -39,7 +39,6 @@ def cluster(tmp_path_factory):
     to the controller, and every broker applies them from the metadata log."""
     cluster = Cluster(tmp_path_factory.mktemp("acls-cluster"), brokers=2,
                       broker_env=AUTHORIZER_ENV)
-    cluster.controller.env = {**(cluster.controller.env or {}), **AUTHORIZER_ENV}
     cluster.start()
     yield cluster
     cluster.stop()
