@@ -40,12 +40,13 @@ class Screen:
     reaching the controller: the controller sees the request as forwarded by a broker, so
     the client's principal is checked here. ``deny`` is tried on each entry of the request's
     ``entries`` field; the others are sent, and the answer's ``results`` field gets the
-    denials back at their places."""
+    denials back at their places, the controller's results passed through ``revise``
+    (what the principal may not see of them)."""
 
     entries: tuple[str, ...]  # the field's names across versions (the first one present)
     results: str
     deny: Denial
-
+    revise: Callable[[RequestContext, Any], Any] = lambda ctx, result: result
 
     async def run(self, ctx: RequestContext, request, handle_locally) -> object:
         field = next(name for name in self.entries if hasattr(request, name))
@@ -57,7 +58,8 @@ class Screen:
         response = await _on_controller(ctx, request, handle_locally)
         served = iter(getattr(response, self.results))
         return replace(response, **{self.results: tuple(
-            next(served) if denial is None else denial for denial in denials)})
+            self.revise(ctx, next(served)) if denial is None else denial
+            for denial in denials)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +121,18 @@ def _creation_denial(ctx: RequestContext, topic) -> object | None:
                          configs=None)
 
 
+def _configs_unless_described(ctx: RequestContext, result) -> object:
+    """A created topic's configs (v5+) are left out unless the principal may
+    DESCRIBE_CONFIGS it; the topic is created all the same."""
+    if (ctx.version < 5 or result.error_code != ErrorCode.none
+            or allowed(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, result.name)):
+        return result
+    return replace(result, configs=(),
+                   topic_config_error_code=ErrorCode.topic_authorization_failed)
+
+
 @handles_on_controller(ApiKey.CREATE_TOPICS, Screen(
-    ("topics",), "topics", _creation_denial))
+    ("topics",), "topics", _creation_denial, _configs_unless_described))
 async def create_topics(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:

@@ -89,13 +89,18 @@ async def create_acls(client: Client, *acls: tuple) -> list:
     return [(r.error_code, r.error_message) for r in response.results]
 
 
-async def create_topic(client: Client, name: str) -> ErrorCode:
+async def created_topic(client: Client, name: str):
+    """CreateTopics v7's result for one topic."""
     response = await client.call(ApiKey.CREATE_TOPICS, 7, timeout=30_000, validate_only=False,
                                  topics=(entity(ApiKey.CREATE_TOPICS, 7, "CreatableTopic",
                                                 name=name, num_partitions=1,
                                                 replication_factor=1, assignments=(),
                                                 configs=()),))
-    return response.topics[0].error_code
+    return response.topics[0]
+
+
+async def create_topic(client: Client, name: str) -> ErrorCode:
+    return (await created_topic(client, name)).error_code
 
 
 async def delete_topic(client: Client, name: str) -> ErrorCode:
@@ -269,6 +274,7 @@ async def test_metadata_hides_what_a_client_may_not_describe(start_broker):
         "orders": (ErrorCode.topic_authorization_failed, OMITTED),
         "missing": (ErrorCode.topic_authorization_failed, OMITTED)}
     # A super user sees all and may do all.
+    assert (await created_topic(admin, "described")).configs != ()
     assert (await metadata(admin, operations=True))["orders"] == (
         ErrorCode.none, bits(Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE,
                              Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS))
@@ -285,7 +291,11 @@ async def test_creating_and_deleting_topics_need_their_operations(start_broker):
     assert await create_topic(frank, "frank-1") == ErrorCode.topic_authorization_failed
     await create_acls(admin, (TOPIC, "frank-", PREFIXED, "User:frank", Op.CREATE, ALLOW),
                       (TOPIC, "frank-", PREFIXED, "User:frank", Op.DELETE, ALLOW))
-    assert await create_topic(frank, "frank-1") == ErrorCode.none
+    created = await created_topic(frank, "frank-1")
+    assert created.error_code == ErrorCode.none
+    # Created, but its configs are not frank's to see (no DESCRIBE_CONFIGS).
+    assert (created.configs, created.topic_config_error_code) == (
+        (), ErrorCode.topic_authorization_failed)
     assert await create_topic(frank, "elsewhere") == ErrorCode.topic_authorization_failed
     assert "elsewhere" not in broker.services.image.topics
     assert await delete_topic(frank, "orders") == ErrorCode.topic_authorization_failed
@@ -316,12 +326,6 @@ async def test_without_an_authorizer_everything_is_allowed_and_acls_are_disabled
     assert await produce(anyone, "t") == ErrorCode.none
     assert await create_acls(anyone, (TOPIC, "t", LITERAL, ALICE, Op.READ, ALLOW)) == [
         (ErrorCode.security_disabled, "No Authorizer is configured.")]
-
-
-def test_every_served_api_has_its_checks():
-    from broker.security.api_authorization import authorization_for
-    for api_key in HANDLERS:
-        authorization_for(api_key)
 
 
 def test_snapshot_delta_removes_acls_the_snapshot_lacks():
