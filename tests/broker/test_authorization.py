@@ -37,10 +37,11 @@ async def start_broker(tmp_path: Path):
     user, unless told otherwise); all stopped at teardown."""
     started: list[Broker] = []
 
-    async def start(**settings) -> Broker:
+    async def start(data_dir: Path | None = None, **settings) -> Broker:
         config = BrokerConfig(**{
             "node_id": 0, "listener": "127.0.0.1:0",
-            "data_dir": tmp_path / f"broker-{len(started)}", "authorizer_enabled": True,
+            "data_dir": data_dir or tmp_path / f"broker-{len(started)}",
+            "authorizer_enabled": True,
             "super_users": ADMIN, **settings})
         broker = Broker(config)
         started.append(broker)
@@ -326,6 +327,25 @@ async def test_without_an_authorizer_everything_is_allowed_and_acls_are_disabled
     assert await produce(anyone, "t") == ErrorCode.none
     assert await create_acls(anyone, (TOPIC, "t", LITERAL, ALICE, Op.READ, ALLOW)) == [
         (ErrorCode.security_disabled, "No Authorizer is configured.")]
+
+
+@pytest.mark.parametrize("snapshots", [False, True])
+async def test_acls_survive_a_restart(start_broker, tmp_path, snapshots):
+    """Replayed from the metadata log, or loaded from a snapshot (one after every commit)."""
+    settings = {"metadata_log_max_record_bytes_between_snapshots": 1} if snapshots else {}
+    broker = await start_broker(tmp_path / "restarted", **settings)
+    admin = Client(broker, ADMIN)
+    assert await create_topic(admin, "orders") == ErrorCode.none
+    await create_acls(admin, (TOPIC, "orders", LITERAL, ALICE, Op.WRITE, ALLOW),
+                      (TOPIC, "ord", PREFIXED, BOB, Op.ALL, DENY))
+    before = broker.services.image.acls.acls()
+    await broker.stop()
+    broker = await start_broker(tmp_path / "restarted", **settings)
+    if snapshots:
+        assert broker.controller.log.latest_snapshot() is not None
+    assert broker.services.image.acls.acls() == before
+    assert await produce(Client(broker, ALICE), "orders") == ErrorCode.none
+    assert await produce(Client(broker, BOB), "orders") == ErrorCode.topic_authorization_failed
 
 
 def test_snapshot_delta_removes_acls_the_snapshot_lacks():

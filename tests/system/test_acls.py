@@ -19,7 +19,10 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
                                    AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
                                    ResourceType)
 
+from protocol.apis import ApiKey
 from support.processes import BrokerProcess, Cluster
+from support.raw import call, connect
+from support.wait import wait_until
 
 AUTHORIZER_ENV = {"KIPPER_AUTHORIZER_ENABLED": "true",
                   "KIPPER_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true"}
@@ -58,10 +61,6 @@ def topic_acl(topic: str, principal: str, operation: AclOperation,
               permission: AclPermissionType,
               pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
     return AclBinding(ResourceType.TOPIC, topic, pattern, principal, "*", operation, permission)
-
-
-ALL_ACLS = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
-                            AclOperation.ANY, AclPermissionType.ANY)
 
 
 def test_confluent_kafka_admin_creates_describes_and_deletes_acls(broker):
@@ -202,6 +201,27 @@ def test_a_prefixed_deny_refuses_every_topic_it_names(broker):
     assert produce_error(broker.bootstrap, public) is None
 
 
+def acls_of(broker: BrokerProcess) -> int:
+    """How many ACLs ``broker`` itself knows (DescribeAcls answers from its own image)."""
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+    from protocol.build import make
+    with connect(broker) as sock:
+        response = call(sock, ApiKey.DESCRIBE_ACLS, 3, make(
+            DescribeAclsRequest, resource_type_filter=1, resource_name_filter=None,
+            pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
+            permission_type=1))
+    return sum(len(resource.acls) for resource in response.resources)
+
+
+def add_cluster_acls(cluster: Cluster, *acls: AclBinding) -> None:
+    """Add ``acls`` and wait until every broker has applied them (as in Kafka, a broker
+    learns them from the metadata log, a moment after the controller)."""
+    expected = acls_of(cluster.brokers[0]) + len(acls)
+    add_acls(cluster.brokers[0].bootstrap, *acls)
+    for broker in cluster.brokers:
+        wait_until(lambda: acls_of(broker) >= expected, timeout=30)
+
+
 def test_acls_reach_every_broker_of_a_cluster(cluster):
     """CreateAcls sent to one broker goes through the controller; the other broker refuses
     what the ACL denies."""
@@ -209,8 +229,32 @@ def test_acls_reach_every_broker_of_a_cluster(cluster):
     topic = name("clustered")
     create_topics(first, topic)
     assert produce_error(second, topic) is None
-    add_acls(first, topic_acl(topic, ANONYMOUS, AclOperation.WRITE, AclPermissionType.DENY),
-             topic_acl(topic, ANONYMOUS, AclOperation.DESCRIBE, AclPermissionType.ALLOW))
-    admin = AdminClient({"bootstrap.servers": second})
-    assert len(admin.describe_acls(ALL_ACLS).result(30)) >= 2
+    add_cluster_acls(cluster,
+                     topic_acl(topic, ANONYMOUS, AclOperation.WRITE, AclPermissionType.DENY),
+                     topic_acl(topic, ANONYMOUS, AclOperation.DESCRIBE, AclPermissionType.ALLOW))
     assert produce_error(second, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_forwarded_request_is_refused_only_where_the_acls_say(cluster):
+    """CreateTopics through a broker that is not the controller: the topic the ACLs refuse
+    is answered by that broker, the other one created by the controller."""
+    refused_prefix = name("nope") + "-"
+    # CREATE on the cluster would allow any topic: denied, and everything else on the
+    # cluster (managing ACLs) allowed, since an ACL now names it.
+    add_cluster_acls(
+        cluster,
+        AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                   ANONYMOUS, "*", AclOperation.CREATE, AclPermissionType.DENY),
+        AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                   ANONYMOUS, "*", AclOperation.ALL, AclPermissionType.ALLOW),
+        topic_acl(refused_prefix, ANONYMOUS, AclOperation.CREATE, AclPermissionType.DENY,
+                  ResourcePatternType.PREFIXED))
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    allowed, refused = name("fine"), refused_prefix + "x"
+    futures = admin.create_topics([NewTopic(allowed, 1, 1), NewTopic(refused, 1, 1)])
+    assert futures[allowed].result(30) is None
+    with pytest.raises(KafkaException) as error:
+        futures[refused].result(30)
+    assert error.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert set(admin.list_topics(timeout=30).topics) >= {allowed}
+    assert refused not in admin.list_topics(timeout=30).topics
