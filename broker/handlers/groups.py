@@ -399,7 +399,8 @@ async def offset_delete(ctx: RequestContext, request) -> object:
         return ctx.response("OffsetDeleteResponse", throttle_time=0, topics=(),
                             error_code=ErrorCode.group_authorization_failed)
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                          (t.name for t in request.topics))
     errors = {tp: ErrorCode.topic_authorization_failed if tp[0] in denied
               else ErrorCode.unknown_topic_or_partition for tp in asked
               if tp[0] in denied or not _partition_exists(ctx, *tp)}

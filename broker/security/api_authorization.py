@@ -11,7 +11,7 @@ the resource out of the answer.
 
 The table keys are API keys: ``protocol.apis.ApiKey`` for the APIs kipper serves,
 ``protocol.internal.InternalApiKey`` for its own, and ``UnlistedApiKey`` for the Kafka APIs
-of issue #18 that ``ApiKey`` does not list yet (ACLs, SASL, SCRAM credentials).
+of issue #18 that ``ApiKey`` does not list yet (SASL, SCRAM credentials).
 """
 
 from __future__ import annotations
