@@ -329,6 +329,70 @@ async def test_without_an_authorizer_everything_is_allowed_and_acls_are_disabled
         (ErrorCode.security_disabled, "No Authorizer is configured.")]
 
 
+async def test_configs_groups_and_cluster_apis_check_their_resources(start_broker):
+    broker = await start_broker()
+    admin, grace = Client(broker, ADMIN), Client(broker, "User:grace")
+    assert await create_topic(admin, "orders") == ErrorCode.none
+
+    async def describe_configs(client: Client) -> list[ErrorCode]:
+        response = await client.call(ApiKey.DESCRIBE_CONFIGS, 4, include_synonyms=False,
+                                     include_documentation=False, resources=tuple(
+            entity(ApiKey.DESCRIBE_CONFIGS, 4, "DescribeConfigsResource", resource_type=rt,
+                   resource_name=name, configuration_keys=None)
+            for rt, name in ((2, "orders"), (4, "0"), (32, "g1"))))
+        return [r.error_code for r in response.results]
+
+    async def alter_retention(client: Client) -> ErrorCode:
+        response = await client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False,
+                                     resources=(entity(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "AlterConfigsResource", resource_type=2,
+            resource_name="orders", configs=(entity(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "AlterableConfig", name="retention.ms",
+                config_operation=0, value="60000"),)),))
+        return response.responses[0].error_code
+
+    async def cluster_errors(client: Client) -> list[ErrorCode]:
+        log_dirs = await client.call(ApiKey.DESCRIBE_LOG_DIRS, 4, topics=None)
+        reassignments = await client.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0,
+                                          timeout=30_000, topics=None)
+        return [log_dirs.error_code, reassignments.error_code]
+
+    async def groups(client: Client) -> tuple:
+        described = await client.call(ApiKey.DESCRIBE_GROUPS, 5, groups=("g1",),
+                                      include_authorized_operations=True)
+        fetched = await client.call(ApiKey.OFFSET_FETCH, 7, group_id="g1", topics=None,
+                                    require_stable=False)
+        # (The group coordinator may still be loading: NOT_COORDINATOR is no refusal.)
+        return (described.groups[0].error_code == ErrorCode.group_authorization_failed,
+                described.groups[0].authorized_operations,
+                fetched.error_code == ErrorCode.group_authorization_failed)
+
+    denied = ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed
+    assert await describe_configs(grace) == [*denied, ErrorCode.group_authorization_failed]
+    assert await alter_retention(grace) == ErrorCode.topic_authorization_failed
+    assert "retention.ms" not in broker.services.image.topics["orders"].configs
+    assert await cluster_errors(grace) == [ErrorCode.cluster_authorization_failed] * 2
+    assert await groups(grace) == (True, OMITTED, True)
+    response = await grace.call(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0,
+                                topics=(entity(ApiKey.LIST_OFFSETS, 7, "ListOffsetsTopic",
+                                               name="orders", partitions=(entity(
+                                                   ApiKey.LIST_OFFSETS, 7,
+                                                   "ListOffsetsPartition", partition_index=0,
+                                                   current_leader_epoch=-1, timestamp=-1),)),))
+    assert response.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+    await create_acls(admin, (TOPIC, "orders", LITERAL, "User:grace", Op.ALTER_CONFIGS, ALLOW),
+                      (CLUSTER, "kafka-cluster", LITERAL, "User:grace", Op.DESCRIBE, ALLOW),
+                      (GROUP, "g", PREFIXED, "User:grace", Op.DESCRIBE, ALLOW))
+    # ALTER_CONFIGS implies DESCRIBE_CONFIGS; DESCRIBE on the cluster is not DESCRIBE_CONFIGS.
+    assert await describe_configs(grace) == [ErrorCode.none, denied[1],
+                                             ErrorCode.group_authorization_failed]
+    assert await alter_retention(grace) == ErrorCode.none
+    assert broker.services.image.topics["orders"].configs["retention.ms"] == "60000"
+    assert await cluster_errors(grace) == [ErrorCode.none] * 2
+    assert await groups(grace) == (False, bits(Op.DESCRIBE), False)
+
+
 @pytest.mark.parametrize("snapshots", [False, True])
 async def test_acls_survive_a_restart(start_broker, tmp_path, snapshots):
     """Replayed from the metadata log, or loaded from a snapshot (one after every commit)."""
