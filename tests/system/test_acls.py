@@ -258,3 +258,32 @@ def test_a_forwarded_request_is_refused_only_where_the_acls_say(cluster):
     assert error.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert set(admin.list_topics(timeout=30).topics) >= {allowed}
     assert refused not in admin.list_topics(timeout=30).topics
+
+
+def test_a_denied_group_and_kafka_python_producer_see_the_refusal(broker):
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    topic, group = name("grp-topic"), name("denied-group")
+    create_topics(broker.bootstrap, topic)
+    assert produce_error(broker.bootstrap, topic) is None
+    add_acls(broker.bootstrap,
+             AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, ANONYMOUS, "*",
+                        AclOperation.READ, AclPermissionType.DENY),
+             topic_acl(topic, ANONYMOUS, AclOperation.WRITE, AclPermissionType.DENY),
+             topic_acl(topic, ANONYMOUS, AclOperation.READ, AclPermissionType.ALLOW))
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        error = wait_until(lambda: (m := consumer.poll(1)) is not None and m.error(), timeout=30)
+        assert error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send(topic, b"v").get(timeout=30)
+    finally:
+        producer.close()
