@@ -46,7 +46,9 @@ def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 async def find_coordinator(ctx: RequestContext, request) -> object:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     store = _coordinator_log(ctx, key_type)
-    if store is not None:
+    keys = request.coordinator_keys if ctx.version >= 4 else (request.key,)
+    # The coordinator's topic is created for a client allowed to find some key only.
+    if store is not None and any(_key_denial(ctx, key_type, key) is None for key in keys):
         await store.ensure_topic()
     if ctx.version >= 4:
         return ctx.response("FindCoordinatorResponse", throttle_time=0, coordinators=tuple(
@@ -65,6 +67,16 @@ def _coordinator_log(ctx: RequestContext, key_type: int) -> CoordinatorLog | Non
     return None
 
 
+def _key_denial(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    """Why the client may not find ``key``'s coordinator (DESCRIBE on the group or the
+    transactional id), or None."""
+    if key_type == GROUP_KEY_TYPE:
+        allowed_here = allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key)
+        return None if allowed_here else ErrorCode.group_authorization_failed
+    allowed_here = allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key)
+    return None if allowed_here else ErrorCode.transactional_id_authorization_failed
+
+
 def _locate(ctx: RequestContext, key_type: int, key: str) -> dict:
     def failure(error: ErrorCode, message: str | None) -> dict:
         return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
@@ -72,11 +84,8 @@ def _locate(ctx: RequestContext, key_type: int, key: str) -> dict:
     store = _coordinator_log(ctx, key_type)
     if store is None:
         return failure(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
-    if key_type == GROUP_KEY_TYPE:
-        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
-            return failure(ErrorCode.group_authorization_failed, None)
-    elif not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-        return failure(ErrorCode.transactional_id_authorization_failed, None)
+    if (denial := _key_denial(ctx, key_type, key)) is not None:
+        return failure(denial, None)
     node = store.coordinator_node(store.partition_for(key))
     if node is None:
         return failure(ErrorCode.coordinator_not_available,
