@@ -37,6 +37,7 @@ from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .metadata_follower import MetadataFollower
 from .producer_ids import ProducerIdAllocator
+from .security.authorize import configure
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,12 @@ class BrokerServices:
     # How this broker, as a partition leader, adds partitions to transactions of producers
     # on transaction protocol version 2 (Produce v12+, TxnOffsetCommit v5+).
     transaction_partitions: TransactionPartitionAdder | None = None
+
+    def __post_init__(self) -> None:
+        # The ACLs arrive through the metadata; what they mean here is this node's setting.
+        configure(self.image.acls, self.config)
+        if self.controller is not None:
+            configure(self.controller.image.acls, self.config)
 
     @property
     def controller_id(self) -> int:

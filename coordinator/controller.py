@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from replication.acls import AclBinding, AclBindingFilter
 from replication.cluster_metadata import (
     NO_LEADER,
     MetadataImage,
@@ -31,6 +32,7 @@ from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate
 from storage.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, validate_topic_configs
 from storage.log import KafkaStorageError
 
+from .acl_changes import AclDeletion, AclError, creation_records, deletion_records
 from .config_changes import ConfigChange, changed_configs
 from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
@@ -429,6 +431,22 @@ class Controller:
             if not validate_only and configs != current:
                 await self._commit([{"type": "broker_config", "resource": resource,
                                      "configs": configs}])
+
+    # --- ACLs ---------------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclError | None]:
+        """Add ``bindings`` in one commit; each one's outcome (None: created or there)."""
+        async with self._lock:
+            records, outcomes = creation_records(self.image.acls, bindings)
+            await self._commit(records)
+        return outcomes
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletion]:
+        """Remove what ``filters`` match in one commit; each filter's outcome."""
+        async with self._lock:
+            records, outcomes = deletion_records(self.image.acls, filters)
+            await self._commit(records)
+        return outcomes
 
     # --- topics -------------------------------------------------------------------------
 

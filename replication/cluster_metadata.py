@@ -12,6 +12,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from .acls import (ACL_RECORD, REMOVE_ACL_RECORD, Authorizer, binding_from_record,
+                   remove_acl_record)
+
 METADATA_TOPIC = "__cluster_metadata"
 # The diskless batch coordinator's log (KIP-1164), a replicated classic topic.
 DISKLESS_METADATA_TOPIC = "__diskless-metadata"
@@ -55,7 +58,7 @@ class BrokerInfo:
 
 
 class MetadataImage:
-    """Topics and brokers as of the last applied record."""
+    """Topics, brokers and ACLs as of the last applied record."""
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicInfo] = {}
@@ -65,6 +68,9 @@ class MetadataImage:
         # resource) by resource name, as Kafka names them: "" for the cluster-wide
         # default, "<node id>" for one broker.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # The ACLs (CreateAcls/DeleteAcls); the node's settings (super users, the answer
+        # when no ACL names a resource) are set on it once by whoever serves requests.
+        self.acls = Authorizer()
         # Offset of the next record to apply.
         self.next_offset = 0
 
@@ -85,14 +91,19 @@ class MetadataImage:
             records.append({"type": "topic", "name": topic.name, "id": str(topic.topic_id),
                             "configs": topic.configs})
             records += [partition_record(info) for info in topic.partitions.values()]
-        return records
+        return records + self.acls.snapshot_records()
 
     def snapshot_delta(self, records: list[dict]) -> list[dict]:
         """What turns this image into the one ``records`` (snapshot_records) rebuild: the
-        topics it no longer has are removed first (a lagging broker's image)."""
+        topics and ACLs it no longer has are removed first (a lagging broker's image)."""
         kept = {record["name"] for record in records if record["type"] == "topic"}
-        return [{"type": "remove_topic", "name": name}
-                for name in self.topics if name not in kept] + records
+        kept_acls = {binding_from_record(record) for record in records
+                     if record["type"] == ACL_RECORD}
+        return ([{"type": "remove_topic", "name": name}
+                 for name in self.topics if name not in kept]
+                + [remove_acl_record(binding) for binding in self.acls.acls()
+                   if binding not in kept_acls]
+                + records)
 
     def live_brokers(self) -> list[BrokerInfo]:
         return sorted((b for b in self.brokers.values() if not b.fenced), key=lambda b: b.node_id)
@@ -136,6 +147,8 @@ class MetadataImage:
             self.brokers[record["node_id"]].fenced = False
         elif kind == "broker_log_dir":
             self.brokers[record["node_id"]].log_dir_offline = record["offline"]
+        elif kind in (ACL_RECORD, REMOVE_ACL_RECORD):
+            self.acls.apply(record)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

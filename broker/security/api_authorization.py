@@ -11,7 +11,7 @@ the resource out of the answer.
 
 The table keys are API keys: ``protocol.apis.ApiKey`` for the APIs kipper serves,
 ``protocol.internal.InternalApiKey`` for its own, and ``UnlistedApiKey`` for the Kafka APIs
-of issue #18 that ``ApiKey`` does not list yet (ACLs, SASL, SCRAM credentials).
+of issue #18 that ``ApiKey`` does not list yet (SASL, SCRAM credentials).
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ class UnlistedApiKey(enum.IntEnum):
     ``protocol.apis.ApiKey`` does not list yet: kipper serves them once #18 lands."""
 
     SASL_HANDSHAKE = 17
-    DESCRIBE_ACLS = 29
-    CREATE_ACLS = 30
-    DELETE_ACLS = 31
     SASL_AUTHENTICATE = 36
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -321,9 +318,9 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     )),
     UnlistedApiKey.SASL_HANDSHAKE: ApiAuthorization(()),
     UnlistedApiKey.SASL_AUTHENTICATE: ApiAuthorization(()),
-    UnlistedApiKey.DESCRIBE_ACLS: _cluster_only(Op.DESCRIBE),
-    UnlistedApiKey.CREATE_ACLS: _cluster_only(Op.ALTER),
-    UnlistedApiKey.DELETE_ACLS: _cluster_only(Op.ALTER),
+    ApiKey.DESCRIBE_ACLS: _cluster_only(Op.DESCRIBE),
+    ApiKey.CREATE_ACLS: _cluster_only(Op.ALTER),
+    ApiKey.DELETE_ACLS: _cluster_only(Op.ALTER),
     UnlistedApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
     UnlistedApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
     InternalApiKey.DISKLESS_COORDINATOR_APPEND: ApiAuthorization((), note=_BROKER_ONLY),
