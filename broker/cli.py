@@ -54,10 +54,11 @@ async def _run_broker(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, _log_task_stacks)
-    host, _ = config.host_port
-    # Tests and the cluster launcher read this line to learn the bound port.
+    # Tests and the cluster launcher read this line to learn the bound ports.
     role = "broker" if config.broker_role else "controller"
-    print(node_line(role, config.node_id, host, broker.bound_port), flush=True)
+    first = broker.listeners.listeners[0]
+    print(node_line(role, config.node_id, first.host or "0.0.0.0", first.port,
+                    [str(listener) for listener in broker.listeners.listeners]), flush=True)
     if broker.metrics is not None:
         print(METRICS_LISTENING_LINE + broker.metrics.url, flush=True)
     await stop.wait()
