@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import secrets
+import socket
 import ssl
 import time
 import uuid
@@ -65,6 +66,7 @@ from .metadata_follower import Endpoint, MetadataFollower
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
 from .response_memory import ResponseMemory
+from .tls_listener import SocketAcceptor
 from .security.listener_security import (
     ListenerSecurity,
     inter_broker_security,
@@ -172,7 +174,8 @@ class Broker:
         # What the request handlers use; connections wait for it (see _accept).
         self.services: BrokerServices | None = None
         self._services_ready = asyncio.Event()
-        self._servers: list[asyncio.base_events.Server] = []
+        # Plaintext listeners are asyncio servers; TLS listeners accept sockets themselves.
+        self._servers: list[asyncio.base_events.Server | SocketAcceptor] = []
         self._connections: set[asyncio.Task] = set()
         self.response_memory = ResponseMemory(config.max_queued_response_bytes)
         self._background: list[asyncio.Task] = []
@@ -200,11 +203,17 @@ class Broker:
             listener = security.listener
             flag = "--listeners" if self.config.listeners else "--listener"
             with binding(listener.address, flag):
-                server = await asyncio.start_server(
-                    functools.partial(self._accept, security), listener.bind_host,
-                    listener.port, limit=1 << 20)
+                if security.tls is None:
+                    server = await asyncio.start_server(
+                        functools.partial(self._accept, security, principal="User:ANONYMOUS"),
+                        listener.bind_host, listener.port, limit=1 << 20)
+                    ports[listener.name] = server.sockets[0].getsockname()[1]
+                else:
+                    server = await SocketAcceptor.bind(
+                        listener.bind_host, listener.port,
+                        functools.partial(self._accepted_tls, security))
+                    ports[listener.name] = server.port
             self._servers.append(server)
-            ports[listener.name] = server.sockets[0].getsockname()[1]
         # Ports and host names filled in: what is registered and printed.
         self.listeners = self.listeners.with_bound_ports(ports)
         self.bound_port = ports[self.listeners.listeners[0].name]
@@ -395,15 +404,47 @@ class Broker:
         self.replicas.partitions[(METADATA_TOPIC, 0)] = metadata
         self.controller.on_commit.append(metadata.maybe_advance_high_watermark)
 
+    def _accepted_tls(self, security: ListenerSecurity, connection: socket.socket) -> None:
+        task = asyncio.get_running_loop().create_task(self._handshake(security, connection))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _handshake(self, security: ListenerSecurity, connection: socket.socket) -> None:
+        """The TLS handshake of a TLS listener's connection, bounded in time; a failure is
+        logged (one line) and counted, and the connection closed. Then it is served as the
+        principal of its client certificate (SSL) or as SASL decides (SASL_SSL)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            peer = "%s:%s" % connection.getpeername()[:2]
+        except OSError:
+            peer = "unknown"
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, connection, ssl=security.tls,
+                ssl_handshake_timeout=self.config.ssl_handshake_timeout_ms / 1000)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            principal = "User:ANONYMOUS"  # SASL_SSL: SASL decides
+            if security.protocol is SecurityProtocol.SSL:
+                principal = peer_principal(writer.get_extra_info("ssl_object"),
+                                           security.principal_mapper)
+        except (ssl.SSLError, OSError, TimeoutError, PrincipalMappingError) as error:
+            self.failed_tls_handshakes += 1
+            log.warning("closing %s on listener %s: TLS handshake failed: %s", peer,
+                        security.name, error or type(error).__name__)
+            connection.close()
+            return
+        except asyncio.CancelledError:
+            connection.close()
+            return
+        await self._accept(security, reader, writer, principal=principal)
+
     async def _accept(self, security: ListenerSecurity, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
+                      writer: asyncio.StreamWriter, principal: str) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
-            principal = await self._secure(security, writer)
-            if principal is None:
-                writer.close()
-                return
             # The port is bound before the node has all its parts (its own address is part of
             # them): a connection waits until it can be served.
             await self._services_ready.wait()
@@ -415,28 +456,6 @@ class Broker:
             pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:
             self._connections.discard(task)
-
-    async def _secure(self, security: ListenerSecurity,
-                      writer: asyncio.StreamWriter) -> str | None:
-        """The TLS handshake of a TLS listener, done here rather than by the server so that
-        a failure is logged (one line) and counted; the connection's principal before any
-        SASL (its certificate's on an SSL listener), or None if it must close."""
-        if security.tls is None:
-            return "User:ANONYMOUS"
-        peer = writer.get_extra_info("peername")
-        try:
-            await writer.start_tls(security.tls, ssl_handshake_timeout=(
-                self.config.ssl_handshake_timeout_ms / 1000))
-            if security.protocol is not SecurityProtocol.SSL:
-                return "User:ANONYMOUS"  # SASL decides
-            return peer_principal(writer.get_extra_info("ssl_object"),
-                                  security.principal_mapper)
-        except (ssl.SSLError, OSError, TimeoutError, PrincipalMappingError) as error:
-            self.failed_tls_handshakes += 1
-            log.warning("closing %s on listener %s: TLS handshake failed: %s",
-                        f"{peer[0]}:{peer[1]}" if peer else "unknown", security.name,
-                        error or type(error).__name__)
-            return None
 
     async def stop(self) -> None:
         """Graceful shutdown: hand leaderships over, stop accepting, close logs cleanly.

@@ -123,7 +123,11 @@ def listener_securities(config: BrokerConfig, listeners: ListenerConfig,
         sasl = sasl_server_config(config, scram_lookup)
     securities = []
     for listener in listeners.listeners:
-        settings = TlsSettings.from_properties(properties, listener.name)
+        # As in Kafka, ssl.client.auth is for SSL listeners: a SASL_SSL client proves who
+        # it is with SASL, and is not asked for a certificate.
+        settings = TlsSettings.from_properties(
+            {**properties, "ssl.client.auth": "none"} if listener.protocol.uses_sasl
+            else properties, listener.name)
         securities.append(ListenerSecurity(
             listener, server_context(settings) if listener.protocol.uses_tls else None,
             settings.principal_mapper, sasl if listener.protocol.uses_sasl else None))
