@@ -32,13 +32,9 @@ class UnlistedApiKey(enum.IntEnum):
     """Kafka API keys (``org.apache.kafka.common.protocol.ApiKeys``) this table covers that
     ``protocol.apis.ApiKey`` does not list yet: kipper serves them once #18 lands."""
 
-    SASL_HANDSHAKE = 17
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
-    SASL_AUTHENTICATE = 36
-    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 class Scope(enum.Enum):
@@ -319,13 +315,13 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     ApiKey.LIST_TRANSACTIONS: ApiAuthorization((
         _rule(_transactional_id(Op.DESCRIBE, "every transaction"), scope=Scope.HIDDEN),
     )),
-    UnlistedApiKey.SASL_HANDSHAKE: ApiAuthorization(()),
-    UnlistedApiKey.SASL_AUTHENTICATE: ApiAuthorization(()),
+    ApiKey.SASL_HANDSHAKE: ApiAuthorization(()),
+    ApiKey.SASL_AUTHENTICATE: ApiAuthorization(()),
     UnlistedApiKey.DESCRIBE_ACLS: _cluster_only(Op.DESCRIBE),
     UnlistedApiKey.CREATE_ACLS: _cluster_only(Op.ALTER),
     UnlistedApiKey.DELETE_ACLS: _cluster_only(Op.ALTER),
-    UnlistedApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
-    UnlistedApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
     InternalApiKey.DISKLESS_COORDINATOR_APPEND: ApiAuthorization((), note=_BROKER_ONLY),
     InternalApiKey.BROKER_CHALLENGE: ApiAuthorization((), note="The membership proof itself."),
     InternalApiKey.BROKER_PROOF: ApiAuthorization((), note="The membership proof itself."),

@@ -91,7 +91,7 @@ def checks(api_key: int) -> list[tuple[AclOperation, ResourceType]]:
     (UnlistedApiKey.CREATE_ACLS, [(AclOperation.ALTER, ResourceType.CLUSTER)]),
     (UnlistedApiKey.DESCRIBE_ACLS, [(AclOperation.DESCRIBE, ResourceType.CLUSTER)]),
     (ApiKey.API_VERSIONS, []),
-    (UnlistedApiKey.SASL_AUTHENTICATE, []),
+    (ApiKey.SASL_AUTHENTICATE, []),
     (ApiKey.DESCRIBE_CLUSTER, []),
 ])
 def test_checks_of_some_apis(api_key, expected):
