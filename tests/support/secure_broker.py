@@ -23,6 +23,7 @@ from .s3 import S3Endpoint
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 BROKER_USER, BROKER_PASSWORD = "kipper-broker", "broker-secret"
 PLAIN_USER, PLAIN_PASSWORD = "alice", "alice-secret"
+OTHER_PLAIN_USER, OTHER_PLAIN_PASSWORD = "mallory", "mallory-secret"
 # The client certificate's user: its principal is User:CN=carol,OU=clients,O=kipper dev.
 CERT_USER = "carol"
 OAUTH_AUDIENCE = "kipper-test"
@@ -60,8 +61,8 @@ class SecureBroker:
                 config["sasl.password"] = password
         return config
 
-    def log_tail(self) -> str:
-        return self.process.log_tail()
+    def log_tail(self, lines: int = 40) -> str:
+        return self.process.log_tail(lines)
 
 
 def start_secure_broker(root: Path, s3: S3Endpoint, env: dict[str, str] | None = None
@@ -80,7 +81,8 @@ def start_secure_broker(root: Path, s3: S3Endpoint, env: dict[str, str] | None =
         "KIPPER_SASL_ENABLED_MECHANISMS": MECHANISMS,
         "KIPPER_SASL_SCRAM_BOOTSTRAP_USERS": json.dumps({ADMIN: ADMIN_PASSWORD,
                                                          BROKER_USER: BROKER_PASSWORD}),
-        "KIPPER_SASL_PLAIN_USERS": json.dumps({PLAIN_USER: PLAIN_PASSWORD}),
+        "KIPPER_SASL_PLAIN_USERS": json.dumps({PLAIN_USER: PLAIN_PASSWORD,
+                                               OTHER_PLAIN_USER: OTHER_PLAIN_PASSWORD}),
         "KIPPER_INTER_BROKER_SASL_USERNAME": BROKER_USER,
         "KIPPER_INTER_BROKER_SASL_PASSWORD": BROKER_PASSWORD,
         "KIPPER_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL": str(jwks),
