@@ -32,7 +32,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from protocol.apis import VERSION_RANGES, ApiKey
-from protocol.build import make
+from protocol.build import make, millis
 from protocol.framing import decode_response, encode_request
 from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody, is_internal
 
@@ -43,6 +43,9 @@ _SIZE = struct.Struct(">i")
 # After a refused proof, calls fail at once for this long instead of connecting again: a
 # node with the wrong secret does not make its peers log a refusal per retry.
 REFUSED_BACKOFF_S = 5.0
+# A SASL session (KIP-368) is renewed once this share of its lifetime has passed, as Kafka's
+# clients do it between 85 and 95 %.
+REAUTHENTICATE_AT = 0.85
 
 
 class ConnectionTraffic(Protocol):
@@ -123,6 +126,8 @@ class NodeConnection:
         self._reader_task: asyncio.Task | None = None
         self._connect_lock = asyncio.Lock()
         self._refused: tuple[float, AuthenticationFailed] | None = None  # (until, why)
+        # When the SASL session must be renewed (time.monotonic()); None: it never expires.
+        self._reauthenticate_at: float | None = None
 
     @property
     def connected(self) -> bool:
@@ -163,6 +168,22 @@ class NodeConnection:
                                       f"authentication as {self.security.username!r}: "
                                       f"{response.error_message}")
             replies.append(response.auth_bytes)
+        lifetime_ms = millis(response.session_lifetime)
+        self._reauthenticate_at = (time.monotonic() + lifetime_ms * REAUTHENTICATE_AT / 1000
+                                   if lifetime_ms > 0 else None)
+
+    async def _renew_session(self, timeout: float) -> None:
+        """Re-authenticate on this connection before the broker's session ends (KIP-368):
+        past it, the broker would close the connection on the next request."""
+        async with self._connect_lock:
+            if (self._reauthenticate_at is None or time.monotonic() < self._reauthenticate_at
+                    or not self.connected):
+                return
+            try:
+                await self._sasl_authenticate(timeout)
+            except BaseException:
+                await self.close()
+                raise
 
     async def _authenticate(self, timeout: float) -> None:
         proving = False
@@ -220,6 +241,8 @@ class NodeConnection:
     async def call(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float = 30.0,
                    version: int | None = None) -> Any:
         await self._ensure_connected(timeout)
+        if self._reauthenticate_at is not None and time.monotonic() >= self._reauthenticate_at:
+            await self._renew_session(timeout)
         return await self._send(api_key, body, timeout, version)
 
     async def _send(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float,
