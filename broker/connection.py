@@ -73,7 +73,8 @@ class Connection:
         self.client_host = peer[0] if peer else ""
         self.principal = principal
         self.listener_name = listener.name if listener is not None else None
-        self.sasl = (SaslSession(listener.sasl, self.config.connections_max_reauth_ms, self.peer)
+        self.sasl = (SaslSession(listener.sasl, self.config.connections_max_reauth_ms, self.peer,
+                                 listener.failures)
                      if listener is not None and listener.sasl is not None else None)
         self.traffic = traffic.accepted_connection()
         self.authentication = BrokerAuthentication(credentials)

@@ -28,6 +28,7 @@ from protocol.apis import ApiKey
 from protocol.build import make
 
 from .handlers.registry import response_module
+from .security.listener_security import AuthenticationFailures
 from .security.oauthbearer import JwksUnavailable, OAuthBearerServer
 from .security.sasl import (
     SaslAuthenticationFailed,
@@ -57,8 +58,9 @@ class SaslReply:
 
 class SaslSession:
     def __init__(self, config: SaslServerConfig, connections_max_reauth_ms: int,
-                 peer: str) -> None:
+                 peer: str, failures: AuthenticationFailures) -> None:
         self.config = config
+        self.failures = failures
         self.max_reauth_ms = connections_max_reauth_ms
         self.peer = peer
         # The exchange under way (after a SaslHandshake), and its mechanism's name.
@@ -159,6 +161,7 @@ class SaslSession:
             # The message is the client's (never a secret): one line, then the close.
             log.warning("closing %s: SASL %s authentication failed: %s", self.peer,
                         self._mechanism, failure.message)
+            self.failures.add()
             raise
         now_ms = int(time.time() * 1000)
         lifetime_ms = session_lifetime_ms(exchange.credential_expiry_ms, self.max_reauth_ms,

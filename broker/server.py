@@ -68,6 +68,7 @@ from .producer_ids import ProducerIdAllocator
 from .response_memory import ResponseMemory
 from .tls_listener import SocketAcceptor
 from .security.listener_security import (
+    AuthenticationFailures,
     ListenerSecurity,
     inter_broker_security,
     listener_config,
@@ -123,12 +124,11 @@ class Broker:
         # The listeners, each with its TLS context and SASL mechanisms; refused here, before
         # anything is bound, when a setting is wrong.
         self.listeners = listener_config(config)
-        self.listener_securities = listener_securities(config, self.listeners,
-                                                       self._scram_credential)
+        self.failed_authentications = AuthenticationFailures()
+        self.listener_securities = listener_securities(
+            config, self.listeners, self._scram_credential, self.failed_authentications)
         self.nodes = NodeClient(node_client_id(config.node_id), self.credentials, self.traffic,
                                 inter_broker_security(config, self.listeners))
-        # Connections refused at the TLS handshake (a plaintext client, an unknown CA...).
-        self.failed_tls_handshakes = 0
         self.metrics: MetricsServer | None = None
         if config.metrics_listener is not None:
             self.metrics = MetricsServer(config.metrics_listener,
@@ -191,7 +191,7 @@ class Broker:
             self.metrics.add_source("broker", BrokerMetrics(
                 self.request_metrics, self.topic_metrics, lag, self.loop_lag,
                 self.response_memory, lambda: len(self._connections), lambda: self.replicas,
-                self.controller, self.fetch_sessions))
+                self.controller, self.fetch_sessions, self.failed_authentications))
             self.metrics.add_source("log_cleaner", LogCleanerMetrics(self.logs.cleaner.metrics))
 
     async def start(self) -> None:
@@ -430,7 +430,7 @@ class Broker:
                 principal = peer_principal(writer.get_extra_info("ssl_object"),
                                            security.principal_mapper)
         except (ssl.SSLError, OSError, TimeoutError, PrincipalMappingError) as error:
-            self.failed_tls_handshakes += 1
+            security.failures.add()
             log.warning("closing %s on listener %s: TLS handshake failed: %s", peer,
                         security.name, error or type(error).__name__)
             connection.close()

@@ -27,6 +27,17 @@ from .tls import PrincipalMapper, TlsSettings, client_context, server_context
 ScramLookup = Callable[[str, ScramMechanism], ScramCredential | None]
 
 
+class AuthenticationFailures:
+    """Connections refused at authentication, counted for the metrics: a failed TLS
+    handshake or SASL exchange (Kafka's failed-authentication-total)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self) -> None:
+        self.count += 1
+
+
 @dataclass(frozen=True)
 class ListenerSecurity:
     """One listener and what its connections go through before their first request."""
@@ -36,6 +47,7 @@ class ListenerSecurity:
     # The principal of a client certificate (SSL listeners; SASL_SSL takes SASL's).
     principal_mapper: PrincipalMapper
     sasl: SaslServerConfig | None
+    failures: AuthenticationFailures
 
     @property
     def name(self) -> str:
@@ -115,7 +127,8 @@ def sasl_server_config(config: BrokerConfig, scram_lookup: ScramLookup) -> SaslS
 
 
 def listener_securities(config: BrokerConfig, listeners: ListenerConfig,
-                        scram_lookup: ScramLookup) -> list[ListenerSecurity]:
+                        scram_lookup: ScramLookup, failures: AuthenticationFailures,
+                        ) -> list[ListenerSecurity]:
     """Each bound listener with its TLS context and SASL configuration."""
     properties = tls_properties(config)
     sasl = None
@@ -130,7 +143,7 @@ def listener_securities(config: BrokerConfig, listeners: ListenerConfig,
             else properties, listener.name)
         securities.append(ListenerSecurity(
             listener, server_context(settings) if listener.protocol.uses_tls else None,
-            settings.principal_mapper, sasl if listener.protocol.uses_sasl else None))
+            settings.principal_mapper, sasl if listener.protocol.uses_sasl else None, failures))
     return securities
 
 

@@ -45,6 +45,7 @@ from support.secure_broker import (
     SecureBroker,
     start_secure_broker,
 )
+from support.metrics import scrape, total
 
 MODES = ("classic", "active-tiered", "diskless")
 # Each client round trip: over SASL_SSL with SCRAM-SHA-512 as the admin, and with PLAIN.
@@ -237,10 +238,12 @@ def test_oauthbearer(secure):
 
 def test_wrong_password_is_refused_and_the_connection_closed(secure):
     config = secure.librdkafka("SASL_SSL", "SCRAM-SHA-512", ADMIN, "pw-Zq9-wrong")
+    failures = _failed_authentications(secure)
     with pytest.raises(KafkaException):
         AdminClient(config).list_topics(timeout=3)
     assert "SASL SCRAM-SHA-512 authentication failed" in secure.log_tail()
     assert "pw-Zq9-wrong" not in secure.log_tail()  # no secret in the log
+    assert _failed_authentications(secure) > failures
     # The raw exchange: SASL_AUTHENTICATION_FAILED with a message, then the connection ends.
     with _sasl_plaintext(secure) as sock:
         _handshake(sock, "PLAIN")
@@ -326,6 +329,10 @@ def test_scram_users_are_managed_with_the_admin_api(secure):
     assert refused.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
     with pytest.raises(KafkaException):
         AdminClient(bob).list_topics(timeout=3)
+
+
+def _failed_authentications(secure: SecureBroker) -> float:
+    return total([scrape(secure.process.metrics_url)], "kipper_failed_authentications_total")
 
 
 # --- raw frames -------------------------------------------------------------------------
