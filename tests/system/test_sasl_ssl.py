@@ -287,6 +287,15 @@ def test_handshake_v0_then_bare_tokens(secure):
         assert call(sock, ApiKey.METADATA, 1, _metadata_request()).brokers
 
 
+def test_sasl_requests_on_a_plaintext_listener_are_illegal(shared_broker):
+    with socket.create_connection(("127.0.0.1", shared_broker.port), timeout=10) as sock:
+        answer = call(sock, ApiKey.SASL_HANDSHAKE, 1, entity(
+            ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN"))
+        assert answer.error_code == ErrorCode.illegal_sasl_state
+        assert _authenticate(sock, b"x").error_code == ErrorCode.illegal_sasl_state
+        assert call(sock, ApiKey.METADATA, 1, _metadata_request()).brokers
+
+
 def test_plaintext_client_on_a_tls_listener_is_refused_and_the_broker_stays_up(secure):
     with socket.create_connection(("127.0.0.1", secure.port("SASL_SSL")), timeout=10) as sock:
         sock.sendall(_api_versions_frame())
@@ -333,6 +342,38 @@ def test_scram_users_are_managed_with_the_admin_api(secure):
 
 def _failed_authentications(secure: SecureBroker) -> float:
     return total([scrape(secure.process.metrics_url)], "kipper_failed_authentications_total")
+
+
+def test_scram_users_with_kafka_python_admin(secure):
+    from kafka.admin import (KafkaAdminClient, UserScramCredentialDeletion,
+                             UserScramCredentialUpsertion)
+    from kafka import KafkaConsumer
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=ADMIN,
+        sasl_plain_password=ADMIN_PASSWORD, ssl_cafile=str(secure.ca.ca_certificate))
+    user = f"kp-{uuid.uuid4().hex[:6]}"
+    try:
+        assert admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            user, "SCRAM-SHA-512", "kp-secret", iterations=4096)]) == {user: None}
+        described = admin.describe_user_scram_credentials([user])[user]
+        assert described["error"] is None
+        assert [(int(i["mechanism"]), i["iterations"]) for i in
+                described["credential_infos"]] == [(2, 4096)]
+        # The new user logs in with kafka-python's own SCRAM client.
+        consumer = KafkaConsumer(
+            bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
+            sasl_plain_password="kp-secret", ssl_cafile=str(secure.ca.ca_certificate))
+        assert consumer.topics() is not None
+        consumer.close()
+        missing = admin.alter_user_scram_credentials([UserScramCredentialDeletion(
+            f"nobody-{uuid.uuid4().hex[:6]}", "SCRAM-SHA-256")])
+        assert list(missing.values()) == [
+            "Attempt to delete a user credential that does not exist"]
+    finally:
+        admin.close()
 
 
 # --- raw frames -------------------------------------------------------------------------
