@@ -49,12 +49,13 @@ class Setting:
         return ENV_PREFIX + self.name.upper()
 
 
-def setting(default: Any, doc: str, *, flag: Flag | None = None) -> Any:
-    """A BrokerConfig field with its description and optional command-line flag."""
+def setting(default: Any, doc: str, *, flag: Flag | None = None, secret: bool = False) -> Any:
+    """A BrokerConfig field with its description and optional command-line flag; a
+    ``secret`` (a password, a key) is left out of the config's repr, so it is never logged."""
     metadata = {"doc": doc, "flag": flag}
     if isinstance(default, dict):  # dataclasses refuse mutable defaults: each config a copy
-        return field(default_factory=lambda: dict(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
+        return field(default_factory=lambda: dict(default), metadata=metadata, repr=not secret)
+    return field(default=default, metadata=metadata, repr=not secret)
 
 
 @dataclass
@@ -93,7 +94,7 @@ class BrokerConfig:
         "keystore).")
     ssl_key_location: str | None = setting(None, "TLS listeners: PEM private key.")
     ssl_key_password: str | None = setting(
-        None, "Password of an encrypted private key (`ssl.key.password`).")
+        None, "Password of an encrypted private key (`ssl.key.password`).", secret=True)
     ssl_truststore_location: str | None = setting(
         None, "PEM CA certificates: what client certificates (mTLS) and, for the node's own "
         "connections to other nodes, their certificates are checked against.")
@@ -117,7 +118,7 @@ class BrokerConfig:
         "any of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.")
     sasl_plain_users: dict[str, str] = setting(
         {}, "PLAIN users and their passwords, a table in the TOML file (`[sasl_plain_users]` "
-        "`alice = \"secret\"`): PlainLoginModule's `user_<name>` options.")
+        "`alice = \"secret\"`): PlainLoginModule's `user_<name>` options.", secret=True)
     sasl_plain_users_file: Path | None = setting(
         None, "PLAIN users in a properties file of JAAS-style `user_<name>=<password>` lines "
         "(with `sasl_plain_users`).")
@@ -125,14 +126,15 @@ class BrokerConfig:
         {}, "Users whose SCRAM-SHA-256 and SCRAM-SHA-512 credentials the controller writes "
         "to the metadata log at start if they have none (Kafka's `kafka-storage format "
         "--add-scram`): the first users of a SASL cluster, e.g. its admin and the brokers' "
-        "own user. A TOML table, or JSON in the environment variable.")
+        "own user. A TOML table, or JSON in the environment variable.", secret=True)
     sasl_mechanism_inter_broker_protocol: str = setting(
         "SCRAM-SHA-512", "The SASL mechanism nodes authenticate to each other with when the "
         "inter-broker listener uses SASL (`sasl.mechanism.inter.broker.protocol`).")
     inter_broker_sasl_username: str | None = setting(
         None, "The user nodes authenticate to each other as on a SASL inter-broker listener.")
     inter_broker_sasl_password: str | None = setting(
-        None, "Its password (no flag: give it in the TOML file or the environment).")
+        None, "Its password (no flag: give it in the TOML file or the environment).",
+        secret=True)
     sasl_oauthbearer_jwks_endpoint_url: str | None = setting(
         None, "OAUTHBEARER: the JWKS whose keys sign accepted tokens, an `https://` URL or a "
         "file (`file://` or a path) (`sasl.oauthbearer.jwks.endpoint.url`).")
@@ -170,7 +172,8 @@ class BrokerConfig:
         "APIs, follower fetches; docs/internal-apis.md). Give it in the TOML file or "
         "`KIPPER_CLUSTER_SECRET` (no flag: a command line is visible to every local user); "
         "`kipper cluster up` generates one per run. None = a random secret of this process "
-        "alone: it serves itself, and no other node can join it.")
+        "alone: it serves itself, and no other node can join it.",
+        secret=True)
     broker_session_timeout_ms: int = setting(
         9000, "The controller fences a broker that sent no heartbeat for this long and moves "
         "its leaderships.")
@@ -257,7 +260,7 @@ class BrokerConfig:
         None, "S3 access key; none = botocore's credential chain (`AWS_ACCESS_KEY_ID`, "
         "`~/.aws`, instance role).", flag=Flag("--s3-access-key"))
     s3_secret_key: str | None = setting(None, "S3 secret key, with `s3_access_key`.",
-                                        flag=Flag("--s3-secret-key"))
+                                        flag=Flag("--s3-secret-key"), secret=True)
     s3_latency_profile: str = setting(
         "none", "Latency profile added to every object-store request, so a laptop run shows "
         "cloud latencies (the profiles are in docs/object-storage.md; `none` adds nothing).", flag=Flag("--s3-latency-profile", choices=tuple(sorted(LATENCY_PROFILES))))

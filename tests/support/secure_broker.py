@@ -91,6 +91,6 @@ def start_secure_broker(root: Path, s3: S3Endpoint, env: dict[str, str] | None =
         **(env or {}),
     }
     process = BrokerProcess(root / "broker-0", env=broker_env, extra_args=[
-        "--metrics-listener", "127.0.0.1:0", "--s3-endpoint", s3.url, "--s3-access-key", s3.access_key,
-        "--s3-secret-key", s3.secret_key]).start()
+        "--metrics-listener", "127.0.0.1:0", "--s3-endpoint", s3.url,
+        "--s3-access-key", s3.access_key, "--s3-secret-key", s3.secret_key]).start()
     return SecureBroker(process, ca, signing_key)
