@@ -62,7 +62,7 @@ class TrafficCounter(Protocol):
 
 
 class AuthenticationFailed(ConnectionError):
-    """The remote node closed the connection on this node's proof of membership."""
+    """The remote node refused this node: its SASL login or its proof of membership."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,9 @@ class NodeConnection:
         handshake = await self._send(ApiKey.SASL_HANDSHAKE,
                                      make(SaslHandshakeRequest, mechanism=mechanism), timeout)
         if handshake.error_code != ErrorCode.none:
-            raise ConnectionError(f"{self.host}:{self.port} does not offer SASL {mechanism} "
-                                  f"(it offers {', '.join(handshake.mechanisms)})")
+            raise AuthenticationFailed(f"{self.host}:{self.port} does not offer SASL "
+                                       f"{mechanism} (it offers "
+                                       f"{', '.join(handshake.mechanisms)})")
         client = _SaslClient(self.security)
         replies: list[bytes] = []
         while (message := client.messages(replies)) is not None:
@@ -164,9 +165,9 @@ class NodeConnection:
                                         make(SaslAuthenticateRequest, auth_bytes=message),
                                         timeout)
             if response.error_code != ErrorCode.none:
-                raise ConnectionError(f"{self.host}:{self.port} refused SASL {mechanism} "
-                                      f"authentication as {self.security.username!r}: "
-                                      f"{response.error_message}")
+                raise AuthenticationFailed(f"{self.host}:{self.port} refused SASL {mechanism} "
+                                           f"authentication as {self.security.username!r}: "
+                                           f"{response.error_message}")
             replies.append(response.auth_bytes)
         lifetime_ms = millis(response.session_lifetime)
         self._reauthenticate_at = (time.monotonic() + lifetime_ms * REAUTHENTICATE_AT / 1000
@@ -198,6 +199,9 @@ class NodeConnection:
         except BaseException as e:
             # Never leave an unauthenticated connection for the next call to use.
             await self.close()
+            if isinstance(e, AuthenticationFailed):  # SASL refused: back off the same way
+                self._refused = (time.monotonic() + REFUSED_BACKOFF_S, e)
+                raise
             if proving and isinstance(e, ConnectionError):  # the peer refused the proof
                 refused = AuthenticationFailed(
                     f"{self.host}:{self.port} closed the connection on node "
