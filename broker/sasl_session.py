@@ -78,6 +78,8 @@ class SaslSession:
         if self.principal is None:
             if api_key not in BEFORE_AUTHENTICATION:
                 return "not authenticated yet (SASL listener)"
+            if api_key == ApiKey.API_VERSIONS and self._exchange is not None:
+                return "ApiVersions inside a SASL exchange"  # Kafka: only before SaslHandshake
             return None
         if (api_key not in SASL_APIS and self._expires_at is not None
                 and time.monotonic() >= self._expires_at):

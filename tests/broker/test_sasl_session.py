@@ -31,6 +31,7 @@ async def test_only_sasl_and_api_versions_before_authentication():
     assert sasl.refusal(ApiKey.SASL_HANDSHAKE) is None
     assert sasl.refusal(ApiKey.METADATA) is not None
     assert not sasl.handshake(1, "PLAIN").close
+    assert sasl.refusal(ApiKey.API_VERSIONS) is not None  # only before the handshake
     reply = await sasl.authenticate(2, plain())
     assert reply.response.error_code == ErrorCode.none and not reply.close
     assert sasl.principal == "User:alice"
