@@ -34,6 +34,7 @@ from protocol.apis import ApiKey
 from protocol.framing import encode_request
 from support.identity_provider import KEY_ID, sign
 from support.kcat import kcat
+from support.processes import BrokerProcess
 from support.raw import assert_closed, call, entity, recv_frame
 from support.wait import wait_until
 from support.secure_broker import (
@@ -301,6 +302,30 @@ def test_plaintext_client_on_a_tls_listener_is_refused_and_the_broker_stays_up(s
         sock.sendall(_api_versions_frame())
         assert_closed(sock)
     AdminClient(secure.librdkafka("SASL_SSL", "SCRAM-SHA-512")).list_topics(timeout=10)
+
+
+def test_a_broker_with_a_wrong_password_is_refused_and_backs_off(secure, tmp_path):
+    """A node whose inter-broker login is refused cannot register, and retries its login at
+    most every few seconds rather than at every registration attempt (every 0.5 s)."""
+    refusals = secure.log_tail(10_000).count("SASL SCRAM-SHA-512 authentication failed")
+    intruder = BrokerProcess(
+        tmp_path / "broker-1", node_id=1,
+        env={**secure.process.env, "KIPPER_INTER_BROKER_SASL_PASSWORD": "pw-Xk2-wrong"},
+        extra_args=["--controller", secure.address("SASL_SSL")])
+    intruder.launch()
+    try:
+        wait_until(lambda: "refused SASL SCRAM-SHA-512 authentication as 'kipper-broker'"
+                   in intruder.log_tail(), 20)
+        time.sleep(3)
+        assert intruder.alive()
+        assert 1 not in AdminClient(secure.librdkafka("SASL_SSL", "SCRAM-SHA-512")
+                                    ).list_topics(timeout=10).brokers
+        new_refusals = (secure.log_tail(10_000).count("SASL SCRAM-SHA-512 authentication failed")
+                        - refusals)
+        assert 1 <= new_refusals <= 2, new_refusals
+        assert "pw-Xk2-wrong" not in secure.log_tail(10_000) + intruder.log_tail(10_000)
+    finally:
+        intruder.kill()
 
 
 def test_scram_users_are_managed_with_the_admin_api(secure):
