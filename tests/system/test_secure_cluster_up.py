@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.local_cluster import LocalCluster
+from support.kcat import kcat
 
 
 @pytest.mark.parametrize("security", ["sasl-ssl", "ssl"])
@@ -40,5 +41,9 @@ def test_secure_cluster_up_serves_its_client_properties(tmp_path, security):
                 break
         consumer.close()
         assert got == [f"v-{i}" for i in range(10)]
+        # kcat (Debian's librdkafka 2.0) reads the same file, as docs/security.md says.
+        out = kcat("-F", str(cluster.client_properties), "-C", "-t", topic, "-o", "beginning",
+                   "-e", "-q", "-c", "10")
+        assert out.split() == got
     finally:
         cluster.stop()
