@@ -111,6 +111,12 @@ class BrokerConfig:
     ssl_endpoint_identification_algorithm: str = setting(
         "https", "The node's own TLS connections to other nodes check their host name "
         "against the certificate (`https`) or not (empty).")
+    listener_ssl_settings: dict[str, str] = setting(
+        {}, "TLS settings of one listener, under Kafka's names "
+        "(`listener.name.<listener>.ssl.<setting>`, e.g. `\"listener.name.internal.ssl.client."
+        "auth\" = \"required\"`), over the `ssl_*` settings: a TOML table, or JSON in the "
+        "environment variable. Also how a SASL_SSL listener asks for client certificates.",
+        secret=True)
     ssl_handshake_timeout_ms: int = setting(
         10_000, "A TLS handshake not finished in this time closes the connection.")
     sasl_enabled_mechanisms: str = setting(

@@ -9,6 +9,7 @@ binds anything, as Kafka refuses a bad ``server.properties``.
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,12 +74,18 @@ def listener_config(config: BrokerConfig) -> ListenerConfig:
 
 
 def tls_properties(config: BrokerConfig) -> dict[str, str]:
-    """The ``ssl_*`` settings under Kafka's names, for :class:`TlsSettings`."""
+    """The ``ssl_*`` settings under Kafka's names, and the per-listener ones
+    (``listener.name.<x>.ssl.*``), for :class:`TlsSettings`."""
     names = ("keystore_location", "certificate_location", "key_location", "key_password",
              "truststore_location", "client_auth", "enabled_protocols", "cipher_suites",
              "principal_mapping_rules", "endpoint_identification_algorithm")
-    return {"ssl." + name.replace("_", "."): value for name in names
-            if (value := getattr(config, "ssl_" + name)) is not None}
+    properties = {"ssl." + name.replace("_", "."): value for name in names
+                  if (value := getattr(config, "ssl_" + name)) is not None}
+    for name in config.listener_ssl_settings:
+        if not re.fullmatch(r"listener\.name\.[^.]+\.ssl\..+", name):
+            raise ValueError(f"listener_ssl_settings: {name!r} is not "
+                             "listener.name.<listener>.ssl.<setting>")
+    return {**properties, **config.listener_ssl_settings}
 
 
 def plain_users(config: BrokerConfig) -> dict[str, str]:
@@ -137,7 +144,8 @@ def listener_securities(config: BrokerConfig, listeners: ListenerConfig,
     securities = []
     for listener in listeners.listeners:
         # As in Kafka, ssl.client.auth is for SSL listeners: a SASL_SSL client proves who
-        # it is with SASL, and is not asked for a certificate.
+        # it is with SASL, and is asked for a certificate only by the listener's own
+        # listener.name.<x>.ssl.client.auth.
         settings = TlsSettings.from_properties(
             {**properties, "ssl.client.auth": "none"} if listener.protocol.uses_sasl
             else properties, listener.name)

@@ -4,11 +4,13 @@ from the TOML table and a JAAS-style file."""
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import pytest
 
 from broker.config import BrokerConfig
+from broker.security.dev_ca import create_dev_ca
 from broker.security.listener_security import (
     AuthenticationFailures,
     inter_broker_security,
@@ -68,3 +70,22 @@ def test_tls_settings_under_kafkas_names():
     assert properties["ssl.keystore.location"] == "/k.pem"
     assert properties["ssl.client.auth"] == "required"
     assert "ssl.key.password" not in properties
+
+
+def test_per_listener_tls_settings_override_the_common_ones(tmp_path: Path):
+    ca = create_dev_ca(tmp_path, [0])
+    config = BrokerConfig(
+        listeners="SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        listener_security_protocol_map="SSL:SSL,SASL_SSL:SASL_SSL,INTERNAL:SSL",
+        inter_broker_listener_name="INTERNAL",
+        ssl_keystore_location=str(ca.brokers[0].keystore),
+        ssl_truststore_location=str(ca.ca_certificate), ssl_client_auth="required",
+        listener_ssl_settings={"listener.name.internal.ssl.client.auth": "none",
+                               "listener.name.sasl_ssl.ssl.client.auth": "requested"})
+    securities = listener_securities(config, listener_config(config),
+                                     lambda user, mechanism: None, AuthenticationFailures())
+    assert [s.tls.verify_mode for s in securities] == [
+        ssl.CERT_REQUIRED, ssl.CERT_OPTIONAL, ssl.CERT_NONE]
+    config.listener_ssl_settings = {"ssl.client.auth": "none"}
+    with pytest.raises(ValueError, match="listener.name"):
+        tls_properties(config)
