@@ -38,11 +38,18 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
 
 async def _run_broker(args: argparse.Namespace) -> int:
     from .response_memory import return_large_buffers_to_the_os
+    from .security.oauthbearer import JwksUnavailable
     from .server import Broker
 
     config = config_from_args(args)
     return_large_buffers_to_the_os()
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except (ValueError, OSError, JwksUnavailable) as error:
+        # A listener, TLS or SASL setting that cannot work (Kafka's message where it has
+        # one), an unreadable keystore or JWKS: one line, not a traceback.
+        log.error("cannot start node %d: %s", config.node_id, error)
+        return 2
     try:
         await broker.start()
     except AddressInUse as error:
