@@ -4,7 +4,10 @@ from the TOML table and a JAAS-style file."""
 
 from __future__ import annotations
 
+import os
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,14 @@ def test_per_listener_tls_settings_override_the_common_ones(tmp_path: Path):
     config.listener_ssl_settings = {"ssl.client.auth": "none"}
     with pytest.raises(ValueError, match="listener.name"):
         tls_properties(config)
+
+
+def test_a_setting_that_cannot_work_stops_the_node_with_one_line(tmp_path: Path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "broker", "--data-dir", str(tmp_path)],
+        env={**os.environ, "KIPPER_LISTENERS": "PLAINTEXT://0.0.0.0:0"},
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "cannot start node 0: advertised.listeners cannot use the nonroutable " \
+           "meta-address 0.0.0.0" in proc.stderr
+    assert "Traceback" not in proc.stderr
