@@ -186,11 +186,16 @@ def produce(args: argparse.Namespace, bootstrap: str, topic: str,
     producer = Producer(producer_config(args, bootstrap))
     produce_one = producer.produce
     poll = producer.poll
+    partitions = args.partitions if args.spread else 0
     started = time.perf_counter()
     for i in range(count):
         while True:
             try:
-                produce_one(topic, payloads[i & 15], on_delivery=on_delivery)
+                if partitions:
+                    produce_one(topic, payloads[i & 15], partition=i % partitions,
+                                on_delivery=on_delivery)
+                else:
+                    produce_one(topic, payloads[i & 15], on_delivery=on_delivery)
                 break
             except BufferError:
                 poll(0.005)
@@ -376,6 +381,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mb", type=float, default=200, help="payload megabytes to produce (1e6 B)")
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--spread", action="store_true",
+                   help="send record i to partition i mod --partitions, so every partition gets "
+                        "its share (librdkafka's default partitioner sticks to one partition "
+                        "per batch for keyless records)")
     p.add_argument("--acks", default="1")
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=1_000_000,

@@ -116,7 +116,7 @@ def create(admin: AdminClient, topic: str, partitions: int, replication_factor: 
 def produce_and_consume(bootstrap: str, topic: str, partitions: int, mb: float,
                         consume: bool = True) -> tuple[float, float | None]:
     """MB/s of producing ``mb`` (acks=all) to ``topic``, and of consuming it back."""
-    args = broker_bench.parse_args(["--mb", str(mb), "--acks", "all",
+    args = broker_bench.parse_args(["--mb", str(mb), "--acks", "all", "--spread",
                                     "--partitions", str(partitions), "--timeout", "900"])
     produced = broker_bench.produce(args, bootstrap, topic)
     if produced.errors:
@@ -178,7 +178,7 @@ def tansu_section(args: argparse.Namespace, figures: dict) -> list[Target]:
     for partitions in (int(n) for n in args.tansu_partitions.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "summary.json"
-            broker_bench.main(["--mb", str(args.mb), "--partitions", str(partitions),
+            broker_bench.main(["--mb", str(args.mb), "--partitions", str(partitions), "--spread",
                                "--json", str(out)])
             summary = json.loads(out.read_text())
         figures[f"tansu_{partitions}"] = summary

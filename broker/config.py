@@ -180,6 +180,16 @@ class BrokerConfig:
         "`kipper cluster up` generates one per run. None = a random secret of this process "
         "alone: it serves itself, and no other node can join it.",
         secret=True)
+    authorizer_enabled: bool = setting(
+        False, "Check every request against the cluster's ACLs (Kafka's `authorizer.class.name` "
+        "= StandardAuthorizer; docs/authorization.md). Off: every client may do anything, "
+        "and CreateAcls/DescribeAcls/DeleteAcls answer SECURITY_DISABLED.")
+    super_users: str = setting(
+        "", "Principals allowed everything whatever the ACLs say, `;`-separated as Kafka's "
+        "`super.users` (e.g. `User:admin;User:alice`). Brokers of the cluster always are.")
+    allow_everyone_if_no_acl_found: bool = setting(
+        False, "Allow an operation on a resource no ACL names (`allow.everyone.if.no.acl.found`"
+        "); once an ACL names it, only what the ACLs allow is.")
     broker_session_timeout_ms: int = setting(
         9000, "The controller fences a broker that sent no heartbeat for this long and moves "
         "its leaderships.")

@@ -18,8 +18,9 @@ exits with status 1. KIPPER_* environment variables reach every broker.
 With ``--security sasl-ssl`` (or ``ssl``) the brokers listen on SASL_SSL (or mutual-TLS SSL)
 only, with certificates of a development CA made under ``DATA_DIR/tls``; an ``admin`` user
 gets a random password and its SCRAM-SHA-512 credential is written by the controller at
-start; the launcher writes ``DATA_DIR/client.properties`` for clients (librdkafka names)
-and prints its path before the bootstrap line (docs/security.md).
+start; the brokers check ACLs, with ``admin`` a super user; the launcher writes
+``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
+bootstrap line (docs/security.md).
 
 The brokers share a cluster secret (``cluster_secret``: brokers prove they hold it before
 they may send each other broker-only requests): ``KIPPER_CLUSTER_SECRET`` if it is set, so
@@ -104,9 +105,15 @@ class SecureCluster:
 
     def node_env(self, node: int) -> dict[str, str]:
         env = {"KIPPER_SSL_KEYSTORE_LOCATION": str(self.ca.brokers[node].keystore),
-               "KIPPER_SSL_TRUSTSTORE_LOCATION": str(self.ca.ca_certificate)}
+               "KIPPER_SSL_TRUSTSTORE_LOCATION": str(self.ca.ca_certificate),
+               # ACLs decide what every other user may do; admin (and the brokers' own
+               # user, which the launcher connects as) may do anything.
+               "KIPPER_AUTHORIZER_ENABLED": "true",
+               "KIPPER_SUPER_USERS": f"User:{ADMIN_USER};User:{BROKER_USER}"}
         if self.protocol == "SSL":
             env["KIPPER_SSL_CLIENT_AUTH"] = "required"
+            # A dev certificate's subject is CN=<user>,OU=...: the principal is User:<user>.
+            env["KIPPER_SSL_PRINCIPAL_MAPPING_RULES"] = "RULE:^CN=([^,]+),.*$/$1/,DEFAULT"
         else:
             # The controller writes both users' SCRAM credentials before any client comes.
             env.update({"KIPPER_SASL_SCRAM_BOOTSTRAP_USERS": json.dumps(self.passwords),

@@ -36,6 +36,8 @@ from protocol.records import decode_json_records, iter_batches
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from replication.node_client import NodeConnection
 
+from .heap import Heap
+
 # kipper brokers have one data directory; heartbeats name it when it is offline (full).
 DATA_DIR_ID = uuid.UUID("6b697070-6572-4000-8000-000000000001")
 
@@ -79,6 +81,8 @@ class MetadataFollower:
         self._tasks: list[asyncio.Task] = []
         self.applier = Applier(image)
         self.applier.listeners.append(lambda offset, record, result: listener(record))
+        self.heap = Heap()
+        self.applier.listeners.append(lambda offset, record, result: self.heap.applied(record))
 
     async def start(self, endpoints: tuple[Endpoint, ...], rack: str | None) -> None:
         """Register, catch up with the metadata (opening every log this broker hosts), then

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import gc
 import time
+
+from .heap import full_collection
 
 COLLECT_DELAY_S = 1.0
 COLLECT_INTERVAL_S = 10.0
@@ -47,7 +48,7 @@ class ResponseMemory:
     def _collect(self) -> None:
         self._collection = None
         self._collected_at = time.monotonic()
-        gc.collect()
+        full_collection()
 
 
 class ConnectionResponses:

@@ -22,7 +22,7 @@ from coordinator.diskless import (
 )
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
-from coordinator.internal_topic import InternalTopicLog
+from coordinator.internal_topic import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopicLog
 from coordinator.transaction.markers import MarkerWriter, marker_sender
 from coordinator.transaction.partition_adder import TransactionPartitionAdder
 from coordinator.transaction.service import TransactionCoordinator
@@ -86,6 +86,8 @@ STOP_STEP_TIMEOUT_S = 2.0
 # Kafka's ids of the security protocols, as BrokerRegistration carries them.
 _PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
                  SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3}
+# The internal topics whose partition leaders coordinate (groups, transactions).
+COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 
 
 class Broker:
@@ -392,9 +394,11 @@ class Broker:
         self.dynamic_configs.on_metadata_record(record)
         self.replicas.on_metadata_record(record)
         # After the replica manager: leadership of __consumer_offsets and
-        # __transaction_state partitions may move.
-        self.group_coordinator.on_metadata_change()
-        self.transaction_coordinator.on_metadata_change()
+        # __transaction_state partitions may move, though not with a partition record of
+        # another topic (thousands of them when a large topic is created).
+        if record["type"] != "partition" or record["topic"] in COORDINATOR_TOPICS:
+            self.group_coordinator.on_metadata_change()
+            self.transaction_coordinator.on_metadata_change()
 
     def _serve_metadata_log(self) -> None:
         """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""

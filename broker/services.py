@@ -7,6 +7,7 @@ in-process against services built from fakes (tests/broker).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .metadata_follower import MetadataFollower
 from .producer_ids import ProducerIdAllocator
+from .security.authorize import configure
+
+log = logging.getLogger(__name__)
 
 
 class ControllerChannel:
@@ -77,9 +81,16 @@ class ControllerChannel:
 
     async def catch_up(self) -> None:
         """Wait until this node has applied the controller's latest metadata (a
-        controller-only node has no metadata to wait for)."""
-        if self.follower is not None:
+        controller-only node has no metadata to wait for), for at most the follower's
+        timeout: past it the change an admin request made still stands (committed by the
+        controller), so its answer goes out, as Kafka's does without waiting for brokers."""
+        if self.follower is None:
+            return
+        try:
             await self.follower.catch_up()
+        except TimeoutError:
+            log.warning("answering before this broker applied the latest metadata (still "
+                        "applying after the timeout)")
 
     def _connection(self):
         return self.nodes.connection(*split_host_port(self.address))
@@ -111,6 +122,12 @@ class BrokerServices:
     # How this broker, as a partition leader, adds partitions to transactions of producers
     # on transaction protocol version 2 (Produce v12+, TxnOffsetCommit v5+).
     transaction_partitions: TransactionPartitionAdder | None = None
+
+    def __post_init__(self) -> None:
+        # The ACLs arrive through the metadata; what they mean here is this node's setting.
+        configure(self.image.acls, self.config)
+        if self.controller is not None:
+            configure(self.controller.image.acls, self.config)
 
     @property
     def controller_id(self) -> int:

@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from replication.acls import AclBinding, AclBindingFilter
 from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
 from replication.cluster_metadata import (
     NO_LEADER,
@@ -41,6 +42,7 @@ from replication.scram_credentials import (
 from storage.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, validate_topic_configs
 from storage.log import KafkaStorageError
 
+from .acl_changes import AclDeletion, AclError, creation_records, deletion_records
 from .config_changes import ConfigChange, changed_configs
 from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
@@ -505,6 +507,22 @@ class Controller:
                 for user, password in passwords.items() for mechanism in ScramMechanism
                 if self.image.scram_credentials.lookup(user, mechanism) is None]
             await self._commit(records)
+
+    # --- ACLs ---------------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclError | None]:
+        """Add ``bindings`` in one commit; each one's outcome (None: created or there)."""
+        async with self._lock:
+            records, outcomes = creation_records(self.image.acls, bindings)
+            await self._commit(records)
+        return outcomes
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletion]:
+        """Remove what ``filters`` match in one commit; each filter's outcome."""
+        async with self._lock:
+            records, outcomes = deletion_records(self.image.acls, filters)
+            await self._commit(records)
+        return outcomes
 
     # --- topics -------------------------------------------------------------------------
 

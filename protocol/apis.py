@@ -36,6 +36,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -98,6 +101,9 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),

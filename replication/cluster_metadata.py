@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from .acls import (ACL_RECORD, REMOVE_ACL_RECORD, Authorizer, binding_from_record,
+                   remove_acl_record)
 from .scram_credentials import ScramCredentials, ScramMechanism, credential_from_record
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -68,7 +70,7 @@ class BrokerInfo:
 
 
 class MetadataImage:
-    """Topics and brokers as of the last applied record."""
+    """Topics, brokers and ACLs as of the last applied record."""
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicInfo] = {}
@@ -80,6 +82,9 @@ class MetadataImage:
         self.broker_configs: dict[str, dict[str, str]] = {}
         # Users' SCRAM credentials (AlterUserScramCredentials), what SCRAM logins check.
         self.scram_credentials = ScramCredentials()
+        # The ACLs (CreateAcls/DeleteAcls); the node's settings (super users, the answer
+        # when no ACL names a resource) are set on it once by whoever serves requests.
+        self.acls = Authorizer()
         # Offset of the next record to apply.
         self.next_offset = 0
 
@@ -100,21 +105,25 @@ class MetadataImage:
             records.append({"type": "topic", "name": topic.name, "id": str(topic.topic_id),
                             "configs": topic.configs})
             records += [partition_record(info) for info in topic.partitions.values()]
-        return records
+        return records + self.acls.snapshot_records()
 
     def snapshot_delta(self, records: list[dict]) -> list[dict]:
         """What turns this image into the one ``records`` (snapshot_records) rebuild: the
-        topics it no longer has are removed first (a lagging broker's image)."""
+        topics, SCRAM credentials and ACLs it no longer has are removed first (a lagging broker's image)."""
         kept = {record["name"] for record in records if record["type"] == "topic"}
         kept_credentials = {(record["name"], record["mechanism"]) for record in records
                             if record["type"] == "scram_credential"}
-        removed_credentials = [
-            {"type": "remove_scram_credential", "name": record["name"],
-             "mechanism": record["mechanism"]}
-            for record in self.scram_credentials.to_records()
-            if (record["name"], record["mechanism"]) not in kept_credentials]
-        return [{"type": "remove_topic", "name": name}
-                for name in self.topics if name not in kept] + removed_credentials + records
+        kept_acls = {binding_from_record(record) for record in records
+                     if record["type"] == ACL_RECORD}
+        return ([{"type": "remove_topic", "name": name}
+                 for name in self.topics if name not in kept]
+                + [{"type": "remove_scram_credential", "name": record["name"],
+                    "mechanism": record["mechanism"]}
+                   for record in self.scram_credentials.to_records()
+                   if (record["name"], record["mechanism"]) not in kept_credentials]
+                + [remove_acl_record(binding) for binding in self.acls.acls()
+                   if binding not in kept_acls]
+                + records)
 
     def live_brokers(self) -> list[BrokerInfo]:
         return sorted((b for b in self.brokers.values() if not b.fenced), key=lambda b: b.node_id)
@@ -165,6 +174,8 @@ class MetadataImage:
                                           ScramMechanism.from_type_id(record["mechanism"]))
         elif kind == "broker_log_dir":
             self.brokers[record["node_id"]].log_dir_offline = record["offline"]
+        elif kind in (ACL_RECORD, REMOVE_ACL_RECORD):
+            self.acls.apply(record)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

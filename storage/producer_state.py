@@ -340,7 +340,9 @@ class ProducerState:
         (classic, active-tiered: PartitionLog.on_high_watermark_updated, also on followers)
         or after each commit (diskless: committed is the high watermark), so that they do not
         pile up between queries."""
-        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        if self._unreplicated:  # (asked for every partition a fetch reads: mostly none)
+            self._unreplicated = [t for t in self._unreplicated
+                                  if t.last_offset >= high_watermark]
 
     def last_stable_offset(self, high_watermark: int) -> int:
         first_unstable = self.first_unstable_offset(high_watermark)

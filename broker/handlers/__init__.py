@@ -2,7 +2,7 @@
 
 from .registry import HANDLERS, RequestContext, handles
 
-from . import (admin, api_versions, configs, controller_apis,  # noqa: E402,F401
+from . import (acls, admin, api_versions, configs, controller_apis,  # noqa: E402,F401
                describe_producers, diskless_coordinator, fetch, groups,  # (registration)
                log_dirs, metadata, offsets, produce, producer_id, replicas, transactions,
                sasl, txn_markers)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError
 from protocol.apis import ApiKey
+from replication.acls import AclOperation, ResourceType
 from storage.config import STORAGE_MODES
 
-from ..authorized_operations import cluster_operations
+from ..security.authorize import allowed, checks_acls, cluster_operations
 from .metadata import broker_entries
 from .registry import RequestContext, handles
 
@@ -28,10 +31,59 @@ async def _on_controller(ctx: RequestContext, request, handle_locally) -> object
     return response
 
 
-def handles_on_controller(api_key: ApiKey):
-    """Register a handler that runs on the controller node (``_on_controller``)."""
+# A request's entry refused by the ACLs -> its result entry (None: the entry may go on).
+Denial = Callable[[RequestContext, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Screen:
+    """How the node a client sent a controller request to keeps what the ACLs refuse from
+    reaching the controller: the controller sees the request as forwarded by a broker, so
+    the client's principal is checked here. ``deny`` is tried on each entry of the request's
+    ``entries`` field; the others are sent, and the answer's ``results`` field gets the
+    denials back at their places, the controller's results passed through ``revise``
+    (what the principal may not see of them)."""
+
+    entries: tuple[str, ...]  # the field's names across versions (the first one present)
+    results: str
+    deny: Denial
+    revise: Callable[[RequestContext, Any], Any] = lambda ctx, result: result
+
+    async def run(self, ctx: RequestContext, request, handle_locally) -> object:
+        field = next(name for name in self.entries if hasattr(request, name))
+        entries = getattr(request, field)
+        denials = [self.deny(ctx, entry) for entry in entries]
+        passed = tuple(entry for entry, denial in zip(entries, denials) if denial is None)
+        if len(passed) < len(entries):
+            request = replace(request, **{field: passed})
+        response = await _on_controller(ctx, request, handle_locally)
+        served = iter(getattr(response, self.results))
+        return replace(response, **{self.results: tuple(
+            self.revise(ctx, next(served)) if denial is None else denial
+            for denial in denials)})
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterGate:
+    """The same for a request refused as a whole unless its principal may do ``operation``
+    on the cluster: ``refused`` builds the answer (CLUSTER_AUTHORIZATION_FAILED)."""
+
+    operation: AclOperation
+    refused: Callable[[RequestContext], Any]
+
+    async def run(self, ctx: RequestContext, request, handle_locally) -> object:
+        if not allowed(ctx, self.operation, ResourceType.CLUSTER):
+            return self.refused(ctx)
+        return await _on_controller(ctx, request, handle_locally)
+
+
+def handles_on_controller(api_key: ApiKey, screen: Screen | ClusterGate | None = None):
+    """Register a handler that runs on the controller node (``_on_controller``), after the
+    ACL ``screen`` if any."""
     def register(handle_locally):
         async def handler(ctx: RequestContext, request) -> object:
+            if screen is not None and checks_acls(ctx):
+                return await screen.run(ctx, request, handle_locally)
             return await _on_controller(ctx, request, handle_locally)
         handles(api_key)(handler)
         return handle_locally
@@ -54,7 +106,34 @@ def _check_storage_mode(ctx: RequestContext, topic) -> None:
             f"--s3-endpoint (available here: {', '.join(sorted(ctx.services.storage_modes))})")
 
 
-@handles_on_controller(ApiKey.CREATE_TOPICS)
+def _topic_denied(ctx: RequestContext, result_entity: str, name: str | None,
+                  **fields) -> object:
+    return ctx.response(result_entity, name=name, error_code=ErrorCode.topic_authorization_failed,
+                        error_message=None, **fields)
+
+
+def _creation_denial(ctx: RequestContext, topic) -> object | None:
+    """CREATE on the cluster, or else on the topic."""
+    if (allowed(ctx, AclOperation.CREATE, ResourceType.CLUSTER)
+            or allowed(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)):
+        return None
+    return _topic_denied(ctx, "CreatableTopicResult", topic.name, topic_id=None,
+                         topic_config_error_code=0, num_partitions=-1, replication_factor=-1,
+                         configs=None)
+
+
+def _configs_unless_described(ctx: RequestContext, result) -> object:
+    """A created topic's configs (v5+) are left out unless the principal may
+    DESCRIBE_CONFIGS it; the topic is created all the same."""
+    if (ctx.version < 5 or result.error_code != ErrorCode.none
+            or allowed(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, result.name)):
+        return result
+    return replace(result, configs=(),
+                   topic_config_error_code=ErrorCode.topic_authorization_failed)
+
+
+@handles_on_controller(ApiKey.CREATE_TOPICS, Screen(
+    ("topics",), "topics", _creation_denial, _configs_unless_described))
 async def create_topics(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
@@ -89,7 +168,28 @@ async def create_topics(ctx: RequestContext, request) -> object:
     return ctx.response("CreateTopicsResponse", throttle_time=0, topics=tuple(results))
 
 
-@handles_on_controller(ApiKey.DELETE_TOPICS)
+def _deletion_denial(ctx: RequestContext, topic) -> object | None:
+    """DELETE on the cluster, or else DESCRIBE (a topic whose existence the client may not
+    learn) and DELETE on the topic. ``topic`` is a name (v1-5) or a name/id entry (v6+);
+    an unknown id is the controller's to answer."""
+    if allowed(ctx, AclOperation.DELETE, ResourceType.CLUSTER):
+        return None
+    name, topic_id = (topic, None) if isinstance(topic, str) else (topic.name, topic.topic_id)
+    if name is None:
+        found = ctx.services.image.topics_by_id.get(topic_id)
+        if found is None:
+            return None
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, found.name):
+            return _topic_denied(ctx, "DeletableTopicResult", None, topic_id=topic_id)
+        name = found.name
+    if (allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+            and allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, name)):
+        return None
+    return _topic_denied(ctx, "DeletableTopicResult", name, topic_id=topic_id)
+
+
+@handles_on_controller(ApiKey.DELETE_TOPICS, Screen(
+    ("topics", "topic_names"), "responses", _deletion_denial))
 async def delete_topics(ctx: RequestContext, request) -> object:
     image = ctx.services.controller.image
     if hasattr(request, "topic_names"):
@@ -114,7 +214,15 @@ async def delete_topics(ctx: RequestContext, request) -> object:
     return ctx.response("DeleteTopicsResponse", throttle_time=0, responses=tuple(results))
 
 
-@handles_on_controller(ApiKey.CREATE_PARTITIONS)
+def _partitions_denial(ctx: RequestContext, topic) -> object | None:
+    """ALTER on the topic."""
+    if allowed(ctx, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+        return None
+    return _topic_denied(ctx, "CreatePartitionsTopicResult", topic.name)
+
+
+@handles_on_controller(ApiKey.CREATE_PARTITIONS, Screen(
+    ("topics",), "results", _partitions_denial))
 async def create_partitions(ctx: RequestContext, request) -> object:
     results = []
     for topic in request.topics:
@@ -139,4 +247,4 @@ async def describe_cluster(ctx: RequestContext, request) -> object:
                         cluster_id=ctx.services.config.cluster_id,
                         controller_id=ctx.services.controller_id, brokers=brokers,
                         cluster_authorized_operations=cluster_operations(
-                            request.include_cluster_authorized_operations))
+                            ctx, request.include_cluster_authorized_operations))

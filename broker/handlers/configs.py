@@ -18,10 +18,13 @@ from kio.schema.errors import ErrorCode
 from coordinator.config_changes import ConfigChange, ConfigOp
 from coordinator.controller import ControllerError
 from protocol.apis import ApiKey
+from replication.acls import CLUSTER_RESOURCE_NAME, AclOperation
+from replication.acls import ResourceType as AclResourceType
 from replication.broker_configs import ConfigSource
 from replication.dynamic_config import DescribedConfig
 
-from .admin import _on_controller
+from ..security.authorize import allowed
+from .admin import Screen, handles_on_controller
 from .registry import RequestContext, handles
 
 
@@ -65,10 +68,48 @@ GROUP_CONFIGS = (
 
 
 class ResourceError(Exception):
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+
+
+# The ACL resource a config resource's checks are on, and the error their denial answers.
+_ACL_RESOURCES: dict[int, tuple[AclResourceType, ErrorCode]] = {
+    ResourceType.TOPIC: (AclResourceType.TOPIC, ErrorCode.topic_authorization_failed),
+    ResourceType.BROKER: (AclResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),
+    ResourceType.BROKER_LOGGER: (AclResourceType.CLUSTER,
+                                 ErrorCode.cluster_authorization_failed),
+    ResourceType.GROUP: (AclResourceType.GROUP, ErrorCode.group_authorization_failed),
+}
+
+
+def _check_allowed(ctx: RequestContext, operation: AclOperation, resource) -> None:
+    """Refuse ``resource`` (ResourceError) if the principal may not do ``operation`` on it:
+    a topic or group by name, broker-wide configs on the cluster (Kafka's ConfigHelper)."""
+    acl_resource = _ACL_RESOURCES.get(resource.resource_type)
+    if acl_resource is None:
+        return  # an unknown type is refused as such
+    resource_type, error = acl_resource
+    name = (resource.resource_name if resource_type != AclResourceType.CLUSTER
+            else CLUSTER_RESOURCE_NAME)
+    if not allowed(ctx, operation, resource_type, name):
+        raise ResourceError(error, None)
+
+
+def _alter_denial(ctx: RequestContext, resource) -> object | None:
+    """An AlterConfigs/IncrementalAlterConfigs resource's answer if ALTER_CONFIGS is
+    denied (checked where the client sent it, see admin.Screen)."""
+    try:
+        _check_allowed(ctx, AclOperation.ALTER_CONFIGS, resource)
+        return None
+    except ResourceError as e:
+        return ctx.response("AlterConfigsResourceResponse", error_code=e.error_code,
+                            error_message=e.message, resource_type=resource.resource_type,
+                            resource_name=resource.resource_name)
+
+
+_ALTER_SCREEN = Screen(("resources",), "responses", _alter_denial)
 
 
 # --- DescribeConfigs -------------------------------------------------------------------------
@@ -79,6 +120,7 @@ async def describe_configs(ctx: RequestContext, request) -> object:
     for resource in request.resources:
         error, message, configs = ErrorCode.none, None, []
         try:
+            _check_allowed(ctx, AclOperation.DESCRIBE_CONFIGS, resource)
             configs = _described(ctx, resource.resource_type, resource.resource_name)
         except ResourceError as e:
             error, message = e.error_code, e.message
@@ -136,21 +178,13 @@ def _entry(ctx: RequestContext, request, config: DescribedConfig) -> object:
 
 # --- IncrementalAlterConfigs and AlterConfigs ------------------------------------------------
 
-@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+@handles_on_controller(ApiKey.INCREMENTAL_ALTER_CONFIGS, _ALTER_SCREEN)
 async def incremental_alter_configs(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _incremental_alter_configs)
-
-
-async def _incremental_alter_configs(ctx: RequestContext, request) -> object:
     return await _alter(ctx, request, "IncrementalAlterConfigsResponse", replace=False)
 
 
-@handles(ApiKey.ALTER_CONFIGS)
+@handles_on_controller(ApiKey.ALTER_CONFIGS, _ALTER_SCREEN)
 async def alter_configs(ctx: RequestContext, request) -> object:
-    return await _on_controller(ctx, request, _alter_configs)
-
-
-async def _alter_configs(ctx: RequestContext, request) -> object:
     return await _alter(ctx, request, "AlterConfigsResponse", replace=True)
 
 

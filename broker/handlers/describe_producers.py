@@ -7,12 +7,18 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
+from replication.acls import AclOperation, ResourceType
 from replication.partition import PartitionError
 
+from ..security.authorize import allowed
 from .registry import RequestContext, handles
 
 
 def _partition(ctx: RequestContext, topic: str, index: int) -> object:
+    if not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
+        return ctx.response("PartitionResponse", partition_index=index,
+                            error_code=ErrorCode.topic_authorization_failed, error_message=None,
+                            active_producers=())
     try:
         partition = ctx.services.replicas.get(topic, index)
         partition.check_leader()

@@ -20,11 +20,13 @@ from replication.fetch_session import (
     FetchSessionError,
     PartitionKey,
 )
+from replication.acls import AclOperation, ResourceType
 from replication.partition import Partition, PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, OffsetOutOfRange, RecordsLost
 
 from ..client_az import client_az
 from ..diskless_routing import stable_choice
+from ..security.authorize import allowed
 from .registry import RequestContext, handles
 
 READ_COMMITTED = 1
@@ -51,6 +53,10 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     index = fetch.partition
     replica_id = getattr(request, "replica_id", -1)
     answer_now = False
+    # A follower's fetch comes from a broker (broker.inter_broker): its CLUSTER_ACTION.
+    if replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
+        return PartitionRead(_entry(ctx, request, index, ErrorCode.topic_authorization_failed),
+                             0, None)
     if (topic == METADATA_TOPIC and ctx.version >= SNAPSHOT_ID_MIN_VERSION
             and (snapshot := _snapshot_to_load(ctx, fetch)) is not None):
         return PartitionRead(_entry(ctx, request, index, ErrorCode.none, snapshot=snapshot), 0,

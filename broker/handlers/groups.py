@@ -18,8 +18,9 @@ from coordinator.internal_topic import OFFSETS_TOPIC
 from coordinator.transaction.partition_adder import RETRIABLE_ADD_ERRORS
 from protocol.apis import ApiKey
 from protocol.build import millis
+from replication.acls import AclOperation, ResourceType
 
-from ..authorized_operations import group_operations
+from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
 from .registry import RequestContext, handles
 
 GROUP_KEY_TYPE = 0
@@ -45,7 +46,9 @@ def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 async def find_coordinator(ctx: RequestContext, request) -> object:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     store = _coordinator_log(ctx, key_type)
-    if store is not None:
+    keys = request.coordinator_keys if ctx.version >= 4 else (request.key,)
+    # The coordinator's topic is created for a client allowed to find some key only.
+    if store is not None and any(_key_denial(ctx, key_type, key) is None for key in keys):
         await store.ensure_topic()
     if ctx.version >= 4:
         return ctx.response("FindCoordinatorResponse", throttle_time=0, coordinators=tuple(
@@ -64,13 +67,25 @@ def _coordinator_log(ctx: RequestContext, key_type: int) -> CoordinatorLog | Non
     return None
 
 
+def _key_denial(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    """Why the client may not find ``key``'s coordinator (DESCRIBE on the group or the
+    transactional id), or None."""
+    if key_type == GROUP_KEY_TYPE:
+        allowed_here = allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key)
+        return None if allowed_here else ErrorCode.group_authorization_failed
+    allowed_here = allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key)
+    return None if allowed_here else ErrorCode.transactional_id_authorization_failed
+
+
 def _locate(ctx: RequestContext, key_type: int, key: str) -> dict:
-    def failure(error: ErrorCode, message: str) -> dict:
+    def failure(error: ErrorCode, message: str | None) -> dict:
         return dict(error_code=error, error_message=message, node_id=-1, host="", port=-1)
 
     store = _coordinator_log(ctx, key_type)
     if store is None:
         return failure(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    if (denial := _key_denial(ctx, key_type, key)) is not None:
+        return failure(denial, None)
     node = store.coordinator_node(store.partition_for(key))
     if node is None:
         return failure(ErrorCode.coordinator_not_available,
@@ -98,6 +113,8 @@ async def join_group(ctx: RequestContext, request) -> object:
                              group_instance_id=instance_id, metadata=metadata)
                 for member_id, instance_id, metadata in result.members))
 
+    if not _may_read_group(ctx, request.group_id):
+        return answer(JoinResult(ErrorCode.group_authorization_failed, request.member_id))
     if not request.group_id:
         return answer(JoinResult(ErrorCode.invalid_group_id, request.member_id))
     session_timeout_ms = millis(request.session_timeout)
@@ -115,6 +132,9 @@ async def join_group(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.SYNC_GROUP)
 async def sync_group(ctx: RequestContext, request) -> object:
+    if not _may_read_group(ctx, request.group_id):
+        return ctx.response("SyncGroupResponse", throttle_time=0,
+                            error_code=ErrorCode.group_authorization_failed, assignment=b"")
     if not request.group_id:
         return ctx.response("SyncGroupResponse", throttle_time=0,
                             error_code=ErrorCode.invalid_group_id, assignment=b"")
@@ -130,7 +150,9 @@ async def sync_group(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.HEARTBEAT)
 async def heartbeat(ctx: RequestContext, request) -> object:
-    if not request.group_id:
+    if not _may_read_group(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif not request.group_id:
         error = ErrorCode.invalid_group_id
     else:
         error = _coordinator(ctx).heartbeat(request.group_id, request.generation_id,
@@ -145,7 +167,9 @@ async def leave_group(ctx: RequestContext, request) -> object:
         leaving = [(request.member_id, None)]
     else:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
-    if not request.group_id:
+    if not _may_read_group(ctx, request.group_id):
+        error, member_errors = ErrorCode.group_authorization_failed, []
+    elif not request.group_id:
         error, member_errors = ErrorCode.invalid_group_id, []
     else:
         error, member_errors = _coordinator(ctx).leave_group(request.group_id, leaving)
@@ -166,13 +190,16 @@ def _offsets_to_commit(ctx: RequestContext, topics
     """What OffsetCommit and TxnOffsetCommit check before the coordinator: the refused
     partitions with their errors, and the offsets to commit."""
     max_metadata = _coordinator(ctx).config.offset_metadata_max_bytes
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in topics))
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetCommit] = {}
     for topic in topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if not _partition_exists(ctx, *key):
+            if topic.name in denied:
+                errors[key] = ErrorCode.topic_authorization_failed
+            elif not _partition_exists(ctx, *key):
                 errors[key] = ErrorCode.unknown_topic_or_partition
             elif len(metadata) > max_metadata:
                 errors[key] = ErrorCode.offset_metadata_too_large
@@ -180,6 +207,15 @@ def _offsets_to_commit(ctx: RequestContext, topics
                 offsets[key] = OffsetCommit(p.committed_offset,
                                             getattr(p, "committed_leader_epoch", -1), metadata)
     return errors, offsets
+
+
+def _every_partition(topics, error: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    return {(topic.name, p.partition_index): error for topic in topics for p in topic.partitions}
+
+
+def _may_read_group(ctx: RequestContext, group_id: str) -> bool:
+    """READ on the group: what a member and a committer of its offsets need."""
+    return allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def _commit_response(ctx: RequestContext, response: str, topics,
@@ -196,6 +232,10 @@ def _commit_response(ctx: RequestContext, response: str, topics,
 
 @handles(ApiKey.OFFSET_COMMIT)
 async def offset_commit(ctx: RequestContext, request) -> object:
+    if not _may_read_group(ctx, request.group_id):
+        return _commit_response(ctx, "OffsetCommitResponse", request.topics,
+                                _every_partition(request.topics,
+                                                 ErrorCode.group_authorization_failed))
     errors, offsets = _offsets_to_commit(ctx, request.topics)
     if offsets:
         errors |= await _coordinator(ctx).commit_offsets(
@@ -213,6 +253,14 @@ async def txn_offset_commit(ctx: RequestContext, request) -> object:
     """A transactional producer's sendOffsetsToTransaction, after AddOffsetsToTxn: pending
     until the transaction's marker reaches the group's __consumer_offsets partition. Before
     v3 there is no member id nor generation, and the group's membership is not checked."""
+    refusal = (ErrorCode.transactional_id_authorization_failed
+               if not allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                              request.transactional_id)
+               else None if _may_read_group(ctx, request.group_id)
+               else ErrorCode.group_authorization_failed)
+    if refusal is not None:
+        return _commit_response(ctx, "TxnOffsetCommitResponse", request.topics,
+                                _every_partition(request.topics, refusal))
     errors, offsets = _offsets_to_commit(ctx, request.topics)
     if not request.group_id:
         errors |= dict.fromkeys(offsets, ErrorCode.invalid_group_id)
@@ -249,7 +297,10 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
     asked = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
     coordinator = _coordinator(ctx)
-    error, committed = coordinator.fetch_offsets(request.group_id, asked)
+    if allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        error, committed = coordinator.fetch_offsets(request.group_id, asked)
+    else:
+        error, committed = ErrorCode.group_authorization_failed, {}
     if error != ErrorCode.none:
         if ctx.version >= 2:
             return ctx.response("OffsetFetchResponse", throttle_time=0, error_code=error,
@@ -261,9 +312,16 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
     unstable = (coordinator.pending_partitions(request.group_id)
                 if getattr(request, "require_stable", False) else set())
     partition_error = ErrorCode.none if ctx.version >= 2 else error
+    # Offsets of topics the client may not describe: refused when named, else left out.
+    denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                          (topic for topic, _ in committed))
     by_topic: dict[str, list] = {}
     for (topic, index), found in committed.items():
-        if (topic, index) in unstable:
+        if topic in denied:
+            if asked is None:
+                continue
+            found, found_error = None, ErrorCode.topic_authorization_failed
+        elif (topic, index) in unstable:
             found, found_error = None, ErrorCode.unstable_offset_commit
         else:
             found_error = partition_error
@@ -291,6 +349,10 @@ async def list_groups(ctx: RequestContext, request) -> object:
     error, groups = _coordinator(ctx).list_groups()
     if types and CLASSIC_GROUP_TYPE not in types:
         groups = []
+    if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                              (g.group_id for g in groups))
+        groups = [g for g in groups if g.group_id not in denied]
     return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error, groups=tuple(
         ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type or "",
                      group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
@@ -301,7 +363,12 @@ async def list_groups(ctx: RequestContext, request) -> object:
 async def describe_groups(ctx: RequestContext, request) -> object:
     requested = getattr(request, "include_authorized_operations", False)  # v3+
     return ctx.response("DescribeGroupsResponse", throttle_time=0, groups=tuple(
-        _describe(ctx, group_id, group_operations(requested, group_id))
+        _describe(ctx, group_id, authorized_operations(ctx, requested, ResourceType.GROUP,
+                                                       group_id))
+        if allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id) else
+        ctx.response("DescribedGroup", error_code=ErrorCode.group_authorization_failed,
+                     group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                     members=(), authorized_operations=OMITTED)
         for group_id in request.groups))
 
 
@@ -330,7 +397,10 @@ def _describe(ctx: RequestContext, group_id: str, operations: int) -> object:
 
 @handles(ApiKey.DELETE_GROUPS)
 async def delete_groups(ctx: RequestContext, request) -> object:
-    results = await _coordinator(ctx).delete_groups(list(request.groups_names))
+    denied = denied_names(ctx, AclOperation.DELETE, ResourceType.GROUP, request.groups_names)
+    results = await _coordinator(ctx).delete_groups(
+        [group_id for group_id in request.groups_names if group_id not in denied])
+    results |= dict.fromkeys(denied, ErrorCode.group_authorization_failed)
     return ctx.response("DeleteGroupsResponse", throttle_time=0, results=tuple(
         ctx.response("DeletableGroupResult", group_id=group_id, error_code=error)
         for group_id, error in results.items()))
@@ -338,9 +408,15 @@ async def delete_groups(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.OFFSET_DELETE)
 async def offset_delete(ctx: RequestContext, request) -> object:
+    if not allowed(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return ctx.response("OffsetDeleteResponse", throttle_time=0, topics=(),
+                            error_code=ErrorCode.group_authorization_failed)
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    errors = {tp: ErrorCode.unknown_topic_or_partition for tp in asked
-              if not _partition_exists(ctx, *tp)}
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                          (t.name for t in request.topics))
+    errors = {tp: ErrorCode.topic_authorization_failed if tp[0] in denied
+              else ErrorCode.unknown_topic_or_partition for tp in asked
+              if tp[0] in denied or not _partition_exists(ctx, *tp)}
     error, deleted = await _coordinator(ctx).delete_offsets(
         request.group_id, [tp for tp in asked if tp not in errors])
     if error != ErrorCode.none:

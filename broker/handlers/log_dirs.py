@@ -14,8 +14,10 @@ from collections import defaultdict
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
+from replication.acls import AclOperation, ResourceType
 from storage.log import PartitionLog
 
+from ..security.authorize import allowed
 from .registry import RequestContext, handles
 
 
@@ -37,6 +39,9 @@ def _offset_lag(ctx: RequestContext, log: PartitionLog) -> int:
 
 @handles(ApiKey.DESCRIBE_LOG_DIRS)
 async def describe_log_dirs(ctx: RequestContext, request) -> object:
+    if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return ctx.response("DescribeLogDirsResponse", throttle_time=0,
+                            error_code=ErrorCode.cluster_authorization_failed, results=())
     logs = ctx.services.replicas.logs
     wanted = _wanted(request)
     by_topic: dict[str, list] = defaultdict(list)

@@ -6,11 +6,12 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError, validate_topic_name
 from protocol.apis import ApiKey
+from replication.acls import AclOperation, ResourceType
 from replication.cluster_metadata import PartitionInfo, TopicInfo
 from replication.leaderless_partition import diskless_servers
 from storage.manager import is_internal_topic
 
-from ..authorized_operations import OMITTED, cluster_operations, topic_operations
+from ..security.authorize import OMITTED, allowed, authorized_operations, cluster_operations
 from ..client_az import client_az
 from ..diskless_routing import diskless_leader
 from .registry import RequestContext, handles
@@ -35,7 +36,8 @@ def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: bool) -
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
                         topic_id=topic.topic_id, is_internal=is_internal_topic(topic.name),
                         partitions=partitions,
-                        topic_authorized_operations=topic_operations(with_operations, topic.name))
+                        topic_authorized_operations=authorized_operations(
+                            ctx, with_operations, ResourceType.TOPIC, topic.name))
 
 
 def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
@@ -70,15 +72,26 @@ async def metadata(ctx: RequestContext, request) -> object:
     with_operations = getattr(request, "include_topic_authorized_operations", False)
     topics = []
     if wants_all:
-        topics = [_topic_entry(ctx, t, with_operations) for t in sorted(image.topics.values(), key=lambda t: t.name)]
+        # The topics the client may not describe are left out.
+        topics = [_topic_entry(ctx, t, with_operations)
+                  for t in sorted(image.topics.values(), key=lambda t: t.name)
+                  if _describable(ctx, t.name)]
     else:
         for requested in request.topics:
             name = requested.name
             topic_id = getattr(requested, "topic_id", None)
             if name is None and topic_id is not None:
                 found = image.topics_by_id.get(topic_id)
+                if found is not None and not _describable(ctx, found.name):
+                    topics.append(_error_entry(ctx, None, ErrorCode.topic_authorization_failed,
+                                               topic_id))
+                    continue
                 topics.append(_topic_entry(ctx, found, with_operations) if found else
                               _error_entry(ctx, None, ErrorCode.unknown_topic_id, topic_id))
+                continue
+            if not _describable(ctx, name):
+                # Whether it exists is not revealed either.
+                topics.append(_error_entry(ctx, name, ErrorCode.topic_authorization_failed))
                 continue
             topics.append(await _lookup_or_create(ctx, name, allow_auto_create,
                                                   with_operations))
@@ -86,8 +99,12 @@ async def metadata(ctx: RequestContext, request) -> object:
                         brokers=broker_entries(ctx, "MetadataResponseBroker"),
                         cluster_id=ctx.services.config.cluster_id,
                         controller_id=ctx.services.controller_id, topics=tuple(topics),
-                        cluster_authorized_operations=cluster_operations(getattr(
+                        cluster_authorized_operations=cluster_operations(ctx, getattr(
                             request, "include_cluster_authorized_operations", False)))
+
+
+def _describable(ctx: RequestContext, topic: str) -> bool:
+    return allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
 
 
 async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool,
@@ -101,6 +118,9 @@ async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: b
         return _error_entry(ctx, name, ErrorCode.invalid_topic_exception)
     if not (allow_auto_create and ctx.services.config.auto_create_topics):
         return _error_entry(ctx, name, ErrorCode.unknown_topic_or_partition)
+    if not (allowed(ctx, AclOperation.CREATE, ResourceType.CLUSTER)
+            or allowed(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
+        return _error_entry(ctx, name, ErrorCode.topic_authorization_failed)
     error = await ctx.services.controller_channel.create_topic(name)
     if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
         log.warning("auto-creating topic %r failed: %s", name, error.name)

@@ -12,6 +12,9 @@ from replication.partition import PartitionError
 from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError, OffsetOutOfRange
 
+from replication.acls import AclOperation, ResourceType
+
+from ..security.authorize import allowed
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -28,6 +31,8 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked,
         return ctx.response("ListOffsetsPartitionResponse", partition_index=asked.partition_index,
                             error_code=error, timestamp=timestamp, offset=offset,
                             leader_epoch=epoch, old_style_offsets=())
+    if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+        return answer(ErrorCode.topic_authorization_failed)
     try:
         partition = ctx.services.replicas.get(topic, asked.partition_index)
         partition.check_leader(getattr(asked, "current_leader_epoch", -1))
@@ -68,6 +73,8 @@ async def _delete_records(ctx: RequestContext, topic: str, asked, received_at: f
     def answer(error=ErrorCode.none, low_watermark=-1) -> object:
         return ctx.response("DeleteRecordsPartitionResult", partition_index=asked.partition_index,
                             low_watermark=low_watermark, error_code=error)
+    if not allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, topic):
+        return answer(ErrorCode.topic_authorization_failed)
     try:
         partition = ctx.services.replicas.get(topic, asked.partition_index)
         partition.check_leader()
@@ -103,6 +110,10 @@ def _epoch_end_offset(ctx: RequestContext, topic: str, asked) -> object:
     def answer(error=ErrorCode.none, epoch=-1, end_offset=-1) -> object:
         return ctx.response("EpochEndOffset", error_code=error, partition=asked.partition,
                             leader_epoch=epoch, end_offset=end_offset)
+    # Followers hold CLUSTER_ACTION; a consumer checking for truncation (KIP-320) DESCRIBE.
+    if not (allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+            or allowed(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)):
+        return answer(ErrorCode.topic_authorization_failed)
     try:
         partition = ctx.services.replicas.get(topic, asked.partition)
         partition.check_leader(asked.current_leader_epoch)

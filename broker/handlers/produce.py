@@ -16,11 +16,13 @@ from protocol.records import (
     UnsupportedMagic,
     validate_produce_records,
 )
+from replication.acls import AclOperation, ResourceType
 from replication.partition import Partition, PartitionError
 from storage.disk_space import log_storage_error
 from storage.log import AppendResult, KafkaStorageError, RecordListTooLarge, RecordTooLarge
 from storage.producer_state import NO_OFFSET, ProducerStateError
 
+from ..security.authorize import allowed
 from .registry import RequestContext, handles
 
 TopicPartition = tuple[str, int]
@@ -55,6 +57,8 @@ class _Validated:
 
 def _validate(ctx: RequestContext, topic: str, partition_index: int, records: bytes | None,
               acks: int) -> _Validated | tuple[ErrorCode, str | None]:
+    if not allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC, topic):
+        return ErrorCode.topic_authorization_failed, None
     try:
         partition = ctx.services.replicas.get(topic, partition_index)
         partition.check_leader()
@@ -146,6 +150,10 @@ def _for_producer(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
 async def produce(ctx: RequestContext, request) -> object | None:
     acks = request.acks
     fixed_error = ErrorCode.invalid_required_acks if acks not in (0, 1, -1) else None
+    if (fixed_error is None and request.transactional_id is not None
+            and not allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                            request.transactional_id)):
+        fixed_error = ErrorCode.transactional_id_authorization_failed
 
     keys = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
     if fixed_error is not None:

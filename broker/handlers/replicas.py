@@ -12,13 +12,21 @@ from kio.schema.errors import ErrorCode
 from coordinator.controller import ControllerError, Election
 from protocol.apis import ApiKey
 
-from .admin import handles_on_controller
+from replication.acls import AclOperation
+
+from .admin import ClusterGate, handles_on_controller
 from .registry import RequestContext
 
 log = logging.getLogger(__name__)
 
 
-@handles_on_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+DENIED = ErrorCode.cluster_authorization_failed
+
+
+@handles_on_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, ClusterGate(
+    AclOperation.ALTER, lambda ctx: ctx.response(
+        "AlterPartitionReassignmentsResponse", throttle_time=0, error_code=DENIED,
+        error_message=None, responses=())))
 async def alter_partition_reassignments(ctx: RequestContext, request) -> object:
     topics = []
     for topic in request.topics:
@@ -42,7 +50,10 @@ async def alter_partition_reassignments(ctx: RequestContext, request) -> object:
                         error_code=ErrorCode.none, error_message=None, responses=tuple(topics))
 
 
-@handles_on_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS)
+@handles_on_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, ClusterGate(
+    AclOperation.DESCRIBE, lambda ctx: ctx.response(
+        "ListPartitionReassignmentsResponse", throttle_time=0, error_code=DENIED,
+        error_message=None, topics=())))
 async def list_partition_reassignments(ctx: RequestContext, request) -> object:
     asked = None if request.topics is None else [
         (t.name, [int(p) for p in t.partition_indexes]) for t in request.topics]
@@ -59,7 +70,10 @@ async def list_partition_reassignments(ctx: RequestContext, request) -> object:
             for name, partitions in by_topic.items()))
 
 
-@handles_on_controller(ApiKey.ELECT_LEADERS)
+@handles_on_controller(ApiKey.ELECT_LEADERS, ClusterGate(
+    AclOperation.ALTER, lambda ctx: ctx.response(
+        "ElectLeadersResponse", throttle_time=0, error_code=DENIED,
+        replica_election_results=())))
 async def elect_leaders(ctx: RequestContext, request) -> object:
     # v0 has no election type: it elects preferred leaders.
     election_type = getattr(request, "election_type", Election.PREFERRED)

@@ -25,9 +25,11 @@ from coordinator.transaction.state import (
 )
 from protocol.apis import ApiKey
 from protocol.build import millis
+from replication.acls import AclOperation, ResourceType
 from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError
 
+from ..security.authorize import allowed, denied_names
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,10 @@ def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
 
 async def init_transactional_producer_id(ctx: RequestContext, request) -> object:
     """InitProducerId with a transactional id (broker.handlers.producer_id hands it here)."""
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response("InitProducerIdResponse", throttle_time=0,
+                            error_code=ErrorCode.transactional_id_authorization_failed,
+                            producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", NO_PRODUCER_ID)
     expected = (ProducerIdAndEpoch(producer_id, request.producer_epoch)
                 if producer_id != NO_PRODUCER_ID else None)
@@ -74,12 +80,19 @@ async def init_transactional_producer_id(ctx: RequestContext, request) -> object
 async def add_partitions_to_txn(ctx: RequestContext, request) -> object:
     if ctx.version >= _BROKER_ONLY_ADD_PARTITIONS:
         return await _add_partitions_for_brokers(ctx, request)
-    errors = await _add_partitions(ctx, request.v3_and_below_transactional_id,
-                                   request.v3_and_below_producer_id,
-                                   request.v3_and_below_producer_epoch,
-                                   [(topic.name, partition)
-                                    for topic in request.v3_and_below_topics
-                                    for partition in topic.partitions])
+    requested = [(topic.name, partition) for topic in request.v3_and_below_topics
+                 for partition in topic.partitions]
+    if not _may_write(ctx, request.v3_and_below_transactional_id):
+        errors = dict.fromkeys(requested, ErrorCode.transactional_id_authorization_failed)
+    elif denied := denied_names(ctx, AclOperation.WRITE, ResourceType.TOPIC,
+                                (topic for topic, _ in requested)):
+        # Kafka adds none of them when one is refused.
+        errors = {tp: ErrorCode.topic_authorization_failed if tp[0] in denied
+                  else ErrorCode.operation_not_attempted for tp in requested}
+    else:
+        errors = await _add_partitions(ctx, request.v3_and_below_transactional_id,
+                                       request.v3_and_below_producer_id,
+                                       request.v3_and_below_producer_epoch, requested)
     return ctx.response("AddPartitionsToTxnResponse", throttle_time=0,
                         results_by_topic_v3_and_below=_topic_results(ctx, errors))
 
@@ -134,6 +147,11 @@ def _topic_results(ctx: RequestContext, errors: dict[TopicPartition, ErrorCode])
         for topic, results in by_topic.items())
 
 
+def _may_write(ctx: RequestContext, transactional_id: str | None) -> bool:
+    """WRITE on the transactional id: what every transactional request needs."""
+    return allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
 def _partition_exists(ctx: RequestContext, tp: TopicPartition) -> bool:
     topic = ctx.services.image.topics.get(tp[0])
     return topic is not None and tp[1] in topic.partitions
@@ -141,6 +159,12 @@ def _partition_exists(ctx: RequestContext, tp: TopicPartition) -> bool:
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN)
 async def add_offsets_to_txn(ctx: RequestContext, request) -> object:
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response("AddOffsetsToTxnResponse", throttle_time=0,
+                            error_code=ErrorCode.transactional_id_authorization_failed)
+    if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.response("AddOffsetsToTxnResponse", throttle_time=0,
+                            error_code=ErrorCode.group_authorization_failed)
     offsets = ctx.services.group_coordinator.store
     error = await _coordinator(ctx).add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch,
@@ -151,6 +175,10 @@ async def add_offsets_to_txn(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.END_TXN)
 async def end_txn(ctx: RequestContext, request) -> object:
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response("EndTxnResponse", throttle_time=0,
+                            error_code=ErrorCode.transactional_id_authorization_failed,
+                            producer_id=-1, producer_epoch=-1)
     bump_epoch = ctx.version >= _EPOCH_BUMPING_END_TXN
     result = await _coordinator(ctx).end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch,
@@ -163,15 +191,23 @@ async def end_txn(ctx: RequestContext, request) -> object:
 @handles(ApiKey.DESCRIBE_TRANSACTIONS)
 async def describe_transactions(ctx: RequestContext, request) -> object:
     def describe(transactional_id: str) -> object:
-        error, snapshot = _coordinator(ctx).describe(transactional_id)
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                       transactional_id):
+            error, snapshot = ErrorCode.transactional_id_authorization_failed, None
+        else:
+            error, snapshot = _coordinator(ctx).describe(transactional_id)
         if snapshot is None:
             return ctx.response("TransactionState", error_code=error,
                                 transactional_id=transactional_id, transaction_state="",
                                 transaction_timeout=0, transaction_start_time=-1,
                                 producer_id=-1, producer_epoch=-1, topics=())
         by_topic: dict[str, list[int]] = {}
+        # The transaction's topics the client may not describe are left out.
+        hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                              (topic for topic, _ in snapshot.partitions))
         for topic, partition in sorted(snapshot.partitions):
-            by_topic.setdefault(topic, []).append(partition)
+            if topic not in hidden:
+                by_topic.setdefault(topic, []).append(partition)
         return ctx.response(
             "TransactionState", error_code=error, transactional_id=transactional_id,
             transaction_state=snapshot.state.display_name,
@@ -194,6 +230,9 @@ async def list_transactions(ctx: RequestContext, request) -> object:
     unknown = tuple(name for name, state in states.items() if state is None)
     if unknown and len(unknown) == len(states):
         listed = []  # only unknown states asked for: nothing matches them
+    hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                          (transactional_id for transactional_id, _ in listed))
+    listed = [(tid, snapshot) for tid, snapshot in listed if tid not in hidden]
     return ctx.response("ListTransactionsResponse", throttle_time=0, error_code=error,
                         unknown_state_filters=unknown, transaction_states=tuple(
         ctx.response("TransactionState", transactional_id=transactional_id,

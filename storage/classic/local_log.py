@@ -20,6 +20,7 @@ Durability bookkeeping:
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
@@ -61,13 +62,19 @@ class LocalLog:
 
     def _load(self, start_offset: int,
               on_recovered_batch: Callable[[BatchHeader], None] | None) -> None:
-        marker = self.dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        self._finish_swaps()
-        bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
-        for index_path in (*self.dir.glob("*.index"), *self.dir.glob("*.timeindex")):
-            if not index_path.with_suffix(".log").exists():
-                index_path.unlink()
+        # One listing of the directory, not a glob per kind of file: thousands of logs are
+        # opened at start-up.
+        names = set(os.listdir(self.dir))
+        clean = CLEAN_SHUTDOWN_FILE in names
+        if any(name.endswith((CLEANED_SUFFIX, f".log{SWAP_SUFFIX}")) for name in names):
+            self._finish_swaps()
+            names = set(os.listdir(self.dir))
+        bases = sorted(int(name[:-4]) for name in names
+                       if name.endswith(".log") and name[:-4].isdigit())
+        for name in names:
+            if name.endswith((".index", ".timeindex")) \
+                    and f"{name.partition('.')[0]}.log" not in names:
+                (self.dir / name).unlink()
         if clean:
             first_unflushed = len(bases)
         else:
@@ -85,12 +92,11 @@ class LocalLog:
             self._segments.append(self._new_segment(start_offset))
         self._bases = [s.base_offset for s in self._segments]
         if clean:
-            marker.unlink()
+            (self.dir / CLEAN_SHUTDOWN_FILE).unlink()
             self._marker_removal_unsynced = True
 
     def _finish_swaps(self) -> None:
-        """Discard the cleaner's unfinished rewrites and complete its finished swaps (the
-        directory is synced only when there were any: every log is opened at start-up)."""
+        """Discard the cleaner's unfinished rewrites and complete its finished swaps."""
         cleaned_files = list(self.dir.glob(f"*{CLEANED_SUFFIX}"))
         swaps = sorted(self.dir.glob(f"*.log{SWAP_SUFFIX}"))
         if not cleaned_files and not swaps:

@@ -90,8 +90,7 @@ class ClassicLog(PartitionLog):
     def __init__(self, topic: str, partition: int, config: LogConfig,
                  directory: Path | str) -> None:
         super().__init__(topic, partition, config)
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(directory)  # created by LocalLog if new
         self._log_start_file = self.directory / LOG_START_OFFSET_FILE
         self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
         checkpointed_start = read_offset(self._log_start_file) or 0
@@ -464,6 +463,7 @@ class ClassicLog(PartitionLog):
 
     def _flush(self, now: int) -> None:
         with storage_io(f"flush {self.directory}"):
+            self._epochs.save(sync=True)  # durable before the recovery point passes its entries
             self._local.flush()
             self._save_producer_state(self._local.next_offset)
         self._unflushed_messages = 0
@@ -475,6 +475,7 @@ class ClassicLog(PartitionLog):
             # writes a snapshot), so a snapshot at the log end is current.
             if self._snapshot_offset != self._local.next_offset:
                 self._save_producer_state(self._local.next_offset, sync=sync)
+            self._epochs.save(sync=sync)
             self._local.close(sync=sync)
 
     def mark_clean(self) -> None:

@@ -88,8 +88,10 @@ def test_authorized_operations_are_every_operation_kafka_checks(shared_broker, t
     group = _group_with_offsets(bootstrap, topic_name)
     [described_group] = admin.describe_consumer_groups(
         [group], include_authorized_operations=True).values()
+    # Kafka 3.8+ (KIP-848's group configs): a group's configs are ACL'd too.
     assert set(described_group.result(30).authorized_operations) == {
-        AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE}
+        AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE,
+        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
 
 
 def test_list_groups_filters_by_type(shared_broker, topic_name):

@@ -1,0 +1,41 @@
+"""broker.heap: the heap is frozen after a large metadata change and given back on a deletion."""
+
+from __future__ import annotations
+
+import gc
+
+from broker.heap import FREEZE_AFTER_RECORDS, Heap, full_collection
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_frozen_after_many_records_and_given_back_on_a_deletion():
+    heap = Heap()
+    try:
+        for index in range(FREEZE_AFTER_RECORDS):
+            heap.applied({"type": "partition", "topic": "t", "partition": index})
+        assert gc.get_freeze_count() > 0
+        heap.applied({"type": "remove_topic", "name": "t"})
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+def test_a_full_collection_reaches_frozen_cycles_and_keeps_the_rest_frozen():
+    try:
+        cycle = _Cycle()
+        gc.freeze()
+        collected = []
+        del cycle
+        gc.callbacks.append(lambda phase, info: collected.append(info.get("collected", 0)))
+        try:
+            full_collection()
+        finally:
+            gc.callbacks.pop()
+        assert sum(collected) >= 1
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
