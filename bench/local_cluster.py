@@ -27,6 +27,8 @@ class LocalCluster:
     extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     bootstrap: str = ""
+    # With `--security sasl-ssl|ssl`: the client configuration the launcher wrote.
+    client_properties: Path | None = None
     # "s3", "broker 0", ...: the key=value fields of the launcher's line for that node.
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     _stdout: queue.Queue = field(default_factory=queue.Queue)
@@ -53,6 +55,8 @@ class LocalCluster:
                 raise RuntimeError(f"cluster did not start; log:\n{self.log_tail()}")
             if line.startswith("bootstrap: "):
                 self.bootstrap = line.split(" ", 1)[1].strip()
+            elif line.startswith("client properties: "):
+                self.client_properties = Path(line.split(": ", 1)[1].strip())
             elif match := NODE_LINE.match(line):
                 self.nodes[match.group(1)] = dict(
                     pair.split("=", 1) for pair in match.group(2).split())
@@ -62,6 +66,11 @@ class LocalCluster:
         for line in self.proc.stdout:
             self._stdout.put(line)
         self._stdout.put(None)
+
+    def client_config(self) -> dict[str, str]:
+        """The client.properties of a secured cluster as a librdkafka configuration."""
+        lines = self.client_properties.read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if "=" in line)
 
     def pids(self) -> list[int]:
         return [int(node["pid"]) for node in self.nodes.values()]

@@ -34,6 +34,7 @@ from storage.log_cleaner import CleanerMetrics
 
 from . import metric_catalog as catalog
 from .response_memory import ResponseMemory
+from .security.listener_security import AuthenticationFailures
 
 log = logging.getLogger(__name__)
 # How often the event loop's lag is sampled.
@@ -275,6 +276,7 @@ class BrokerMetrics(Collector):
     # This node's controller role, if it runs the controller.
     controller: Controller | None
     fetch_sessions: FetchSessionCache
+    failed_authentications: AuthenticationFailures
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
@@ -282,6 +284,7 @@ class BrokerMetrics(Collector):
     def _unlabelled(self) -> dict[catalog.MetricSpec, float]:
         values = {
             catalog.CONNECTIONS: self.connections(),
+            catalog.FAILED_AUTHENTICATIONS: self.failed_authentications.count,
             catalog.RESPONSE_MEMORY_USED: self.response_memory.used,
             catalog.RESPONSE_MEMORY_LIMIT: self.response_memory.limit,
             catalog.ACTIVE_CONTROLLER: int(self.controller is not None),

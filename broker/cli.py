@@ -38,11 +38,18 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
 
 async def _run_broker(args: argparse.Namespace) -> int:
     from .response_memory import return_large_buffers_to_the_os
+    from .security.oauthbearer import JwksUnavailable
     from .server import Broker
 
     config = config_from_args(args)
     return_large_buffers_to_the_os()
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except (ValueError, OSError, JwksUnavailable) as error:
+        # A listener, TLS or SASL setting that cannot work (Kafka's message where it has
+        # one), an unreadable keystore or JWKS: one line, not a traceback.
+        log.error("cannot start node %d: %s", config.node_id, error)
+        return 2
     try:
         await broker.start()
     except AddressInUse as error:
@@ -54,10 +61,11 @@ async def _run_broker(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, _log_task_stacks)
-    host, _ = config.host_port
-    # Tests and the cluster launcher read this line to learn the bound port.
+    # Tests and the cluster launcher read this line to learn the bound ports.
     role = "broker" if config.broker_role else "controller"
-    print(node_line(role, config.node_id, host, broker.bound_port), flush=True)
+    first = broker.listeners.listeners[0]
+    print(node_line(role, config.node_id, first.host or "0.0.0.0", first.port,
+                    [str(listener) for listener in broker.listeners.listeners]), flush=True)
     if broker.metrics is not None:
         print(METRICS_LISTENING_LINE + broker.metrics.url, flush=True)
     await stop.wait()

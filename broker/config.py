@@ -9,6 +9,7 @@ Every setting is declared once, below, with its description and (if it has one) 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -48,12 +49,13 @@ class Setting:
         return ENV_PREFIX + self.name.upper()
 
 
-def setting(default: Any, doc: str, *, flag: Flag | None = None) -> Any:
-    """A BrokerConfig field with its description and optional command-line flag."""
+def setting(default: Any, doc: str, *, flag: Flag | None = None, secret: bool = False) -> Any:
+    """A BrokerConfig field with its description and optional command-line flag; a
+    ``secret`` (a password, a key) is left out of the config's repr, so it is never logged."""
     metadata = {"doc": doc, "flag": flag}
     if isinstance(default, dict):  # dataclasses refuse mutable defaults: each config a copy
-        return field(default_factory=lambda: dict(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
+        return field(default_factory=lambda: dict(default), metadata=metadata, repr=not secret)
+    return field(default=default, metadata=metadata, repr=not secret)
 
 
 @dataclass
@@ -66,6 +68,91 @@ class BrokerConfig:
     advertised_listener: str | None = setting(
         None, "host:port given to clients and other nodes; none = the listener.",
         flag=Flag("--advertised-listener", every_node=True))
+    listeners: str | None = setting(
+        None, "Kafka's `listeners`: named endpoints, each with its security protocol, e.g. "
+        "`CLIENT://:9093,INTERNAL://10.0.0.5:9094` (docs/security.md); none = "
+        "`PLAINTEXT://` + `listener`. Port 0 picks a free port.",
+        flag=Flag("--listeners", every_node=True))
+    advertised_listeners: str | None = setting(
+        None, "Kafka's `advertised.listeners`: what clients and other nodes are told, per "
+        "listener name (Metadata answers with the endpoints of the listener the request came "
+        "in on); none = `listeners` (or `PLAINTEXT://` + `advertised_listener`).",
+        flag=Flag("--advertised-listeners", every_node=True))
+    listener_security_protocol_map: str | None = setting(
+        None, "Kafka's `listener.security.protocol.map`, e.g. `CLIENT:SASL_SSL,INTERNAL:SSL`; "
+        "none = each protocol's name stands for itself (`SASL_SSL://...`).",
+        flag=Flag("--listener-security-protocol-map", every_node=True))
+    inter_broker_listener_name: str | None = setting(
+        None, "Kafka's `inter.broker.listener.name`: the listener nodes connect to each other "
+        "on (with TLS and SASL when it has them); none = the first listener.",
+        flag=Flag("--inter-broker-listener-name", every_node=True))
+    ssl_keystore_location: str | None = setting(
+        None, "TLS listeners: PEM file with the node's private key and certificate chain "
+        "(Kafka's `ssl.keystore.location` with `ssl.keystore.type=PEM`).")
+    ssl_certificate_location: str | None = setting(
+        None, "TLS listeners: PEM certificate chain, with `ssl_key_location` (instead of a "
+        "keystore).")
+    ssl_key_location: str | None = setting(None, "TLS listeners: PEM private key.")
+    ssl_key_password: str | None = setting(
+        None, "Password of an encrypted private key (`ssl.key.password`).", secret=True)
+    ssl_truststore_location: str | None = setting(
+        None, "PEM CA certificates: what client certificates (mTLS) and, for the node's own "
+        "connections to other nodes, their certificates are checked against.")
+    ssl_client_auth: str = setting(
+        "none", "`ssl.client.auth` of TLS listeners: `required` (mTLS: the principal is the "
+        "certificate's subject, mapped by `ssl_principal_mapping_rules`), `requested` or "
+        "`none`.")
+    ssl_enabled_protocols: str = setting("TLSv1.2,TLSv1.3", "`ssl.enabled.protocols`.")
+    ssl_cipher_suites: str = setting(
+        "", "`ssl.cipher.suites` (TLS 1.2 suites); empty = OpenSSL's defaults.")
+    ssl_principal_mapping_rules: str = setting(
+        "DEFAULT", "`ssl.principal.mapping.rules` (KIP-371): how a client certificate's "
+        "subject becomes the principal, e.g. `RULE:^CN=(.*?),.*$/$1/,DEFAULT`.")
+    ssl_endpoint_identification_algorithm: str = setting(
+        "https", "The node's own TLS connections to other nodes check their host name "
+        "against the certificate (`https`) or not (empty).")
+    listener_ssl_settings: dict[str, str] = setting(
+        {}, "TLS settings of one listener, under Kafka's names "
+        "(`listener.name.<listener>.ssl.<setting>`, e.g. `\"listener.name.internal.ssl.client."
+        "auth\" = \"required\"`), over the `ssl_*` settings: a TOML table, or JSON in the "
+        "environment variable. Also how a SASL_SSL listener asks for client certificates.",
+        secret=True)
+    ssl_handshake_timeout_ms: int = setting(
+        10_000, "A TLS handshake not finished in this time closes the connection.")
+    sasl_enabled_mechanisms: str = setting(
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "`sasl.enabled.mechanisms` of SASL listeners: "
+        "any of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.")
+    sasl_plain_users: dict[str, str] = setting(
+        {}, "PLAIN users and their passwords, a table in the TOML file (`[sasl_plain_users]` "
+        "`alice = \"secret\"`): PlainLoginModule's `user_<name>` options.", secret=True)
+    sasl_plain_users_file: Path | None = setting(
+        None, "PLAIN users in a properties file of JAAS-style `user_<name>=<password>` lines "
+        "(with `sasl_plain_users`).")
+    sasl_scram_bootstrap_users: dict[str, str] = setting(
+        {}, "Users whose SCRAM-SHA-256 and SCRAM-SHA-512 credentials the controller writes "
+        "to the metadata log at start if they have none (Kafka's `kafka-storage format "
+        "--add-scram`): the first users of a SASL cluster, e.g. its admin and the brokers' "
+        "own user. A TOML table, or JSON in the environment variable.", secret=True)
+    sasl_mechanism_inter_broker_protocol: str = setting(
+        "SCRAM-SHA-512", "The SASL mechanism nodes authenticate to each other with when the "
+        "inter-broker listener uses SASL (`sasl.mechanism.inter.broker.protocol`).")
+    inter_broker_sasl_username: str | None = setting(
+        None, "The user nodes authenticate to each other as on a SASL inter-broker listener.")
+    inter_broker_sasl_password: str | None = setting(
+        None, "Its password (no flag: give it in the TOML file or the environment).",
+        secret=True)
+    sasl_oauthbearer_jwks_endpoint_url: str | None = setting(
+        None, "OAUTHBEARER: the JWKS whose keys sign accepted tokens, an `https://` URL or a "
+        "file (`file://` or a path) (`sasl.oauthbearer.jwks.endpoint.url`).")
+    sasl_oauthbearer_expected_audience: str | None = setting(
+        None, "OAUTHBEARER: comma-separated audiences a token's `aud` must include.")
+    sasl_oauthbearer_expected_issuer: str | None = setting(
+        None, "OAUTHBEARER: the `iss` a token must have.")
+    sasl_oauthbearer_sub_claim_name: str = setting(
+        "sub", "OAUTHBEARER: the claim that names the principal.")
+    connections_max_reauth_ms: int = setting(
+        0, "SASL sessions last at most this long (KIP-368): the client must re-authenticate "
+        "(as the same principal) before sending more; 0 = no limit (Kafka's default).")
     rack: str | None = setting(
         None, "Availability zone of this node (Kafka's `broker.rack`): used by rack-aware "
         "placement, follower fetching (KIP-392), diskless routing (KIP-1181), the fast bucket "
@@ -91,7 +178,8 @@ class BrokerConfig:
         "APIs, follower fetches; docs/internal-apis.md). Give it in the TOML file or "
         "`KIPPER_CLUSTER_SECRET` (no flag: a command line is visible to every local user); "
         "`kipper cluster up` generates one per run. None = a random secret of this process "
-        "alone: it serves itself, and no other node can join it.")
+        "alone: it serves itself, and no other node can join it.",
+        secret=True)
     authorizer_enabled: bool = setting(
         False, "Check every request against the cluster's ACLs (Kafka's `authorizer.class.name` "
         "= StandardAuthorizer; docs/authorization.md). Off: every client may do anything, "
@@ -188,7 +276,7 @@ class BrokerConfig:
         None, "S3 access key; none = botocore's credential chain (`AWS_ACCESS_KEY_ID`, "
         "`~/.aws`, instance role).", flag=Flag("--s3-access-key"))
     s3_secret_key: str | None = setting(None, "S3 secret key, with `s3_access_key`.",
-                                        flag=Flag("--s3-secret-key"))
+                                        flag=Flag("--s3-secret-key"), secret=True)
     s3_latency_profile: str = setting(
         "none", "Latency profile added to every object-store request, so a laptop run shows "
         "cloud latencies (the profiles are in docs/object-storage.md; `none` adds nothing).", flag=Flag("--s3-latency-profile", choices=tuple(sorted(LATENCY_PROFILES))))
@@ -336,6 +424,8 @@ def _coerce(kind: str, raw: Any) -> Any:
     if kind in ("Path", "Path | None"):
         return Path(raw)
     if kind.startswith("dict"):
+        if isinstance(raw, str):  # an environment variable: a JSON object
+            raw = json.loads(raw)
         return {str(k): str(v) for k, v in dict(raw).items()}
     return None if raw is None else str(raw)
 

@@ -7,6 +7,9 @@ suspension point, so a producer's pipelined batches keep their order.
 
 Broker-only requests are served only once the connection has proved it comes from a broker
 of this cluster (broker.inter_broker); otherwise the connection is closed unexecuted.
+
+On a SASL listener the client authenticates first (broker.sasl_session) and then acts as
+the principal it proved; on an SSL listener it acts as its certificate's principal.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from .handlers.api_versions import unsupported_version_response
 from .handlers.fetch import response_bytes_bound
 from .response_memory import ConnectionResponses
 from .inter_broker import AUTHENTICATION_APIS, BrokerAuthentication, is_broker_only
+from .sasl_session import SaslSession
 
 if TYPE_CHECKING:
+    from .security.listener_security import ListenerSecurity
     from .services import BrokerServices
     from .traffic import NetworkTraffic
 
@@ -51,7 +56,11 @@ class Connection:
     def __init__(self, services: "BrokerServices", traffic: "NetworkTraffic",
                  responses: ConnectionResponses, credentials: ClusterCredentials,
                  requests: RequestMetrics,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 listener: "ListenerSecurity | None" = None, principal: str = "User:ANONYMOUS",
+                 ) -> None:
+        """``listener``: the listener accepted on (None: an unnamed plaintext one);
+        ``principal``: who the connection is before any SASL (a client certificate's)."""
         self.services = services
         self.requests = requests
         # Bytes of this client's responses held in memory: bounds reading (response_memory).
@@ -62,7 +71,11 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "unknown"
         self.client_host = peer[0] if peer else ""
-        self.principal = "User:ANONYMOUS"
+        self.principal = principal
+        self.listener_name = listener.name if listener is not None else None
+        self.sasl = (SaslSession(listener.sasl, self.config.connections_max_reauth_ms, self.peer,
+                                 listener.failures)
+                     if listener is not None and listener.sasl is not None else None)
         self.traffic = traffic.accepted_connection()
         self.authentication = BrokerAuthentication(credentials)
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
@@ -119,6 +132,10 @@ class Connection:
             except ConnectionError:
                 return
             received_at = time.perf_counter()
+            if self.sasl is not None and self.sasl.bare_tokens:
+                if not await self._bare_sasl_token(frame):
+                    return
+                continue
             try:
                 header, body = parse_request(frame, SUPPORTED)
             except UnsupportedVersion as e:
@@ -132,6 +149,16 @@ class Connection:
                 return
             traffic_class = self.traffic.request(header.api_key, body, _SIZE.size + size,
                                                  header.client_id)
+            if self.sasl is not None:
+                refusal = self.sasl.refusal(header.api_key)
+                if refusal is not None:
+                    log.warning("closing %s (client id %r): refused %s, %s; not executed",
+                                self.peer, header.client_id, api_name(header.api_key), refusal)
+                    return
+                if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+                    if not await self._sasl_request(header, body, traffic_class):
+                        return
+                    continue
             if header.api_key in AUTHENTICATION_APIS:
                 if not await self._authenticate(header, body, traffic_class):
                     return
@@ -160,6 +187,32 @@ class Connection:
         await self._queue_ready(data)
         return True
 
+    async def _sasl_request(self, header: RequestHeader, body: object,
+                            traffic_class: str) -> bool:
+        """Answer a SaslHandshake or SaslAuthenticate; False when the connection must close
+        once the answer is sent."""
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            reply = self.sasl.handshake(header.api_version, body.mechanism)
+        else:
+            reply = await self.sasl.authenticate(header.api_version, body.auth_bytes)
+        if self.sasl.principal is not None:
+            self.principal = self.sasl.principal
+        data = encode_response(header, reply.response)
+        self.traffic.response(traffic_class, len(data))
+        await self._queue_ready(data)
+        return not reply.close
+
+    async def _bare_sasl_token(self, token: bytes) -> bool:
+        """A SASL token after SaslHandshake v0, answered bare; False on failure (Kafka closes
+        the connection without an answer)."""
+        reply = await self.sasl.bare_token(token)
+        if reply is None:
+            return False
+        if self.sasl.principal is not None:
+            self.principal = self.sasl.principal
+        await self._queue_ready(_SIZE.pack(len(reply)) + reply)
+        return True
+
     def _refused(self, header: RequestHeader, body: object) -> bool:
         """A broker-only request on a connection that has not proved it comes from a broker
         of this cluster: never executed, and the connection closes (so this logs once)."""
@@ -185,7 +238,8 @@ class Connection:
     async def _handle(self, header: RequestHeader, body: object, traffic_class: str,
                       expected: int, received_at: float) -> bytes | None:
         context = RequestContext(header, self.services, self.peer,
-                                 self.authentication.node_id, self.principal, self.client_host)
+                                 self.authentication.node_id, self.principal, self.client_host,
+                                 self.listener_name)
         try:
             response = await HANDLERS[header.api_key](context, body)
         except Exception:

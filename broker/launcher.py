@@ -15,6 +15,13 @@ Ctrl-C or SIGTERM it stops them all (brokers 1..N-1, broker 0, S3: each gets SIG
 SIGKILL after a grace period); if one of them dies on its own it stops the others and
 exits with status 1. KIPPER_* environment variables reach every broker.
 
+With ``--security sasl-ssl`` (or ``ssl``) the brokers listen on SASL_SSL (or mutual-TLS SSL)
+only, with certificates of a development CA made under ``DATA_DIR/tls``; an ``admin`` user
+gets a random password and its SCRAM-SHA-512 credential is written by the controller at
+start; the brokers check ACLs, with ``admin`` a super user; the launcher writes
+``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
+bootstrap line (docs/security.md).
+
 The brokers share a cluster secret (``cluster_secret``: brokers prove they hold it before
 they may send each other broker-only requests): ``KIPPER_CLUSTER_SECRET`` if it is set, so
 a broker started by hand with the same variable can join; otherwise a random one per run,
@@ -27,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import secrets
@@ -40,7 +48,7 @@ import uvloop
 
 from protocol.internal import ClusterCredentials
 from replication.cluster_metadata import MetadataImage
-from replication.node_client import NodeClient
+from replication.node_client import NodeClient, NodeSecurity
 from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
@@ -48,6 +56,8 @@ from storage.objectstore.latency import LATENCY_PROFILES
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
 from .readiness import wait_until_usable
+from .security.dev_ca import DevCa, create_dev_ca, write_client_properties
+from .security.tls import TlsSettings, client_context
 from .traffic import NetworkTraffic
 
 log = logging.getLogger("kipper.cluster")
@@ -58,8 +68,80 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 STOP_GRACE_S = 20.0
 
 
+# `kipper cluster up --security`: the listeners' security protocol.
+SECURITY_PROTOCOLS = {"none": "PLAINTEXT", "sasl-ssl": "SASL_SSL", "ssl": "SSL"}
+ADMIN_USER = "admin"
+# The user brokers authenticate to each other as on SASL_SSL.
+BROKER_USER = "kipper-broker"
+INTER_BROKER_MECHANISM = "SCRAM-SHA-512"
+
+
 class ClusterError(RuntimeError):
     """A process failed to start, or exited while the cluster was up."""
+
+
+@dataclass(frozen=True)
+class SecureCluster:
+    """What a secured local cluster's nodes and clients are given: the dev CA's files and
+    the passwords of the admin and broker users (kept in DATA_DIR/passwords.json, so a
+    restarted cluster's credentials, written to the metadata log once, still match)."""
+
+    protocol: str
+    ca: DevCa
+    passwords: dict[str, str]
+
+    @classmethod
+    def create(cls, data_dir: Path, protocol: str, brokers: int) -> SecureCluster:
+        ca = create_dev_ca(data_dir / "tls", range(brokers), users=[ADMIN_USER])
+        path = data_dir / "passwords.json"
+        if path.exists():
+            passwords = json.loads(path.read_text())
+        else:
+            passwords = {user: secrets.token_urlsafe(18) for user in (ADMIN_USER, BROKER_USER)}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                json.dump(passwords, f)
+        return cls(protocol, ca, passwords)
+
+    def node_env(self, node: int) -> dict[str, str]:
+        env = {"KIPPER_SSL_KEYSTORE_LOCATION": str(self.ca.brokers[node].keystore),
+               "KIPPER_SSL_TRUSTSTORE_LOCATION": str(self.ca.ca_certificate),
+               # ACLs decide what every other user may do; admin (and the brokers' own
+               # user, which the launcher connects as) may do anything.
+               "KIPPER_AUTHORIZER_ENABLED": "true",
+               "KIPPER_SUPER_USERS": f"User:{ADMIN_USER};User:{BROKER_USER}"}
+        if self.protocol == "SSL":
+            env["KIPPER_SSL_CLIENT_AUTH"] = "required"
+            # A dev certificate's subject is CN=<user>,OU=...: the principal is User:<user>.
+            env["KIPPER_SSL_PRINCIPAL_MAPPING_RULES"] = "RULE:^CN=([^,]+),.*$/$1/,DEFAULT"
+        else:
+            # The controller writes both users' SCRAM credentials before any client comes.
+            env.update({"KIPPER_SASL_SCRAM_BOOTSTRAP_USERS": json.dumps(self.passwords),
+                        "KIPPER_INTER_BROKER_SASL_USERNAME": BROKER_USER,
+                        "KIPPER_INTER_BROKER_SASL_PASSWORD": self.passwords[BROKER_USER],
+                        "KIPPER_SASL_MECHANISM_INTER_BROKER_PROTOCOL": INTER_BROKER_MECHANISM})
+        return env
+
+    def node_security(self) -> NodeSecurity:
+        """How the launcher itself connects (to wait until the cluster is usable): as a
+        broker would, with the admin's certificate on SSL."""
+        certificate = self.ca.clients[ADMIN_USER].keystore if self.protocol == "SSL" else None
+        context = client_context(TlsSettings(certificate=certificate, ca=self.ca.ca_certificate))
+        if self.protocol == "SSL":
+            return NodeSecurity(context)
+        return NodeSecurity(context, INTER_BROKER_MECHANISM, BROKER_USER,
+                            self.passwords[BROKER_USER])
+
+    def write_client_properties(self, data_dir: Path, bootstrap: str) -> Path:
+        if self.protocol == "SSL":
+            return write_client_properties(
+                data_dir / "client.properties", bootstrap, "SSL",
+                ca_certificate=self.ca.ca_certificate,
+                client_certificate=self.ca.clients[ADMIN_USER])
+        return write_client_properties(
+            data_dir / "client.properties", bootstrap, "SASL_SSL",
+            ca_certificate=self.ca.ca_certificate, sasl_mechanism=INTER_BROKER_MECHANISM,
+            sasl_username=ADMIN_USER, sasl_password=self.passwords[ADMIN_USER])
 
 
 @dataclass
@@ -134,6 +216,9 @@ class Cluster:
         self.brokers: dict[int, Child] = {}
         self.broker_env = {**os.environ, "KIPPER_CLUSTER_SECRET": os.environ.get(
             "KIPPER_CLUSTER_SECRET") or secrets.token_hex(32)}
+        protocol = SECURITY_PROTOCOLS[args.security]
+        self.secure = (SecureCluster.create(args.data_dir, protocol, args.brokers)
+                       if protocol != "PLAINTEXT" else None)
 
     async def start(self) -> None:
         self.s3 = await Child.spawn("s3", _python(
@@ -148,13 +233,18 @@ class Cluster:
         others = await asyncio.gather(*(self._start_broker(node, endpoint, controller)
                                         for node in range(1, self.args.brokers)))
         await self._wait_until_usable(controller)
-        print("bootstrap: " + ",".join([controller, *others]), flush=True)
+        bootstrap = ",".join([controller, *others])
+        if self.secure is not None:
+            path = self.secure.write_client_properties(self.args.data_dir, bootstrap)
+            print(f"client properties: {path}", flush=True)
+        print("bootstrap: " + bootstrap, flush=True)
 
     async def _wait_until_usable(self, bootstrap: str) -> None:
         """Brokers listen before every partition has a leader that can answer (a restart
         with thousands of partitions): wait, asking as a client would."""
         nodes = NodeClient("kipper-cluster-up", ClusterCredentials(
-            -1, self.broker_env["KIPPER_CLUSTER_SECRET"]), NetworkTraffic(None, MetadataImage()))
+            -1, self.broker_env["KIPPER_CLUSTER_SECRET"]), NetworkTraffic(None, MetadataImage()),
+            self.secure.node_security() if self.secure is not None else NodeSecurity())
         try:
             await wait_until_usable(nodes, split_host_port(bootstrap), READY_TIMEOUT_S)
         except TimeoutError as e:
@@ -165,9 +255,15 @@ class Cluster:
     async def _start_broker(self, node: int, s3_endpoint: str, controller: str | None) -> str:
         """Start broker `node`, wait until it listens, print its line; return its address."""
         rack = self.args.racks[node % len(self.args.racks)]
+        address = f"{HOST}:{_port(self.args.base_port, node)}"
+        env = self.broker_env
+        listener = ["--listener", address]
+        if self.secure is not None:
+            env = {**env, **self.secure.node_env(node)}
+            listener = ["--listeners", f"{self.secure.protocol}://{address}"]
         arguments = [
             "--log-level", self.args.log_level, "broker", "--node-id", str(node),
-            "--rack", rack, "--listener", f"{HOST}:{_port(self.args.base_port, node)}",
+            "--rack", rack, *listener,
             "--data-dir", str(self.args.data_dir / f"broker-{node}"), "--s3-endpoint", s3_endpoint,
             "--s3-access-key", S3_ACCESS_KEY, "--s3-secret-key", S3_SECRET_KEY,
             "--s3-latency-profile", self.args.s3_latency_profile,
@@ -181,7 +277,7 @@ class Cluster:
             arguments += ["--metrics-listener",
                           f"{HOST}:{_port(self.args.metrics_base_port, node)}"]
         child = self.brokers[node] = await Child.spawn(
-            f"broker-{node}", _python("broker.cli", *arguments), self.broker_env)
+            f"broker-{node}", _python("broker.cli", *arguments), env)
         address = await child.expect(_broker_address)
         summary = f"broker {node}: pid={child.process.pid} rack={rack} address={address}"
         if metrics:
@@ -288,6 +384,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--capture-trace", type=Path, metavar="DIR",
                     help="brokers write the produce traffic they receive as bench traces in "
                          "DIR/broker-N")
+    up.add_argument("--security", choices=sorted(SECURITY_PROTOCOLS), default="none",
+                    help="sasl-ssl: SASL_SSL listeners, SCRAM-SHA-512 user admin; ssl: mutual "
+                         "TLS; both write DATA_DIR/client.properties (default none)")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))
 
 

@@ -11,13 +11,13 @@ import contextlib
 import errno
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from storage.objectstore.embedded import LISTENING_LINE as S3_LISTENING_LINE
 
 METRICS_LISTENING_LINE = "kipper metrics listening on "
 _NODE = re.compile(r"kipper (?P<role>broker|controller) (?P<node_id>\d+) listening on "
-                   r"(?P<host>[\d.]+):(?P<port>\d+)")
+                   r"(?P<host>[\d.]+):(?P<port>\d+)(?: listeners (?P<listeners>\S+))?")
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,19 @@ class NodeListening:
     node_id: int
     host: str
     port: int
+    # Every listener, name -> host:port as bound (the first is host:port above).
+    listeners: dict[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-def node_line(role: str, node_id: int, host: str, port: int) -> str:
-    return f"kipper {role} {node_id} listening on {host}:{port}"
+def node_line(role: str, node_id: int, host: str, port: int,
+              listeners: list[str] | None = None) -> str:
+    """``listeners``: each as NAME://host:port."""
+    line = f"kipper {role} {node_id} listening on {host}:{port}"
+    return line + f" listeners {','.join(listeners)}" if listeners else line
 
 
 def node_listening(line: str | None) -> NodeListening | None:
@@ -41,7 +46,10 @@ def node_listening(line: str | None) -> NodeListening | None:
     match = _NODE.search(line or "")
     if match is None:
         return None
-    return NodeListening(match["role"], int(match["node_id"]), match["host"], int(match["port"]))
+    listeners = dict(entry.split("://", 1) for entry in (match["listeners"] or "").split(",")
+                     if entry)
+    return NodeListening(match["role"], int(match["node_id"]), match["host"], int(match["port"]),
+                         listeners)
 
 
 def metrics_url(line: str | None) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Callable
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
@@ -41,6 +42,17 @@ from .heap import Heap
 DATA_DIR_ID = uuid.UUID("6b697070-6572-4000-8000-000000000001")
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An advertised listener as BrokerRegistration carries it."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: int  # Kafka's id: PLAINTEXT 0, SSL 1, SASL_PLAINTEXT 2, SASL_SSL 3
+
 FETCH_MAX_WAIT_MS = 500
 # Records applied between two yields to the event loop: a partition record may open a log
 # (a few files read, an fsync), so this is some tens of milliseconds at most.
@@ -65,17 +77,18 @@ class MetadataFollower:
         self.epoch = -1
         # Asked in every heartbeat until this broker has loaded what it hosts (start).
         self._want_fence = True
-        self._registration: tuple[str, int, str | None] | None = None
+        self._registration: tuple[tuple[Endpoint, ...], str | None] | None = None
         self._tasks: list[asyncio.Task] = []
         self.applier = Applier(image)
         self.applier.listeners.append(lambda offset, record, result: listener(record))
         self.heap = Heap()
         self.applier.listeners.append(lambda offset, record, result: self.heap.applied(record))
 
-    async def start(self, host: str, port: int, rack: str | None) -> None:
+    async def start(self, endpoints: tuple[Endpoint, ...], rack: str | None) -> None:
         """Register, catch up with the metadata (opening every log this broker hosts), then
-        get unfenced: from then on it may lead partitions."""
-        self._registration = (host, port, rack)
+        get unfenced: from then on it may lead partitions. ``endpoints``: the advertised
+        listeners, the inter-broker one first (what other nodes connect to)."""
+        self._registration = (endpoints, rack)
         await self._register()
         self._tasks = [asyncio.create_task(self._fetch_loop()),
                        asyncio.create_task(self._heartbeat_loop())]
@@ -97,12 +110,13 @@ class MetadataFollower:
         await self.catch_up()  # until this broker's image shows it unfenced
 
     async def _register(self) -> None:
-        host, port, rack = self._registration
+        endpoints, rack = self._registration
         request = make(BrokerRegistrationRequest, broker_id=self.node_id, cluster_id="",
                        incarnation_id=None, rack=rack, is_migrating_zk_broker=False,
                        log_dirs=(), previous_broker_epoch=self.epoch, features=(),
-                       listeners=(make(Listener, name="PLAINTEXT", host=host, port=port,
-                                       security_protocol=0),))
+                       listeners=tuple(make(Listener, name=e.name, host=e.host, port=e.port,
+                                            security_protocol=e.security_protocol)
+                                       for e in endpoints))
         # Retried every half second: a failure is logged when it differs from the last
         # one, not at every attempt (a controller on a full disk refused 117 in a row).
         last_failure, attempts = None, 0

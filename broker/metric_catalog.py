@@ -68,6 +68,10 @@ REQUEST_SECONDS = MetricSpec(
 CONNECTIONS = MetricSpec(
     "kipper_connections", "gauge", "Open client and broker connections",
     where=EVERY_NODE)
+FAILED_AUTHENTICATIONS = MetricSpec(
+    "kipper_failed_authentications", "counter",
+    "Connections refused at authentication: failed TLS handshakes and SASL exchanges "
+    "(Kafka's failed-authentication-total)", where=EVERY_NODE)
 RESPONSE_MEMORY_USED = MetricSpec(
     "kipper_response_memory_used_bytes", "gauge",
     "Bytes of responses held for clients (reserved while a request runs, then until sent); "
@@ -297,7 +301,8 @@ PROCESS_FAMILIES = (
 )
 
 CATALOG: tuple[MetricSpec, ...] = (
-    REQUEST_SECONDS, CONNECTIONS, RESPONSE_MEMORY_USED, RESPONSE_MEMORY_LIMIT, EVENT_LOOP_LAG,
+    REQUEST_SECONDS, CONNECTIONS, FAILED_AUTHENTICATIONS, RESPONSE_MEMORY_USED,
+    RESPONSE_MEMORY_LIMIT, EVENT_LOOP_LAG,
     FETCH_SESSIONS, FETCH_SESSION_EVICTIONS, FETCH_REQUESTS,
     TOPIC_BYTES_IN, TOPIC_RECORDS_IN, TOPIC_BYTES_OUT, REPLICATION_BYTES_OUT,
     PARTITIONS, LEADER_PARTITIONS, UNDER_REPLICATED, UNDER_MIN_ISR, AT_MIN_ISR,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
+import socket
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable
@@ -37,6 +40,7 @@ from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
 from replication.partition import ReplicatedPartition
 from replication.replica_manager import ReplicaManager
+from replication.scram_credentials import ScramCredential, ScramMechanism
 from storage.active_tiered import ActiveTiered
 from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
@@ -58,10 +62,20 @@ from .connection import Connection
 from .diskless_metrics import DisklessMetrics
 from .handlers.txn_markers import local_marker_writer
 from .listening import binding
-from .metadata_follower import MetadataFollower
+from .metadata_follower import Endpoint, MetadataFollower
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
 from .response_memory import ResponseMemory
+from .tls_listener import SocketAcceptor
+from .security.listener_security import (
+    AuthenticationFailures,
+    ListenerSecurity,
+    inter_broker_security,
+    listener_config,
+    listener_securities,
+)
+from .security.listeners import SecurityProtocol
+from .security.tls import PrincipalMappingError, peer_principal
 from .services import BrokerServices, ControllerChannel
 from .static_configs import dynamic_configs
 from .traffic import NetworkTraffic, node_client_id
@@ -69,6 +83,9 @@ from .traffic import NetworkTraffic, node_client_id
 log = logging.getLogger(__name__)
 # Each step of a stop (but closing logs) gets this long: see Broker.stop.
 STOP_STEP_TIMEOUT_S = 2.0
+# Kafka's ids of the security protocols, as BrokerRegistration carries them.
+_PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
+                 SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3}
 # The internal topics whose partition leaders coordinate (groups, transactions).
 COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 
@@ -106,7 +123,14 @@ class Broker:
         # What this node proves its membership with, and checks its peers' proofs against.
         self.credentials = ClusterCredentials(
             config.node_id, config.cluster_secret or secrets.token_hex(32))
-        self.nodes = NodeClient(node_client_id(config.node_id), self.credentials, self.traffic)
+        # The listeners, each with its TLS context and SASL mechanisms; refused here, before
+        # anything is bound, when a setting is wrong.
+        self.listeners = listener_config(config)
+        self.failed_authentications = AuthenticationFailures()
+        self.listener_securities = listener_securities(
+            config, self.listeners, self._scram_credential, self.failed_authentications)
+        self.nodes = NodeClient(node_client_id(config.node_id), self.credentials, self.traffic,
+                                inter_broker_security(config, self.listeners))
         self.metrics: MetricsServer | None = None
         if config.metrics_listener is not None:
             self.metrics = MetricsServer(config.metrics_listener,
@@ -152,7 +176,8 @@ class Broker:
         # What the request handlers use; connections wait for it (see _accept).
         self.services: BrokerServices | None = None
         self._services_ready = asyncio.Event()
-        self._server: asyncio.base_events.Server | None = None
+        # Plaintext listeners are asyncio servers; TLS listeners accept sockets themselves.
+        self._servers: list[asyncio.base_events.Server | SocketAcceptor] = []
         self._connections: set[asyncio.Task] = set()
         self.response_memory = ResponseMemory(config.max_queued_response_bytes)
         self._background: list[asyncio.Task] = []
@@ -168,18 +193,36 @@ class Broker:
             self.metrics.add_source("broker", BrokerMetrics(
                 self.request_metrics, self.topic_metrics, lag, self.loop_lag,
                 self.response_memory, lambda: len(self._connections), lambda: self.replicas,
-                self.controller, self.fetch_sessions))
+                self.controller, self.fetch_sessions, self.failed_authentications))
             self.metrics.add_source("log_cleaner", LogCleanerMetrics(self.logs.cleaner.metrics))
 
     async def start(self) -> None:
         if self.object_store is not None:
             await self.object_store.start()
             await self.object_store.ensure_buckets([self.object_store.config.az])
-        host, port = self.config.host_port
-        with binding(self.config.listener, "--listener"):
-            self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 20)
-        self.bound_port = self._server.sockets[0].getsockname()[1]
-        controller_address = self.config.controller or f"{host}:{self.bound_port}"
+        ports = {}
+        for security in self.listener_securities:
+            listener = security.listener
+            flag = "--listeners" if self.config.listeners else "--listener"
+            with binding(listener.address, flag):
+                if security.tls is None:
+                    server = await asyncio.start_server(
+                        functools.partial(self._accept, security, principal="User:ANONYMOUS"),
+                        listener.bind_host, listener.port, limit=1 << 20)
+                    ports[listener.name] = server.sockets[0].getsockname()[1]
+                else:
+                    server = await SocketAcceptor.bind(
+                        listener.bind_host, listener.port,
+                        functools.partial(self._accepted_tls, security))
+                    ports[listener.name] = server.port
+            self._servers.append(server)
+        # Ports and host names filled in: what is registered and printed.
+        self.listeners = self.listeners.with_bound_ports(ports)
+        self.bound_port = ports[self.listeners.listeners[0].name]
+        # Without a controller address this node runs the controller: it reaches itself on
+        # its own inter-broker listener, as other nodes do.
+        own = self.listeners.listener(self.listeners.inter_broker.name)
+        controller_address = self.config.controller or f"{own.host or '127.0.0.1'}:{own.port}"
         controller_host, controller_port = split_host_port(controller_address)
         controller_connection = self.nodes.connection(controller_host, controller_port)
         self.replicas = ReplicaManager(
@@ -196,6 +239,7 @@ class Broker:
             self.controller, self.config.controller, self.nodes, self.follower)
         if self.controller is not None:
             await self.controller.start()
+            await self.controller.bootstrap_scram_users(self.config.sasl_scram_bootstrap_users)
             self._serve_metadata_log()
         if self.config.broker_role and self.object_store is not None:
             self._start_diskless()
@@ -208,10 +252,7 @@ class Broker:
             self.transaction_coordinator = self._transaction_coordinator()
         self._serve_requests()
         if self.config.broker_role:
-            advertised_host, advertised_port = split_host_port(
-                self.config.advertised_listener or f"{host}:{self.bound_port}")
-            await self.follower.start(advertised_host, advertised_port or self.bound_port,
-                                      self.config.rack)
+            await self.follower.start(self._endpoints(), self.config.rack)
             self.replicas.broker_epoch = self.follower.epoch
             self.replicas.start()
             if self.active_tiered is not None:
@@ -234,6 +275,21 @@ class Broker:
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
                 await self.metrics.start()
+
+    def _endpoints(self) -> tuple[Endpoint, ...]:
+        """The advertised listeners to register, the inter-broker one first."""
+        inter_broker = self.listeners.inter_broker
+        return tuple(Endpoint(listener.name, listener.host, listener.port,
+                              _PROTOCOL_IDS[listener.protocol])
+                     for listener in (inter_broker, *(listener for listener in
+                                                      self.listeners.advertised
+                                                      if listener != inter_broker)))
+
+    def _scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """A user's SCRAM credential, from the freshest image this node has: the
+        controller's own if it runs it (a broker authenticating to it reads nothing before)."""
+        image = self.controller.image if self.controller is not None else self.image
+        return image.scram_credentials.lookup(user, mechanism)
 
     def cleaner_io_max_bytes_per_second(self) -> float:
         """The log cleaner's I/O limit, read before each throttling decision (so that the
@@ -352,7 +408,44 @@ class Broker:
         self.replicas.partitions[(METADATA_TOPIC, 0)] = metadata
         self.controller.on_commit.append(metadata.maybe_advance_high_watermark)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accepted_tls(self, security: ListenerSecurity, connection: socket.socket) -> None:
+        task = asyncio.get_running_loop().create_task(self._handshake(security, connection))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _handshake(self, security: ListenerSecurity, connection: socket.socket) -> None:
+        """The TLS handshake of a TLS listener's connection, bounded in time; a failure is
+        logged (one line) and counted, and the connection closed. Then it is served as the
+        principal of its client certificate (SSL) or as SASL decides (SASL_SSL)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            peer = "%s:%s" % connection.getpeername()[:2]
+        except OSError:
+            peer = "unknown"
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, connection, ssl=security.tls,
+                ssl_handshake_timeout=self.config.ssl_handshake_timeout_ms / 1000)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            principal = "User:ANONYMOUS"  # SASL_SSL: SASL decides
+            if security.protocol is SecurityProtocol.SSL:
+                principal = peer_principal(writer.get_extra_info("ssl_object"),
+                                           security.principal_mapper)
+        except (ssl.SSLError, OSError, TimeoutError, PrincipalMappingError) as error:
+            security.failures.add()
+            log.warning("closing %s on listener %s: TLS handshake failed: %s", peer,
+                        security.name, error or type(error).__name__)
+            connection.close()
+            return
+        except asyncio.CancelledError:
+            connection.close()
+            return
+        await self._accept(security, reader, writer, principal=principal)
+
+    async def _accept(self, security: ListenerSecurity, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, principal: str) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
@@ -362,7 +455,7 @@ class Broker:
             responses = self.response_memory.connection(
                 self.config.connection_max_queued_response_bytes)
             await Connection(self.services, self.traffic, responses, self.credentials,
-                             self.request_metrics, reader, writer).run()
+                             self.request_metrics, reader, writer, security, principal).run()
         except asyncio.CancelledError:
             pass  # shutdown: asyncio would log a cancelled connection callback as an error
         finally:
@@ -378,8 +471,8 @@ class Broker:
         if self.follower is not None:
             await _bounded("controlled shutdown", self.follower.shut_down())
         handed_over = time.monotonic()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.wal_writer is not None:
             # It answers the produce requests it holds.
             await _bounded("the diskless WAL writer", self.wal_writer.close())

@@ -21,14 +21,24 @@ from typing import Callable, Iterable, Iterator, Sequence
 from kio.schema.errors import ErrorCode
 
 from replication.acls import AclBinding, AclBindingFilter
+from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
 from replication.cluster_metadata import (
     NO_LEADER,
+    BrokerInfo,
     MetadataImage,
     PartitionInfo,
     TopicInfo,
+    broker_record,
     partition_record,
 )
-from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
+from replication.scram_credentials import (
+    InvalidScramCredential,
+    ScramMechanism,
+    UnknownScramMechanism,
+    credential_from_password,
+    credential_from_salted_password,
+    credential_record,
+)
 from storage.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, validate_topic_configs
 from storage.log import KafkaStorageError
 
@@ -36,6 +46,7 @@ from .acl_changes import AclDeletion, AclError, creation_records, deletion_recor
 from .config_changes import ConfigChange, changed_configs
 from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
+from .scram_changes import ScramDeletion, ScramUpsertion
 from .state_machine import Applier
 
 log = logging.getLogger(__name__)
@@ -229,7 +240,8 @@ class Controller:
 
     # --- brokers -------------------------------------------------------------------------
 
-    async def register_broker(self, node_id: int, host: str, port: int, rack: str | None) -> int:
+    async def register_broker(self, node_id: int, host: str, port: int, rack: str | None,
+                              listeners: dict[str, tuple[str, int]] | None = None) -> int:
         """Register (or re-register after a restart); return the new broker epoch.
 
         The broker starts fenced, as in KRaft: it leads nothing and is in no election until
@@ -241,8 +253,8 @@ class Controller:
                 # A restarted broker lost its in-memory state: its leaderships move first.
                 records += self._fence_records(node_id)
             epoch = self.image.next_offset + len(records)
-            registration = {"type": "broker", "node_id": node_id, "host": host, "port": port,
-                            "rack": rack, "epoch": epoch, "fenced": True}
+            registration = broker_record(BrokerInfo(node_id, host, port, rack, epoch,
+                                                    fenced=True, listeners=listeners or {}))
             self._last_heartbeat[node_id] = time.monotonic()
             await self._commit(records + [registration])
             log.info("registered broker %d at %s:%d rack %s (epoch %d)", node_id, host, port,
@@ -431,6 +443,70 @@ class Controller:
             if not validate_only and configs != current:
                 await self._commit([{"type": "broker_config", "resource": resource,
                                      "configs": configs}])
+
+    # --- SCRAM credentials ---------------------------------------------------------------
+
+    async def alter_scram_credentials(
+            self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion],
+    ) -> dict[str, ControllerError | None]:
+        """AlterUserScramCredentials: each user's changes succeed or fail together, with
+        Kafka's checks (ControllerApis / ScramControlManager); the outcome per user, in the
+        order the users first appear."""
+        async with self._lock:
+            outcome: dict[str, ControllerError | None] = {}
+            changes: dict[str, list[dict]] = {}
+            seen: dict[tuple[str, int], int] = {}
+            for change in [*deletions, *upsertions]:
+                outcome.setdefault(change.user, None)
+                key = (change.user, change.mechanism)
+                seen[key] = seen.get(key, 0) + 1
+            for change in [*deletions, *upsertions]:
+                if outcome[change.user] is not None:
+                    continue
+                try:
+                    if seen[(change.user, change.mechanism)] > 1:
+                        raise ControllerError(ErrorCode.duplicate_resource,
+                                              "A user credential cannot be altered twice in the "
+                                              "same request")
+                    changes.setdefault(change.user, []).append(self._scram_record(change))
+                except ControllerError as e:
+                    outcome[change.user] = e
+            records = [record for user, user_records in changes.items()
+                       if outcome[user] is None for record in user_records]
+            await self._commit(records)
+            return outcome
+
+    def _scram_record(self, change: ScramDeletion | ScramUpsertion) -> dict:
+        if not change.user:
+            raise ControllerError(ErrorCode.unacceptable_credential, "Username must not be empty")
+        try:
+            mechanism = ScramMechanism.from_type_id(change.mechanism)
+        except UnknownScramMechanism as e:
+            raise ControllerError(ErrorCode.unsupported_sasl_mechanism, str(e)) from None
+        if isinstance(change, ScramDeletion):
+            if self.image.scram_credentials.lookup(change.user, mechanism) is None:
+                raise ControllerError(ErrorCode.resource_not_found,
+                                      "Attempt to delete a user credential that does not exist")
+            return {"type": "remove_scram_credential", "name": change.user,
+                    "mechanism": mechanism.type_id}
+        try:
+            credential = credential_from_salted_password(mechanism, change.salted_password,
+                                                         change.salt, change.iterations)
+        except InvalidScramCredential as e:
+            raise ControllerError(ErrorCode.unacceptable_credential, str(e)) from None
+        return {"type": "scram_credential", **credential_record(change.user, credential)}
+
+    async def bootstrap_scram_users(self, passwords: dict[str, str]) -> None:
+        """Give each of these users SCRAM-SHA-256 and -512 credentials for its password
+        unless it has that credential already (Kafka's ``kafka-storage format --add-scram``:
+        the first users of a SASL cluster, who can then create the others)."""
+        async with self._lock:
+            records = [
+                {"type": "scram_credential",
+                 **credential_record(user, credential_from_password(mechanism, password))}
+                for user, password in passwords.items() for mechanism in ScramMechanism
+                if self.image.scram_credentials.lookup(user, mechanism) is None]
+            await self._commit(records)
 
     # --- ACLs ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .acls import (ACL_RECORD, REMOVE_ACL_RECORD, Authorizer, binding_from_record,
                    remove_acl_record)
+from .scram_credentials import ScramCredentials, ScramMechanism, credential_from_record
 
 METADATA_TOPIC = "__cluster_metadata"
 # The diskless batch coordinator's log (KIP-1164), a replicated classic topic.
@@ -55,6 +56,17 @@ class BrokerInfo:
     fenced: bool = False
     # Its data directory refuses appends (full): it leads nothing while another can.
     log_dir_offline: bool = False
+    # Every advertised listener, name -> (host, port): a client is told the brokers'
+    # endpoints of the listener it connected to. ``host``/``port`` are the inter-broker
+    # listener's. Empty in records of kipper before listeners had names.
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def endpoint(self, listener_name: str | None) -> tuple[str, int] | None:
+        """Where a client of ``listener_name`` reaches this broker; None when the broker
+        does not advertise that listener (Kafka leaves such a broker out of Metadata)."""
+        if not self.listeners or listener_name is None:
+            return self.host, self.port
+        return self.listeners.get(listener_name)
 
 
 class MetadataImage:
@@ -68,6 +80,8 @@ class MetadataImage:
         # resource) by resource name, as Kafka names them: "" for the cluster-wide
         # default, "<node id>" for one broker.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # Users' SCRAM credentials (AlterUserScramCredentials), what SCRAM logins check.
+        self.scram_credentials = ScramCredentials()
         # The ACLs (CreateAcls/DeleteAcls); the node's settings (super users, the answer
         # when no ACL names a resource) are set on it once by whoever serves requests.
         self.acls = Authorizer()
@@ -79,14 +93,14 @@ class MetadataImage:
         what loading applies instead of the log up to ``next_offset``."""
         records: list[dict] = []
         for broker in self.brokers.values():
-            records.append({"type": "broker", "node_id": broker.node_id, "host": broker.host,
-                            "port": broker.port, "rack": broker.rack, "epoch": broker.epoch,
-                            "fenced": broker.fenced})
+            records.append(broker_record(broker))
             if broker.log_dir_offline:
                 records.append({"type": "broker_log_dir", "node_id": broker.node_id,
                                 "offline": True})
         for resource, configs in self.broker_configs.items():
             records.append({"type": "broker_config", "resource": resource, "configs": configs})
+        records += [{"type": "scram_credential", **record}
+                    for record in self.scram_credentials.to_records()]
         for topic in self.topics.values():
             records.append({"type": "topic", "name": topic.name, "id": str(topic.topic_id),
                             "configs": topic.configs})
@@ -95,12 +109,18 @@ class MetadataImage:
 
     def snapshot_delta(self, records: list[dict]) -> list[dict]:
         """What turns this image into the one ``records`` (snapshot_records) rebuild: the
-        topics and ACLs it no longer has are removed first (a lagging broker's image)."""
+        topics, SCRAM credentials and ACLs it no longer has are removed first (a lagging broker's image)."""
         kept = {record["name"] for record in records if record["type"] == "topic"}
+        kept_credentials = {(record["name"], record["mechanism"]) for record in records
+                            if record["type"] == "scram_credential"}
         kept_acls = {binding_from_record(record) for record in records
                      if record["type"] == ACL_RECORD}
         return ([{"type": "remove_topic", "name": name}
                  for name in self.topics if name not in kept]
+                + [{"type": "remove_scram_credential", "name": record["name"],
+                    "mechanism": record["mechanism"]}
+                   for record in self.scram_credentials.to_records()
+                   if (record["name"], record["mechanism"]) not in kept_credentials]
                 + [remove_acl_record(binding) for binding in self.acls.acls()
                    if binding not in kept_acls]
                 + records)
@@ -140,17 +160,35 @@ class MetadataImage:
             self.brokers[record["node_id"]] = BrokerInfo(
                 record["node_id"], record["host"], record["port"], record.get("rack"),
                 # Registered brokers start fenced (older logs: unfenced at once).
-                record["epoch"], fenced=record.get("fenced", False))
+                record["epoch"], fenced=record.get("fenced", False),
+                listeners={name: (host, port)
+                           for name, host, port in record.get("listeners", ())})
         elif kind == "fence_broker":
             self.brokers[record["node_id"]].fenced = True
         elif kind == "unfence_broker":
             self.brokers[record["node_id"]].fenced = False
+        elif kind == "scram_credential":
+            self.scram_credentials.upsert(*credential_from_record(record))
+        elif kind == "remove_scram_credential":
+            self.scram_credentials.delete(record["name"],
+                                          ScramMechanism.from_type_id(record["mechanism"]))
         elif kind == "broker_log_dir":
             self.brokers[record["node_id"]].log_dir_offline = record["offline"]
         elif kind in (ACL_RECORD, REMOVE_ACL_RECORD):
             self.acls.apply(record)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
+
+
+def broker_record(broker: BrokerInfo) -> dict:
+    """A broker's registration as the metadata log holds it."""
+    record = {"type": "broker", "node_id": broker.node_id, "host": broker.host,
+              "port": broker.port, "rack": broker.rack, "epoch": broker.epoch,
+              "fenced": broker.fenced}
+    if broker.listeners:  # older logs have none
+        record["listeners"] = [[name, host, port]
+                               for name, (host, port) in broker.listeners.items()]
+    return record
 
 
 def partition_record(info: PartitionInfo) -> dict:

@@ -4,7 +4,9 @@ It speaks only to kipper nodes, so it sends every API at kipper's own highest ve
 One pipelined connection per remote address; a broken connection fails its pending
 calls with ConnectionError and is replaced on the next call. Every connection proves this
 node's membership of the cluster first (BROKER_CHALLENGE / BROKER_PROOF, protocol.internal):
-the remote node serves its inter-broker requests only after that.
+the remote node serves its inter-broker requests only after that. On a secured
+inter-broker listener (``NodeSecurity``) the connection first does TLS and SASL, as any
+client of that listener must.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import struct
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+import scramp
 
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7.request import (
@@ -22,9 +28,11 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from protocol.apis import VERSION_RANGES, ApiKey
-from protocol.build import make
+from protocol.build import make, millis
 from protocol.framing import decode_response, encode_request
 from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody, is_internal
 
@@ -35,6 +43,9 @@ _SIZE = struct.Struct(">i")
 # After a refused proof, calls fail at once for this long instead of connecting again: a
 # node with the wrong secret does not make its peers log a refusal per retry.
 REFUSED_BACKOFF_S = 5.0
+# A SASL session (KIP-368) is renewed once this share of its lifetime has passed, as Kafka's
+# clients do it between 85 and 95 %.
+REAUTHENTICATE_AT = 0.85
 
 
 class ConnectionTraffic(Protocol):
@@ -51,17 +62,63 @@ class TrafficCounter(Protocol):
 
 
 class AuthenticationFailed(ConnectionError):
-    """The remote node closed the connection on this node's proof of membership."""
+    """The remote node refused this node: its SASL login or its proof of membership."""
+
+
+@dataclass(frozen=True)
+class NodeSecurity:
+    """How connections to other nodes are secured: TLS with ``tls``, SASL with
+    ``sasl_mechanism`` (PLAIN or SCRAM-SHA-256/512) as ``username``; none = plaintext."""
+
+    tls: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+    def __repr__(self) -> str:  # never the password, in a log or a traceback
+        return (f"NodeSecurity(tls={self.tls is not None}, sasl_mechanism="
+                f"{self.sasl_mechanism!r}, username={self.username!r})")
+
+
+class _SaslClient:
+    """The client side of the mechanisms a node authenticates to another with."""
+
+    def __init__(self, security: NodeSecurity) -> None:
+        self._mechanism = security.sasl_mechanism
+        if self._mechanism == "PLAIN":
+            self._scram = None
+            self._first = f"\0{security.username}\0{security.password}".encode()
+        elif self._mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            self._scram = scramp.ScramClient([self._mechanism], security.username,
+                                             security.password)
+            self._first = self._scram.get_client_first().encode()
+        else:
+            raise ValueError(f"inter-broker SASL mechanism {self._mechanism} is not supported "
+                             "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+
+    def messages(self, server_replies: list[bytes]) -> bytes | None:
+        """The next message to send given the server's replies so far; None when done."""
+        if not server_replies:
+            return self._first
+        if self._scram is None:
+            return None
+        if len(server_replies) == 1:
+            self._scram.set_server_first(server_replies[0].decode())
+            return self._scram.get_client_final().encode()
+        if len(server_replies) == 2:
+            self._scram.set_server_final(server_replies[1].decode())
+        return None
 
 
 class NodeConnection:
     def __init__(self, host: str, port: int, client_id: str, credentials: ClusterCredentials,
-                 traffic: ConnectionTraffic) -> None:
+                 traffic: ConnectionTraffic, security: NodeSecurity = NodeSecurity()) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.credentials = credentials
         self.traffic = traffic
+        self.security = security
         self._writer: asyncio.StreamWriter | None = None
         # correlation id -> (future, api key, version, traffic class)
         self._pending: dict[int, tuple[asyncio.Future, int, int, str]] = {}
@@ -69,6 +126,8 @@ class NodeConnection:
         self._reader_task: asyncio.Task | None = None
         self._connect_lock = asyncio.Lock()
         self._refused: tuple[float, AuthenticationFailed] | None = None  # (until, why)
+        # When the SASL session must be renewed (time.monotonic()); None: it never expires.
+        self._reauthenticate_at: float | None = None
 
     @property
     def connected(self) -> bool:
@@ -84,13 +143,54 @@ class NodeConnection:
             # arrives as the call completes, and a cancelled replica fetcher or metadata
             # loop then runs on, which kept brokers from stopping.
             async with asyncio.timeout(timeout):
-                reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=self.security.tls,
+                    ssl_handshake_timeout=timeout if self.security.tls else None)
             self._reader_task = asyncio.create_task(self._read_responses(reader))
             await self._authenticate(timeout)
+
+    async def _sasl_authenticate(self, timeout: float) -> None:
+        """SaslHandshake v1 and SaslAuthenticate rounds, before anything else is sent."""
+        mechanism = self.security.sasl_mechanism
+        handshake = await self._send(ApiKey.SASL_HANDSHAKE,
+                                     make(SaslHandshakeRequest, mechanism=mechanism), timeout)
+        if handshake.error_code != ErrorCode.none:
+            raise AuthenticationFailed(f"{self.host}:{self.port} does not offer SASL "
+                                       f"{mechanism} (it offers "
+                                       f"{', '.join(handshake.mechanisms)})")
+        client = _SaslClient(self.security)
+        replies: list[bytes] = []
+        while (message := client.messages(replies)) is not None:
+            response = await self._send(ApiKey.SASL_AUTHENTICATE,
+                                        make(SaslAuthenticateRequest, auth_bytes=message),
+                                        timeout)
+            if response.error_code != ErrorCode.none:
+                raise AuthenticationFailed(f"{self.host}:{self.port} refused SASL {mechanism} "
+                                           f"authentication as {self.security.username!r}: "
+                                           f"{response.error_message}")
+            replies.append(response.auth_bytes)
+        lifetime_ms = millis(response.session_lifetime)
+        self._reauthenticate_at = (time.monotonic() + lifetime_ms * REAUTHENTICATE_AT / 1000
+                                   if lifetime_ms > 0 else None)
+
+    async def _renew_session(self, timeout: float) -> None:
+        """Re-authenticate on this connection before the broker's session ends (KIP-368):
+        past it, the broker would close the connection on the next request."""
+        async with self._connect_lock:
+            if (self._reauthenticate_at is None or time.monotonic() < self._reauthenticate_at
+                    or not self.connected):
+                return
+            try:
+                await self._sasl_authenticate(timeout)
+            except BaseException:
+                await self.close()
+                raise
 
     async def _authenticate(self, timeout: float) -> None:
         proving = False
         try:
+            if self.security.sasl_mechanism is not None:
+                await self._sasl_authenticate(timeout)
             challenge = await self._send(InternalApiKey.BROKER_CHALLENGE, JsonBody({}), timeout)
             proving = True
             await self._send(InternalApiKey.BROKER_PROOF, JsonBody({
@@ -99,6 +199,9 @@ class NodeConnection:
         except BaseException as e:
             # Never leave an unauthenticated connection for the next call to use.
             await self.close()
+            if isinstance(e, AuthenticationFailed):  # SASL refused: back off the same way
+                self._refused = (time.monotonic() + REFUSED_BACKOFF_S, e)
+                raise
             if proving and isinstance(e, ConnectionError):  # the peer refused the proof
                 refused = AuthenticationFailed(
                     f"{self.host}:{self.port} closed the connection on node "
@@ -142,6 +245,8 @@ class NodeConnection:
     async def call(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float = 30.0,
                    version: int | None = None) -> Any:
         await self._ensure_connected(timeout)
+        if self._reauthenticate_at is not None and time.monotonic() >= self._reauthenticate_at:
+            await self._renew_session(timeout)
         return await self._send(api_key, body, timeout, version)
 
     async def _send(self, api_key: ApiKey | InternalApiKey, body: Any, timeout: float,
@@ -186,10 +291,11 @@ class NodeClient:
     """Connections to other kipper nodes, keyed by address."""
 
     def __init__(self, client_id: str, credentials: ClusterCredentials,
-                 traffic: TrafficCounter) -> None:
+                 traffic: TrafficCounter, security: NodeSecurity = NodeSecurity()) -> None:
         self.client_id = client_id
         self.credentials = credentials
         self.traffic = traffic
+        self.security = security
         self._connections: dict[tuple[str, int, str], NodeConnection] = {}
 
     def connection(self, host: str, port: int, purpose: str = "control") -> NodeConnection:
@@ -200,7 +306,7 @@ class NodeClient:
         if key not in self._connections:
             self._connections[key] = NodeConnection(
                 host, port, self.client_id, self.credentials,
-                self.traffic.opened_connection(host, port))
+                self.traffic.opened_connection(host, port), self.security)
         return self._connections[key]
 
     async def close(self) -> None:

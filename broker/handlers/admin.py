@@ -14,6 +14,7 @@ from replication.acls import AclOperation, ResourceType
 from storage.config import STORAGE_MODES
 
 from ..security.authorize import allowed, checks_acls, cluster_operations
+from .metadata import broker_entries
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
@@ -240,10 +241,7 @@ async def create_partitions(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.DESCRIBE_CLUSTER)
 async def describe_cluster(ctx: RequestContext, request) -> object:
-    brokers = tuple(
-        ctx.response("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port,
-                     rack=b.rack)
-        for b in ctx.services.image.live_brokers())
+    brokers = broker_entries(ctx, "DescribeClusterBroker", "broker_id")
     return ctx.response("DescribeClusterResponse", throttle_time=0, error_code=ErrorCode.none,
                         error_message=None, endpoint_type=1,
                         cluster_id=ctx.services.config.cluster_id,

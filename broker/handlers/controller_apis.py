@@ -22,10 +22,12 @@ async def broker_registration(ctx: RequestContext, request) -> object:
         error = ErrorCode.not_controller if controller is None else ErrorCode.invalid_request
         return ctx.response("BrokerRegistrationResponse", throttle_time=0, error_code=error,
                             broker_epoch=-1)
+    # The first listener is the one other nodes connect to (the inter-broker listener).
     listener = request.listeners[0]
     try:
-        epoch = await controller.register_broker(request.broker_id, listener.host,
-                                                 listener.port, request.rack)
+        epoch = await controller.register_broker(
+            request.broker_id, listener.host, listener.port, request.rack,
+            {entry.name: (entry.host, entry.port) for entry in request.listeners})
     except ControllerError as e:
         return ctx.response("BrokerRegistrationResponse", throttle_time=0,
                             error_code=e.error_code, broker_epoch=-1)

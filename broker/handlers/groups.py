@@ -90,8 +90,12 @@ def _locate(ctx: RequestContext, key_type: int, key: str) -> dict:
     if node is None:
         return failure(ErrorCode.coordinator_not_available,
                        "the key's partition of its coordinator's topic has no leader")
+    endpoint = node.endpoint(ctx.listener_name)
+    if endpoint is None:
+        return failure(ErrorCode.coordinator_not_available,
+                       f"the coordinator has no {ctx.listener_name} listener")
     return dict(error_code=ErrorCode.none, error_message=None, node_id=node.node_id,
-                host=node.host, port=node.port)
+                host=endpoint[0], port=endpoint[1])
 
 
 @handles(ApiKey.JOIN_GROUP)

@@ -19,9 +19,14 @@ from .registry import RequestContext, handles
 log = logging.getLogger(__name__)
 
 
-def broker_entries(ctx: RequestContext, entity: str) -> tuple:
-    return tuple(ctx.response(entity, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in ctx.services.image.live_brokers())
+def broker_entries(ctx: RequestContext, entity: str, id_field: str = "node_id") -> tuple:
+    """The live brokers as clients of this listener reach them (brokers without it left
+    out, as Kafka does)."""
+    return tuple(ctx.response(entity, **{id_field: b.node_id}, host=host, port=port,
+                              rack=b.rack)
+                 for b in ctx.services.image.live_brokers()
+                 if (endpoint := b.endpoint(ctx.listener_name)) is not None
+                 for host, port in (endpoint,))
 
 
 def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: bool) -> object:

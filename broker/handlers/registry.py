@@ -45,6 +45,10 @@ class RequestContext:
     # authenticated; ACLs are checked against it and the client's host (an address, no port).
     principal: str = "User:ANONYMOUS"
     client_host: str = ""
+    # The listener the request came in on: Metadata, FindCoordinator and DescribeCluster
+    # answer with the brokers' endpoints of that listener. None: every broker's registered
+    # address (requests made in-process).
+    listener_name: str | None = None
 
     @property
     def version(self) -> int:

@@ -9,9 +9,8 @@ resource (topic, group, transactional id, the cluster) is checked for which oper
 what a denial answers, and whether it fails the request, one resource, or quietly leaves
 the resource out of the answer.
 
-The table keys are API keys: ``protocol.apis.ApiKey`` for the APIs kipper serves,
-``protocol.internal.InternalApiKey`` for its own, and ``UnlistedApiKey`` for the Kafka APIs
-of issue #18 that ``ApiKey`` does not list yet (SASL, SCRAM credentials).
+The table keys are API keys: ``protocol.apis.ApiKey`` for the Kafka APIs kipper serves,
+``protocol.internal.InternalApiKey`` for its own.
 """
 
 from __future__ import annotations
@@ -26,16 +25,6 @@ from protocol.internal import InternalApiKey
 from replication.acls import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 
 Op = AclOperation
-
-
-class UnlistedApiKey(enum.IntEnum):
-    """Kafka API keys (``org.apache.kafka.common.protocol.ApiKeys``) this table covers that
-    ``protocol.apis.ApiKey`` does not list yet: kipper serves them once #18 lands."""
-
-    SASL_HANDSHAKE = 17
-    SASL_AUTHENTICATE = 36
-    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 class Scope(enum.Enum):
@@ -316,13 +305,13 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     ApiKey.LIST_TRANSACTIONS: ApiAuthorization((
         _rule(_transactional_id(Op.DESCRIBE, "every transaction"), scope=Scope.HIDDEN),
     )),
-    UnlistedApiKey.SASL_HANDSHAKE: ApiAuthorization(()),
-    UnlistedApiKey.SASL_AUTHENTICATE: ApiAuthorization(()),
+    ApiKey.SASL_HANDSHAKE: ApiAuthorization(()),
+    ApiKey.SASL_AUTHENTICATE: ApiAuthorization(()),
     ApiKey.DESCRIBE_ACLS: _cluster_only(Op.DESCRIBE),
     ApiKey.CREATE_ACLS: _cluster_only(Op.ALTER),
     ApiKey.DELETE_ACLS: _cluster_only(Op.ALTER),
-    UnlistedApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
-    UnlistedApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
     InternalApiKey.DISKLESS_COORDINATOR_APPEND: ApiAuthorization((), note=_BROKER_ONLY),
     InternalApiKey.BROKER_CHALLENGE: ApiAuthorization((), note="The membership proof itself."),
     InternalApiKey.BROKER_PROOF: ApiAuthorization((), note="The membership proof itself."),

@@ -127,7 +127,11 @@ class ScramServer(SaslServerMechanism):
                 or not all(_EXTENSION.fullmatch(extension) for extension in attributes[2:-1])):
             raise invalid_credentials(self.name)
         channel_binding = _base64(attributes[0][2:])
-        if channel_binding != self._gs2_header.encode("utf-8") or attributes[1][2:] != self._nonce:
+        # The nonce must end with the one sent, as Kafka's ScramSaslServer checked it until
+        # 3.x (endsWith): librdkafka 2.0 (Debian's kcat) repeats its own nonce in front of
+        # it. The proof covers the message as sent, and the server part is still fresh.
+        if (channel_binding != self._gs2_header.encode("utf-8")
+                or not attributes[1][2:].endswith(self._nonce)):
             raise invalid_credentials(self.name)
         proof = _base64(attributes[-1][2:])
         if proof is None or len(proof) != self._mechanism.digest_size:

@@ -15,7 +15,8 @@ from broker.static_configs import dynamic_configs
 from replication.cluster_metadata import MetadataImage
 
 NODE_FLAGS = {"--config", "--node-id", "--listener", "--advertised-listener", "--rack",
-              "--data-dir", "--metrics-listener"}
+              "--data-dir", "--metrics-listener", "--listeners", "--advertised-listeners",
+              "--listener-security-protocol-map", "--inter-broker-listener-name"}
 BROKER_ONLY_FLAGS = {"--controller", "--auto-create-topics", "--default-storage-mode",
                      "--num-partitions", "--s3-endpoint", "--s3-access-key", "--s3-secret-key",
                      "--s3-latency-profile", "--capture-trace"}

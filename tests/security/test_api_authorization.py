@@ -7,7 +7,7 @@ import pytest
 
 from broker.handlers import HANDLERS
 from broker.security.api_authorization import (
-    API_AUTHORIZATION, DENIAL_ERRORS, Scope, UnlistedApiKey, authorization_for)
+    API_AUTHORIZATION, DENIAL_ERRORS, Scope, authorization_for)
 from protocol.apis import ApiKey
 from protocol.internal import InternalApiKey
 from replication.acls import SUPPORTED_OPERATIONS, AclOperation, ResourceType
@@ -20,10 +20,10 @@ def test_every_api_kipper_serves_has_an_entry():
 
 
 def test_no_entry_overwrites_another():
-    """A dict literal keeps the last of two equal keys silently: the three key enums must
+    """A dict literal keeps the last of two equal keys silently: the two key enums must
     not share a code, so the table has one entry per member of each."""
-    assert not {int(key) for key in UnlistedApiKey} & {int(key) for key in ApiKey}
-    assert len(API_AUTHORIZATION) == len(ApiKey) + len(UnlistedApiKey) + len(InternalApiKey)
+    assert not {int(key) for key in InternalApiKey} & {int(key) for key in ApiKey}
+    assert len(API_AUTHORIZATION) == len(ApiKey) + len(InternalApiKey)
 
 
 def test_an_unknown_api_is_an_error_not_a_pass():
@@ -91,7 +91,7 @@ def checks(api_key: int) -> list[tuple[AclOperation, ResourceType]]:
     (ApiKey.CREATE_ACLS, [(AclOperation.ALTER, ResourceType.CLUSTER)]),
     (ApiKey.DESCRIBE_ACLS, [(AclOperation.DESCRIBE, ResourceType.CLUSTER)]),
     (ApiKey.API_VERSIONS, []),
-    (UnlistedApiKey.SASL_AUTHENTICATE, []),
+    (ApiKey.SASL_AUTHENTICATE, []),
     (ApiKey.DESCRIBE_CLUSTER, []),
 ])
 def test_checks_of_some_apis(api_key, expected):

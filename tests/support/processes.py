@@ -49,6 +49,8 @@ class BrokerProcess:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     metrics_url: str | None = None
+    # Every listener's host:port by name, as the ready line gave them.
+    listeners: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -80,6 +82,7 @@ class BrokerProcess:
             self.kill()
             raise RuntimeError(f"broker did not start: {line!r}; log:\n{self.log_tail()}")
         self.port = listening.port
+        self.listeners = listening.listeners
         if "--metrics-listener" in self.extra_args:
             line = _readline_with_timeout(self.proc, timeout)
             self.metrics_url = metrics_url(line)
