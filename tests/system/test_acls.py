@@ -14,12 +14,13 @@ import subprocess
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
                                    AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
                                    ResourceType)
 
 from protocol.apis import ApiKey
+from support.authorization import consume_error, produce_error
 from support.processes import BrokerProcess, Cluster
 from support.raw import call, connect
 from support.wait import wait_until
@@ -140,30 +141,8 @@ def test_kafkajs_admin_creates_describes_and_deletes_acls(broker, kafkajs):
     assert [r["resourceName"] for r in result["after"]] == [topic]
 
 
-def produce_error(bootstrap: str, topic: str) -> KafkaError | None:
-    """What the producer's delivery report says of one message to ``topic``."""
-    outcome: list = []
-    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10_000})
-    producer.produce(topic, b"v", on_delivery=lambda error, _: outcome.append(error))
-    producer.flush(20)
-    assert len(outcome) == 1
-    return outcome[0]
-
-
-def consume_error(bootstrap: str, topic: str) -> KafkaError | None:
-    """The first error a consumer of ``topic`` sees, or None once it reads a message."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": name("g"),
-                         "auto.offset.reset": "earliest"})
-    try:
-        consumer.subscribe([topic])
-        for _ in range(30):
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            return message.error()
-        raise AssertionError("the consumer saw neither a message nor an error")
-    finally:
-        consumer.close()
+def plain(bootstrap: str) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap}
 
 
 def add_acls(bootstrap: str, *acls: AclBinding) -> None:
@@ -175,16 +154,17 @@ def add_acls(bootstrap: str, *acls: AclBinding) -> None:
 def test_a_deny_for_anonymous_refuses_its_produce_and_consume(broker):
     written, read = name("deny-write"), name("deny-read")
     create_topics(broker.bootstrap, written, read)
-    assert produce_error(broker.bootstrap, read) is None
+    assert produce_error(plain(broker.bootstrap), read) is None
     add_acls(broker.bootstrap,
              topic_acl(written, ANONYMOUS, AclOperation.WRITE, AclPermissionType.DENY),
              topic_acl(read, ANONYMOUS, AclOperation.READ, AclPermissionType.DENY),
              # Describing stays allowed, so the clients get to the refused operation.
              topic_acl(written, ANONYMOUS, AclOperation.DESCRIBE, AclPermissionType.ALLOW),
              topic_acl(read, ANONYMOUS, AclOperation.DESCRIBE, AclPermissionType.ALLOW))
-    assert produce_error(broker.bootstrap, written).code() == \
+    assert produce_error(plain(broker.bootstrap), written).code() == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert consume_error(broker.bootstrap, read).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert consume_error(plain(broker.bootstrap), read).code() == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_a_prefixed_deny_refuses_every_topic_it_names(broker):
@@ -196,9 +176,9 @@ def test_a_prefixed_deny_refuses_every_topic_it_names(broker):
                        ResourcePatternType.PREFIXED),
              topic_acl(prefix, ANONYMOUS, AclOperation.DESCRIBE, AclPermissionType.ALLOW,
                        ResourcePatternType.PREFIXED))
-    assert produce_error(broker.bootstrap, secret).code() == \
+    assert produce_error(plain(broker.bootstrap), secret).code() == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert produce_error(broker.bootstrap, public) is None
+    assert produce_error(plain(broker.bootstrap), public) is None
 
 
 def acls_of(broker: BrokerProcess) -> int:
@@ -228,11 +208,11 @@ def test_acls_reach_every_broker_of_a_cluster(cluster):
     first, second = (b.bootstrap for b in cluster.brokers)
     topic = name("clustered")
     create_topics(first, topic)
-    assert produce_error(second, topic) is None
+    assert produce_error(plain(second), topic) is None
     add_cluster_acls(cluster,
                      topic_acl(topic, ANONYMOUS, AclOperation.WRITE, AclPermissionType.DENY),
                      topic_acl(topic, ANONYMOUS, AclOperation.DESCRIBE, AclPermissionType.ALLOW))
-    assert produce_error(second, topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce_error(plain(second), topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_a_forwarded_request_is_refused_only_where_the_acls_say(cluster):
@@ -266,7 +246,7 @@ def test_a_denied_group_and_kafka_python_producer_see_the_refusal(broker):
 
     topic, group = name("grp-topic"), name("denied-group")
     create_topics(broker.bootstrap, topic)
-    assert produce_error(broker.bootstrap, topic) is None
+    assert produce_error(plain(broker.bootstrap), topic) is None
     add_acls(broker.bootstrap,
              AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, ANONYMOUS, "*",
                         AclOperation.READ, AclPermissionType.DENY),
