@@ -9,6 +9,9 @@ from replication.dynamic_config import DynamicConfigs
 
 from .config import BrokerConfig
 
+# What Kafka's authorizer.class.name names for the authorizer kipper implements.
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
 
 def _static_broker_configs(config: BrokerConfig) -> dict[str, str]:
     values = {
@@ -38,6 +41,23 @@ def _static_broker_configs(config: BrokerConfig) -> dict[str, str]:
         "auto.leader.rebalance.enable": str(config.auto_leader_rebalance_enable).lower(),
         "leader.imbalance.per.broker.percentage": config.leader_imbalance_per_broker_percentage,
         "leader.imbalance.check.interval.seconds": config.leader_imbalance_check_interval_seconds,
+        "listeners": config.listeners,
+        "advertised.listeners": config.advertised_listeners,
+        "listener.security.protocol.map": config.listener_security_protocol_map,
+        "inter.broker.listener.name": config.inter_broker_listener_name,
+        "ssl.keystore.location": config.ssl_keystore_location,
+        "ssl.key.password": config.ssl_key_password,
+        "ssl.truststore.location": config.ssl_truststore_location,
+        "ssl.client.auth": config.ssl_client_auth,
+        "ssl.enabled.protocols": config.ssl_enabled_protocols,
+        "ssl.principal.mapping.rules": config.ssl_principal_mapping_rules,
+        "sasl.enabled.mechanisms": config.sasl_enabled_mechanisms,
+        "sasl.mechanism.inter.broker.protocol": config.sasl_mechanism_inter_broker_protocol,
+        "kipper.inter.broker.sasl.password": config.inter_broker_sasl_password,
+        "connections.max.reauth.ms": config.connections_max_reauth_ms,
+        "authorizer.class.name": STANDARD_AUTHORIZER if config.authorizer_enabled else "",
+        "super.users": config.super_users,
+        "allow.everyone.if.no.acl.found": str(config.allow_everyone_if_no_acl_found).lower(),
     }
     return {name: str(value) for name, value in values.items() if value is not None}
 

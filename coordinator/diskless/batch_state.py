@@ -113,6 +113,9 @@ class BatchCoordinatorState(RecordControlPlane):
         # Decoded producer state per (topic_id, partition); only valid while it matches the
         # database, so it is dropped whenever a transaction rolls back.
         self._producer_states: dict[tuple[str, int], ProducerState] = {}
+        # Each partition's LogInfo as last read, until the next change of any: a consumer's
+        # fetch of thousands of idle diskless partitions asks for it several times each.
+        self._log_infos: dict[tuple[str, int], LogInfo] = {}
         try:
             self._open()
         except sqlite3.DatabaseError as e:
@@ -142,6 +145,7 @@ class BatchCoordinatorState(RecordControlPlane):
             raise
         self._applied_offset = -1 if row is None else row[0]
         self._producer_states.clear()
+        self._log_infos.clear()
 
     def replace_with(self, checkpoint: Path) -> None:
         """Take the state in the database file ``checkpoint`` (checked by
@@ -200,6 +204,8 @@ class BatchCoordinatorState(RecordControlPlane):
             # Cached producer state may hold changes the database no longer has.
             self._producer_states.clear()
             raise
+        finally:
+            self._log_infos.clear()  # read before the change
 
     # -- commit_file -----------------------------------------------------------------------
 
@@ -479,11 +485,18 @@ class BatchCoordinatorState(RecordControlPlane):
     # -- queries -------------------------------------------------------------------------------
 
     def log_info(self, topic_id: str, partition: int) -> LogInfo:
-        row = self._db.execute(
-            "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset, "
-            "tombstone_horizon_ms FROM logs WHERE topic_id = ? AND partition = ?",
-            (topic_id, partition)).fetchone()
-        return LogInfo(0, 0, 0) if row is None else LogInfo(*row)
+        # A change under way reads what it wrote itself, so it is not cached.
+        changing = self._db.in_transaction
+        info = None if changing else self._log_infos.get((topic_id, partition))
+        if info is None:
+            row = self._db.execute(
+                "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset, "
+                "tombstone_horizon_ms FROM logs WHERE topic_id = ? AND partition = ?",
+                (topic_id, partition)).fetchone()
+            info = LogInfo(0, 0, 0) if row is None else LogInfo(*row)
+            if not changing:
+                self._log_infos[(topic_id, partition)] = info
+        return info
 
     def find_batches(self, topic_id: str, partition: int, offset: int,
                      max_bytes: int) -> list[BatchCoordinate]:

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from bench.local_cluster import LocalCluster
 from support.kcat import kcat
@@ -26,6 +26,14 @@ def test_secure_cluster_up_serves_its_client_properties(tmp_path, security):
         # RF=2: the follower fetches from the leader over the secured listener.
         admin = AdminClient(config)
         admin.create_topics([NewTopic(topic, 1, 2)])[topic].result(30)
+        broker = ConfigResource(ResourceType.BROKER, "0")
+        described = admin.describe_configs([broker])[broker].result(30)
+        assert described["authorizer.class.name"].value.endswith("StandardAuthorizer")
+        assert "User:admin" in described["super.users"].value
+        assert described["listeners"].value.startswith(security.upper().replace("-", "_"))
+        if security == "sasl-ssl":  # a secret: sensitive, its value never sent
+            secret = described["kipper.inter.broker.sasl.password"]
+            assert secret.is_sensitive and secret.value is None
         producer = Producer({**config, "acks": "all"})
         for i in range(10):
             producer.produce(topic, f"v-{i}".encode())
