@@ -1,8 +1,11 @@
 #!/usr/bin/env node
-// kafkajs over SASL_SSL, driven by tests/system/test_sasl_ssl.py:
+// kafkajs over SASL_SSL, or over SSL with a client certificate (mutual TLS), driven by
+// tests/system/test_sasl_ssl.py:
 //
 //   node sasl_client.mjs --bootstrap 127.0.0.1:9093 --topic T --count 20 --ca ca.pem \
 //                        --mechanism scram-sha-512 --username admin --password secret
+//   node sasl_client.mjs --bootstrap 127.0.0.1:9094 --topic T --count 20 --ca ca.pem \
+//                        --cert client.pem --key client.key
 //
 // Produces `count` records (values v-0 .. v-<count-1>) to an existing topic, consumes them
 // back with a consumer group from the beginning and prints {"values": [...]} on stdout.
@@ -18,8 +21,13 @@ async function main () {
   const kafka = new Kafka({
     clientId: 'kipper-kafkajs-sasl-test',
     brokers: opts.bootstrap.split(','),
-    ssl: { ca: [fs.readFileSync(opts.ca, 'utf-8')] },
-    sasl: { mechanism: opts.mechanism, username: opts.username, password: opts.password },
+    ssl: opts.cert
+      ? { ca: [fs.readFileSync(opts.ca, 'utf-8')], cert: fs.readFileSync(opts.cert, 'utf-8'),
+          key: fs.readFileSync(opts.key, 'utf-8') }
+      : { ca: [fs.readFileSync(opts.ca, 'utf-8')] },
+    sasl: opts.cert
+      ? undefined
+      : { mechanism: opts.mechanism, username: opts.username, password: opts.password },
     logLevel: logLevel.WARN,
     logCreator: stderrLogCreator,
     retry: { retries: 5, initialRetryTime: 100 },

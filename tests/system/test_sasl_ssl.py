@@ -1,6 +1,6 @@
 """Authentication with real, unmodified clients (issue #18): confluent-kafka, kafka-python,
-aiokafka, kcat and kafkajs produce and consume over SASL_SSL with SCRAM-SHA-512 and PLAIN,
-in every storage mode; mutual TLS on an SSL listener; OAUTHBEARER with a signed JWT; SCRAM
+aiokafka, kcat and kafkajs produce and consume over SASL_SSL with SCRAM-SHA-512 and PLAIN
+and over SSL with a client certificate (mutual TLS), in every storage mode; OAUTHBEARER with a signed JWT; SCRAM
 users managed with AlterUserScramCredentials; and what must be refused: a wrong password, a
 plaintext client on a TLS listener, a request before authentication.
 
@@ -40,6 +40,7 @@ from support.wait import wait_until
 from support.secure_broker import (
     ADMIN,
     ADMIN_PASSWORD,
+    CERT_USER,
     OAUTH_AUDIENCE,
     PLAIN_PASSWORD,
     PLAIN_USER,
@@ -49,8 +50,11 @@ from support.secure_broker import (
 from support.metrics import scrape, total
 
 MODES = ("classic", "active-tiered", "diskless")
-# Each client round trip: over SASL_SSL with SCRAM-SHA-512 as the admin, and with PLAIN.
-LOGINS = {"SCRAM-SHA-512": (ADMIN, ADMIN_PASSWORD), "PLAIN": (PLAIN_USER, PLAIN_PASSWORD)}
+# Each client round trip: over SASL_SSL with SCRAM-SHA-512 as the admin, and with PLAIN;
+# and over SSL with the client certificate of CERT_USER (mutual TLS).
+MUTUAL_TLS = "mTLS"
+LOGINS = {"SCRAM-SHA-512": (ADMIN, ADMIN_PASSWORD), "PLAIN": (PLAIN_USER, PLAIN_PASSWORD),
+          MUTUAL_TLS: (CERT_USER, None)}
 RECORDS = 20
 
 
@@ -91,12 +95,22 @@ def _confluent_round_trip(config: dict[str, str], topic: str) -> list[str]:
     return got
 
 
+def _librdkafka(secure: SecureBroker, mechanism: str) -> dict[str, str]:
+    if mechanism == MUTUAL_TLS:
+        return secure.librdkafka("SSL")
+    user, password = LOGINS[mechanism]
+    return secure.librdkafka("SASL_SSL", mechanism, user, password)
+
+
+def _client_certificate(secure: SecureBroker):
+    return secure.ca.clients[CERT_USER]
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mechanism", LOGINS)
 def test_confluent_kafka(secure, mode, mechanism):
-    user, password = LOGINS[mechanism]
-    config = secure.librdkafka("SASL_SSL", mechanism, user, password)
-    assert _confluent_round_trip(config, _topic(secure, mode)) == _values()
+    assert _confluent_round_trip(_librdkafka(secure, mechanism), _topic(secure, mode)) == \
+        _values()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -106,9 +120,16 @@ def test_kafka_python(secure, mode, mechanism):
 
     user, password = LOGINS[mechanism]
     topic = _topic(secure, mode)
-    settings = dict(bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
-                    sasl_mechanism=mechanism, sasl_plain_username=user,
-                    sasl_plain_password=password, ssl_cafile=str(secure.ca.ca_certificate))
+    if mechanism == MUTUAL_TLS:
+        client = _client_certificate(secure)
+        settings = dict(bootstrap_servers=secure.address("SSL"), security_protocol="SSL",
+                        ssl_cafile=str(secure.ca.ca_certificate),
+                        ssl_certfile=str(client.certificate), ssl_keyfile=str(client.key))
+    else:
+        settings = dict(bootstrap_servers=secure.address("SASL_SSL"),
+                        security_protocol="SASL_SSL", sasl_mechanism=mechanism,
+                        sasl_plain_username=user, sasl_plain_password=password,
+                        ssl_cafile=str(secure.ca.ca_certificate))
     producer = KafkaProducer(acks="all", **settings)
     for value in _values():
         producer.send(topic, value.encode())
@@ -131,10 +152,18 @@ def test_aiokafka(secure, mode, mechanism):
     topic = _topic(secure, mode)
 
     async def round_trip() -> list[str]:
-        settings = dict(bootstrap_servers=secure.address("SASL_SSL"),
-                        security_protocol="SASL_SSL", sasl_mechanism=mechanism,
-                        sasl_plain_username=user, sasl_plain_password=password,
-                        ssl_context=create_ssl_context(cafile=str(secure.ca.ca_certificate)))
+        if mechanism == MUTUAL_TLS:
+            client = _client_certificate(secure)
+            settings = dict(bootstrap_servers=secure.address("SSL"), security_protocol="SSL",
+                            ssl_context=create_ssl_context(
+                                cafile=str(secure.ca.ca_certificate),
+                                certfile=str(client.certificate), keyfile=str(client.key)))
+        else:
+            settings = dict(bootstrap_servers=secure.address("SASL_SSL"),
+                            security_protocol="SASL_SSL", sasl_mechanism=mechanism,
+                            sasl_plain_username=user, sasl_plain_password=password,
+                            ssl_context=create_ssl_context(
+                                cafile=str(secure.ca.ca_certificate)))
         producer = AIOKafkaProducer(acks="all", **settings)
         await producer.start()
         try:
@@ -170,8 +199,7 @@ def _kcat_settings(config: dict[str, str]) -> list[str]:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mechanism", LOGINS)
 def test_kcat(secure, mode, mechanism):
-    user, password = LOGINS[mechanism]
-    settings = _kcat_settings(secure.librdkafka("SASL_SSL", mechanism, user, password))
+    settings = _kcat_settings(_librdkafka(secure, mechanism))
     topic = _topic(secure, mode)
     kcat(*settings, "-P", "-t", topic, stdin="\n".join(_values()).encode() + b"\n")
     out = kcat(*settings, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-c", str(RECORDS))
@@ -183,13 +211,18 @@ def test_kcat(secure, mode, mechanism):
 def test_kafkajs(secure, mode, mechanism, kafkajs, tmp_path):
     user, password = LOGINS[mechanism]
     topic = _topic(secure, mode)
+    if mechanism == MUTUAL_TLS:
+        client = _client_certificate(secure)
+        login = ["--bootstrap", secure.address("SSL"), "--cert", str(client.certificate),
+                 "--key", str(client.key)]
+    else:
+        login = ["--bootstrap", secure.address("SASL_SSL"), "--mechanism", mechanism.lower(),
+                 "--username", user, "--password", password]
     stderr_path = tmp_path / "kafkajs.stderr"
     with open(stderr_path, "wb") as stderr:
         proc = subprocess.run(
-            [shutil.which("node"), str(kafkajs / "sasl_client.mjs"),
-             "--bootstrap", secure.address("SASL_SSL"), "--topic", topic,
-             "--count", str(RECORDS), "--ca", str(secure.ca.ca_certificate),
-             "--mechanism", mechanism.lower(), "--username", user, "--password", password],
+            [shutil.which("node"), str(kafkajs / "sasl_client.mjs"), *login, "--topic", topic,
+             "--count", str(RECORDS), "--ca", str(secure.ca.ca_certificate)],
             stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 0, stderr_path.read_text(errors="replace")[-4000:]
     assert json.loads(proc.stdout)["values"] == _values()
@@ -204,12 +237,6 @@ def test_metadata_names_the_listener_connected_to(secure):
                                ).list_topics(timeout=10)
         assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [
             secure.address(listener)]
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_mutual_tls(secure, mode):
-    config = secure.librdkafka("SSL")
-    assert _confluent_round_trip(config, _topic(secure, mode)) == _values()
 
 
 def test_ssl_listener_refuses_a_client_without_certificate(secure):
