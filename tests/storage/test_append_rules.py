@@ -104,7 +104,7 @@ async def _produce_answer(log: PartitionLog, mode: str, records: bytes) -> Error
     partition = (LeaderlessPartition(1, log, info) if mode == "diskless"
                  else ReplicatedPartition(1, log, info))
     services = SimpleNamespace(replicas=SimpleNamespace(get=lambda topic, index: partition),
-                               capture=None)
+                               capture=None, config=SimpleNamespace(authorizer_enabled=False))
     ctx = RequestContext(SimpleNamespace(api_key=ApiKey.PRODUCE, api_version=9, client_id="t"),
                          services, "test")
     request = make(ProduceRequest, transactional_id=None, acks=1, timeout=30_000, topic_data=(
