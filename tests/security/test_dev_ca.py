@@ -7,7 +7,6 @@ import asyncio
 import datetime
 import ipaddress
 import logging
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -149,7 +148,6 @@ def test_client_properties_for_mutual_tls(tmp_path):
         f"ssl.certificate.location={alice.certificate}", f"ssl.key.location={alice.key}"]
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl command")
 def test_openssl_accepts_the_files(tmp_path):
     dev_ca = create_dev_ca(tmp_path, users=("alice",), key_password="s3cret")
     verified = subprocess.run(
