@@ -398,7 +398,9 @@ class ConsumerGroupManager:
         if request.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member going away for a while: it keeps its partitions until its
             # session expires or it comes back.
-            group.set_current(member, replace(member.current, member_epoch=STATIC_LEAVE_EPOCH))
+            group.set_current(member, replace(
+                member.current, member_epoch=STATIC_LEAVE_EPOCH,
+                previous_member_epoch=member.member_epoch))
             self._write_current(group, member, records)
             self._expect_heartbeat(group, member)
             log.info("static member %s of group %s left temporarily", member.member_id,

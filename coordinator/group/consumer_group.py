@@ -160,10 +160,12 @@ class ConsumerGroup(GroupOffsets):
 
     def replace_static_member(self, old: ConsumerMember, new_member_id: str,
                               info: MemberSubscriptionInfo) -> ConsumerMember:
-        """A restarted static member takes over the old one's assignment and epoch."""
+        """A restarted static member takes over the old one's assignment and the epoch it
+        had before it left."""
         target = self.target.get(old.member_id, {})
         self.remove(old.member_id)
-        member = ConsumerMember(new_member_id, info, replace(old.current))
+        member = ConsumerMember(new_member_id, info, replace(
+            old.current, member_epoch=old.current.previous_member_epoch))
         self.add(member)
         self.target[new_member_id] = target
         return member

@@ -1,0 +1,109 @@
+"""The KIP-848 consumer group protocol with an unmodified real client: confluent-kafka
+consumers with ``group.protocol=consumer``, the broker assigning.
+
+The group scenario (support/groups.py) in every storage mode: three members, a fourth joins
+and one leaves mid-stream, every record exactly once; committed offsets and the group hold
+across new members and a SIGKILL of the coordinator (every broker, on a cluster). Then bad
+heartbeats get Kafka's error codes.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from protocol.apis import ApiKey
+from support.groups import Member, python_member, run_group_scenario
+from support.raw import call, connect, entity
+from support.topics import create_topic
+
+HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
+
+
+@pytest.fixture
+def members():
+    started: list[Member] = []
+    yield started
+    for member in started:
+        member.kill()
+
+
+def test_consumer_protocol_members_come_and_go(storage_mode, broker_factory, topic_name,
+                                               members, tmp_path):
+    broker = storage_mode.restartable(broker_factory)
+    spawn = python_member("confluent-kafka-consumer-protocol", broker.bootstrap, topic_name,
+                          f"group-{topic_name}", tmp_path)
+
+    def tracked(name: str) -> Member:
+        members.append(spawn(name))
+        return members[-1]
+
+    run_group_scenario(broker, topic_name, tracked, storage_mode.replication_factor)
+
+
+def _heartbeat(sock, version: int = 1, **fields):
+    values = dict(group_id="bad-input-group", member_id=str(uuid.uuid4()), member_epoch=0,
+                  instance_id=None, rack_id=None, rebalance_timeout=300_000,
+                  subscribed_topic_names=("bad-input-topic",), subscribed_topic_regex=None,
+                  server_assignor=None, topic_partitions=())
+    values.update(fields)
+    return call(sock, HEARTBEAT, version, entity(HEARTBEAT, version,
+                                                 "ConsumerGroupHeartbeatRequest", **values))
+
+
+def test_bad_heartbeats_get_kafkas_error_codes(broker_factory):
+    broker = broker_factory()
+    create_topic(broker.bootstrap, "bad-input-topic", 2)
+    with connect(broker) as sock:
+        # The coordinator's topic exists once a client looked for a coordinator.
+        call(sock, ApiKey.FIND_COORDINATOR, 4, entity(
+            ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest", key_type=0,
+            coordinator_keys=("bad-input-group",)))
+        joined = None
+        for _ in range(100):
+            joined = _heartbeat(sock)
+            if joined.error_code == ErrorCode.none:
+                break
+        assert joined.error_code == ErrorCode.none and joined.member_epoch > 0
+        member_id, epoch = joined.member_id, joined.member_epoch
+
+        assert _heartbeat(sock, member_id=member_id,
+                          member_epoch=epoch + 5).error_code == ErrorCode.fenced_member_epoch
+        assert _heartbeat(sock, member_id="nobody",
+                          member_epoch=epoch).error_code == ErrorCode.unknown_member_id
+        assert _heartbeat(sock, group_id="no-such-group", member_epoch=3
+                          ).error_code == ErrorCode.group_id_not_found
+        assert _heartbeat(sock, server_assignor="roundrobin"
+                          ).error_code == ErrorCode.unsupported_assignor
+        assert _heartbeat(sock, subscribed_topic_names=None
+                          ).error_code == ErrorCode.invalid_request
+        assert _heartbeat(sock, subscribed_topic_names=None, subscribed_topic_regex="(("
+                          ).error_code == ErrorCode.invalid_regular_expression
+        assert _heartbeat(sock, member_id="").error_code == ErrorCode.invalid_request
+        assert _heartbeat(sock, member_id=member_id, member_epoch=-7
+                          ).error_code == ErrorCode.invalid_request
+
+        # OffsetCommit v9 carries the member epoch: an old one is stale.
+        commit = entity(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequest",
+                        group_id="bad-input-group", generation_id_or_member_epoch=epoch - 1,
+                        member_id=member_id, group_instance_id=None, topics=(entity(
+                            ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestTopic",
+                            name="bad-input-topic", partitions=(entity(
+                                ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestPartition",
+                                partition_index=0, committed_offset=1,
+                                committed_leader_epoch=-1, committed_metadata=""),)),))
+        answer = call(sock, ApiKey.OFFSET_COMMIT, 9, commit)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.stale_member_epoch
+
+        # Static membership: an instance id held by a live member is not released.
+        static = _heartbeat(sock, instance_id="instance-a")
+        assert static.error_code == ErrorCode.none
+        assert _heartbeat(sock, instance_id="instance-a"
+                          ).error_code == ErrorCode.unreleased_instance_id
+        assert _heartbeat(sock, member_id=static.member_id, member_epoch=-2,
+                          instance_id="instance-a").member_epoch == -2
+        rejoined = _heartbeat(sock, instance_id="instance-a")
+        assert rejoined.error_code == ErrorCode.none
+        assert rejoined.member_epoch == static.member_epoch
