@@ -123,6 +123,8 @@ class ConsumerGroupManager:
         self.spawn = spawn
         self.topics = topics
         self.groups: dict[str, ConsumerGroup] = {}
+        # Group id -> (what it was resolved for, its subscribed topics by name).
+        self._resolved: dict[str, tuple[tuple, dict[str, SubscribedTopic]]] = {}
 
     # -- the group kind (``kind.GroupKind``) ---------------------------------------------------
 
@@ -174,6 +176,7 @@ class ConsumerGroupManager:
             member.cancel_timers()
         group.dead = True
         del self.groups[group.group_id]
+        self._resolved.pop(group.group_id, None)
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 
@@ -510,9 +513,18 @@ class ConsumerGroupManager:
         return {name: topic for name, topic in found.items() if topic is not None}
 
     def subscribed_topics(self, group: ConsumerGroup) -> dict[str, SubscribedTopic]:
+        """The topics any member subscribes to; resolved again only when the cluster's
+        topics or the members' subscriptions changed (a heartbeat asks every time)."""
+        key = (self.topics.version(), frozenset(
+            (m.info.subscribed_topic_names, m.info.subscribed_topic_regex)
+            for m in group.members.values()))
+        cached = self._resolved.get(group.group_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         topics: dict[str, SubscribedTopic] = {}
         for member in group.members.values():
             topics |= self._member_topics(member.info)
+        self._resolved[group.group_id] = (key, topics)
         return topics
 
     @staticmethod

@@ -39,6 +39,9 @@ class SubscribedTopic:
 class TopicsView(Protocol):
     """The cluster's topics as a group coordinator sees them."""
 
+    def version(self) -> int:
+        """Changes whenever topics, partitions or brokers may have: what a cache keys on."""
+
     def topic_names(self) -> Iterable[str]: ...
 
     def topic(self, name: str) -> SubscribedTopic | None: ...
@@ -52,6 +55,9 @@ class ClusterTopics:
     def __init__(self, image: MetadataImage, storage_mode: Callable[[str], str]) -> None:
         self.image = image
         self.storage_mode = storage_mode
+
+    def version(self) -> int:
+        return self.image.next_offset
 
     def topic_names(self) -> Iterable[str]:
         return self.image.topics.keys()
@@ -77,6 +83,9 @@ class ClusterTopics:
 
 class NoTopics:
     """A coordinator that assigns nothing (classic-only tests)."""
+
+    def version(self) -> int:
+        return 0
 
     def topic_names(self) -> Iterable[str]:
         return ()

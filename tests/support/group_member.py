@@ -90,16 +90,18 @@ def run_aiokafka(bootstrap: str, topic: str, group: str, name: str) -> None:
 
 
 def run_confluent_kafka(bootstrap: str, topic: str, group: str, name: str,
-                        group_protocol: str = "classic") -> None:
+                        rack: str | None = None, group_protocol: str = "classic") -> None:
     from confluent_kafka import Consumer
 
     stopping = stop_on_sigterm()
     # With the KIP-848 protocol the broker sets the heartbeat interval and session timeout.
     timeouts = ({"heartbeat.interval.ms": HEARTBEAT_MS, "session.timeout.ms": SESSION_MS}
                 if group_protocol == "classic" else {})
+    # A member in an AZ says so to the group (rack-aware assignment) and to the brokers.
+    location = {} if rack is None else {"client.rack": rack, "client.id": f"{name},az={rack}"}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
                          "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                         "group.protocol": group_protocol, **timeouts})
+                         "group.protocol": group_protocol, **timeouts, **location})
     consumer.subscribe([topic], on_assign=lambda _, partitions: assigned(
         tp.partition for tp in partitions))
     while not stopping[0]:

@@ -1,21 +1,29 @@
 """The KIP-848 consumer group protocol with an unmodified real client: confluent-kafka
 consumers with ``group.protocol=consumer``, the broker assigning.
 
-The group scenario (support/groups.py) in every storage mode: three members, a fourth joins
-and one leaves mid-stream, every record exactly once; committed offsets and the group hold
-across new members and a SIGKILL of the coordinator (every broker, on a cluster). Then bad
-heartbeats get Kafka's error codes.
+- The group scenario (support/groups.py) in every storage mode: three members, a fourth joins
+  and one leaves mid-stream, every record exactly once; committed offsets and the group hold
+  across new members and a SIGKILL of the coordinator (every broker, on a cluster).
+- Rack-aware assignment: members in az1..az3 (``client.rack``) on three brokers in those AZs
+  read without crossing an AZ, from a classic topic with one replica per partition (only
+  the assignment keeps them local) and from a diskless one (any broker serves it).
+- Bad heartbeats get Kafka's error codes.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from bench.local_cluster import LocalCluster
 from protocol.apis import ApiKey
-from support.groups import Member, python_member, run_group_scenario
+from support.groups import (Member, assert_exactly_once, names, produce, python_member,
+                            run_group_scenario, wait_for_assigned_members, wait_for_values)
+from support.metrics import az_locality
 from support.raw import call, connect, entity
 from support.topics import create_topic
 
@@ -41,6 +49,47 @@ def test_consumer_protocol_members_come_and_go(storage_mode, broker_factory, top
         return members[-1]
 
     run_group_scenario(broker, topic_name, tracked, storage_mode.replication_factor)
+
+
+@pytest.fixture(scope="module")
+def three_azs(tmp_path_factory):
+    """Three brokers, in az1, az2 and az3, with their byte counters."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("azs"), brokers=3, metrics=True).start()
+    yield cluster
+    cluster.stop()
+
+
+def consumer_fetch_bytes(cluster: LocalCluster) -> Counter:
+    """Consumer fetch bytes the brokers served, by "same", "cross" or "unknown" AZ."""
+    totals: Counter = Counter()
+    for node in range(3):
+        for row in cluster.metrics_json(node)["network"]["server"]:
+            if row["class"] == "fetch-consumer":
+                totals[az_locality(row)] += row["bytes"]
+    return totals
+
+
+@pytest.mark.parametrize("storage", ["classic", "diskless"])
+def test_members_read_within_their_az(storage, three_azs, topic_name, members, tmp_path):
+    bootstrap = three_azs.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic_name, 6, 1, config={
+        "kipper.storage.mode": storage})])[topic_name].result(30)
+    group = f"group-{topic_name}"
+    members.extend(python_member("confluent-kafka-consumer-protocol", bootstrap, topic_name,
+                                 group, tmp_path, rack=f"az{i + 1}")(f"az{i + 1}-member")
+                   for i in range(3))
+    wait_for_assigned_members(bootstrap, group, 3)
+    before = consumer_fetch_bytes(three_azs)
+    produce(bootstrap, topic_name, range(3000))
+    wait_for_values(members, names(range(3000)))
+    fetched = consumer_fetch_bytes(three_azs) - before
+    for member in members:
+        member.stop()
+    assert_exactly_once(members, names(range(3000)))
+    print(f"\nconsumer fetch bytes by AZ locality ({storage}): {dict(fetched)}")
+    assert fetched["same"] > 0
+    assert fetched["cross"] + fetched["unknown"] < 0.01 * fetched["same"], fetched
 
 
 def _heartbeat(sock, version: int = 1, **fields):
