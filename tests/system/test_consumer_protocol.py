@@ -4,6 +4,9 @@ consumers with ``group.protocol=consumer``, the broker assigning.
 - The group scenario (support/groups.py) in every storage mode: three members, a fourth joins
   and one leaves mid-stream, every record exactly once; committed offsets and the group hold
   across new members and a SIGKILL of the coordinator (every broker, on a cluster).
+- Coordinator failover: the coordinator broker of a three-broker cluster is killed with
+  SIGKILL while members consume; another broker loads the group from its records, and the
+  same members (same ids, no rejoin) go on, every record exactly once.
 - Rack-aware assignment: members in az1..az3 (``client.rack``) on three brokers in those AZs
   read without crossing an AZ, from a classic topic with one replica per partition (only
   the assignment keeps them local) and from a diskless one (any broker serves it).
@@ -16,16 +19,19 @@ import uuid
 from collections import Counter
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from bench.local_cluster import LocalCluster
 from protocol.apis import ApiKey
-from support.groups import (Member, assert_exactly_once, names, produce, python_member,
+from support.groups import (STEP_TIMEOUT, Member, assert_exactly_once, names, produce, python_member,
                             run_group_scenario, wait_for_assigned_members, wait_for_values)
 from support.metrics import az_locality
+from support.processes import Cluster
 from support.raw import call, connect, entity
 from support.topics import create_topic
+from support.wait import wait_until
 
 HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 
@@ -49,6 +55,42 @@ def test_consumer_protocol_members_come_and_go(storage_mode, broker_factory, top
         return members[-1]
 
     run_group_scenario(broker, topic_name, tracked, storage_mode.replication_factor)
+
+
+def test_members_carry_on_when_the_coordinator_dies(tmp_path, topic_name, members):
+    cluster = Cluster(tmp_path / "cluster", brokers=3).start()
+    try:
+        create_topic(cluster.bootstrap, topic_name, 6, replication_factor=3, in_sync=True)
+        group = f"group-{topic_name}"
+        spawn = python_member("confluent-kafka-consumer-protocol", cluster.bootstrap,
+                              topic_name, group, tmp_path)
+        members.extend(spawn(f"member-{i}") for i in range(3))
+        wait_for_assigned_members(cluster.bootstrap, group, 3)
+        produce(cluster.bootstrap, topic_name, range(300))
+        wait_for_values(members, names(range(300)))
+
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        before = admin.describe_consumer_groups([group])[group].result(10)
+        coordinator = before.coordinator.id
+        cluster.brokers[coordinator].kill()
+        produce(cluster.bootstrap, topic_name, range(300, 600))
+        wait_for_values(members, names(range(600)))
+
+        def described_elsewhere():
+            try:
+                found = admin.describe_consumer_groups([group])[group].result(10)
+            except KafkaException:  # the new coordinator may still be loading
+                return None
+            return found if found.coordinator.id != coordinator else None
+        after = wait_until(described_elsewhere, STEP_TIMEOUT, 0.5)
+        # The same members, under the same ids: nobody had to join again.
+        assert ({m.member_id for m in after.members}
+                == {m.member_id for m in before.members})
+        for member in members:
+            member.stop()
+        assert_exactly_once(members, names(range(600)))
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="module")
