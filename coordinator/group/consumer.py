@@ -180,35 +180,45 @@ class ConsumerGroupManager:
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 
+    def request_error(self, request: HeartbeatRequest) -> HeartbeatResult | None:
+        """The answer to a heartbeat Kafka refuses whatever the group's state."""
+        try:
+            self._validate(request)
+        except HeartbeatError as e:
+            return HeartbeatResult(e.error, str(e))
+        return None
+
     async def heartbeat(self, request: HeartbeatRequest,
                         upgraded: GroupOffsets | None = None,
                         upgrade_records: Iterable[LogRecord] = ()) -> HeartbeatResult:
         """``upgraded``: the offsets of an empty classic group this heartbeat turns into a
         consumer group, whose deletion ``upgrade_records`` write."""
+        refused = self.request_error(request)
+        if refused is not None:
+            return refused
+        group = self.groups.get(request.group_id)
+        if group is None and request.member_epoch != JOIN_EPOCH:
+            return HeartbeatResult(ErrorCode.group_id_not_found,
+                                   f"Group {request.group_id} not found.")
+        records = list(upgrade_records)
+        if group is None:
+            group = self.groups[request.group_id] = ConsumerGroup(request.group_id)
+            if upgraded is not None:
+                group.offsets, group.pending_offsets = (upgraded.offsets,
+                                                        upgraded.pending_offsets)
+                log.info("group %s upgraded from the classic to the consumer protocol",
+                         request.group_id)
         try:
-            self._validate(request)
-            group = self.groups.get(request.group_id)
-            if group is None and request.member_epoch != JOIN_EPOCH:
-                raise HeartbeatError(ErrorCode.group_id_not_found,
-                                     f"Group {request.group_id} not found.")
-            records = list(upgrade_records)
-            if group is None:
-                group = self.groups[request.group_id] = ConsumerGroup(request.group_id)
-                if upgraded is not None:
-                    group.offsets, group.pending_offsets = (upgraded.offsets,
-                                                            upgraded.pending_offsets)
-                    log.info("group %s upgraded from the classic to the consumer protocol",
-                             request.group_id)
             if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 result = self._leave(group, request, records)
             else:
                 result = self._heartbeat(group, request, records)
         except HeartbeatError as e:
-            return HeartbeatResult(e.error, str(e))
+            result = HeartbeatResult(e.error, str(e))
+        # Whatever changed before a refusal (a rejoining member's removal) is written too:
+        # memory never runs ahead of the log.
         error = await self._write(group.group_id, records)
-        if error is not None:
-            return HeartbeatResult(error)
-        return result
+        return result if error is None else HeartbeatResult(error)
 
     def _validate(self, request: HeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
@@ -237,9 +247,10 @@ class ConsumerGroupManager:
             raise _invalid("InstanceId can't be null.")
         if (request.server_assignor is not None
                 and request.server_assignor not in self.config.consumer_assignors):
+            supported = ", ".join(self.config.consumer_assignors)
             raise HeartbeatError(ErrorCode.unsupported_assignor,
                                  f"ServerAssignor {request.server_assignor} is not supported. "
-                                 f"Supported assignors: {', '.join(self.config.consumer_assignors)}.")
+                                 f"Supported assignors: {supported}.")
         if request.subscribed_topic_regex:
             try:
                 re.compile(request.subscribed_topic_regex)
@@ -363,22 +374,24 @@ class ConsumerGroupManager:
     @staticmethod
     def _updated_info(info: MemberSubscriptionInfo | None,
                       request: HeartbeatRequest) -> MemberSubscriptionInfo:
-        """What the member declares: a field the heartbeat leaves out keeps its value."""
-        def keep(new, old, unset=None):
-            return old if new is unset and info is not None else new
-
-        regex = keep(request.subscribed_topic_regex, info and info.subscribed_topic_regex)
+        """What the member declares now: a field the heartbeat leaves out (null; -1 for
+        the rebalance timeout) keeps its value, an empty regex drops the regex."""
+        if info is None:
+            info = MemberSubscriptionInfo(request.instance_id, None, request.client_id,
+                                          request.client_host, (), None, None, -1)
+        regex = (info.subscribed_topic_regex if request.subscribed_topic_regex is None
+                 else request.subscribed_topic_regex or None)
+        names = (info.subscribed_topic_names if request.subscribed_topic_names is None
+                 else tuple(request.subscribed_topic_names))
         return MemberSubscriptionInfo(
             instance_id=request.instance_id,
-            rack_id=keep(request.rack_id, info and info.rack_id),
+            rack_id=info.rack_id if request.rack_id is None else request.rack_id,
             client_id=request.client_id, client_host=request.client_host,
-            subscribed_topic_names=keep(request.subscribed_topic_names,
-                                        info and info.subscribed_topic_names) or (),
-            # An empty regex clears a regex subscription.
-            subscribed_topic_regex=regex or None,
-            server_assignor=keep(request.server_assignor, info and info.server_assignor),
-            rebalance_timeout_ms=keep(request.rebalance_timeout_ms,
-                                      info and info.rebalance_timeout_ms, -1))
+            subscribed_topic_names=names, subscribed_topic_regex=regex,
+            server_assignor=(info.server_assignor if request.server_assignor is None
+                             else request.server_assignor),
+            rebalance_timeout_ms=(info.rebalance_timeout_ms if request.rebalance_timeout_ms == -1
+                                  else request.rebalance_timeout_ms))
 
     # -- leaving and fencing -----------------------------------------------------------------
 

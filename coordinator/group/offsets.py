@@ -84,8 +84,8 @@ class OffsetManager:
                 self._add_pending(self._group_or_new(group_id), producer_id,
                                   (topic, index), committed)
 
-    def _add_pending(self, group: Group | ConsumerGroup, producer_id: int, topic_partition: TopicPartition,
-                     committed: CommittedOffset) -> None:
+    def _add_pending(self, group: Group | ConsumerGroup, producer_id: int,
+                     topic_partition: TopicPartition, committed: CommittedOffset) -> None:
         keep_later(group.pending_offsets.setdefault(producer_id, {}), topic_partition,
                    committed)
         self._open_transactions.setdefault(producer_id, set()).add(group.group_id)

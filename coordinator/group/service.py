@@ -145,6 +145,9 @@ class GroupCoordinator:
         classic = self.classic.groups.get(request.group_id)
         if classic is None:
             return await self.consumer.heartbeat(request)
+        refused = self.consumer.request_error(request)
+        if refused is not None:
+            return refused
         if request.member_epoch != JOIN_EPOCH or not classic.in_state(GroupState.EMPTY):
             # Kafka converts a classic group with members online; kipper does not.
             return HeartbeatResult(ErrorCode.group_id_not_found,

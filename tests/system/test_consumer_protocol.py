@@ -25,8 +25,9 @@ from kio.schema.errors import ErrorCode
 
 from bench.local_cluster import LocalCluster
 from protocol.apis import ApiKey
-from support.groups import (STEP_TIMEOUT, Member, assert_exactly_once, names, produce, python_member,
-                            run_group_scenario, wait_for_assigned_members, wait_for_values)
+from support.groups import (STEP_TIMEOUT, Member, assert_exactly_once, names, produce,
+                            python_member, run_group_scenario, wait_for_assigned_members,
+                            wait_for_values)
 from support.metrics import az_locality
 from support.processes import Cluster
 from support.raw import call, connect, entity
