@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,73 +62,104 @@ def as_assignment(partitions: Iterable[TopicPartition]) -> Assignment:
 
 class UniformAssignor:
     """Sticky and balanced: keep what members had, give out the rest to the least loaded,
-    then move partitions from members with two or more above another eligible member."""
+    then move partitions from members with two or more above another eligible member.
+
+    Members and partitions are numbered for the work (sorted member ids, topics by id): the
+    assignor runs on the coordinator's event loop, and a group of a hundred members over a
+    thousand partitions must take milliseconds, not seconds."""
 
     name = "uniform"
 
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
         use_racks = spec.use_racks()
-        eligible = {(topic_id, p): sorted(m for m, sub in spec.members.items()
-                                          if topic_id in sub.topic_ids)
-                    for topic_id, topic in spec.topics.items() for p in range(topic.partitions)}
-        eligible = {tp: members for tp, members in eligible.items() if members}
-        owned: dict[str, list[TopicPartition]] = {m: [] for m in spec.members}
-        owner: dict[TopicPartition, str] = {}
+        member_ids = sorted(spec.members)
+        racks = [spec.members[m].rack for m in member_ids]
+        partitions: list[TopicPartition] = []
+        eligible: list[list[int]] = []  # by partition number: the members that may take it
+        local_racks: list[frozenset[str]] = []
+        for topic_id in sorted(spec.topics, key=lambda t: t.bytes):
+            subscribers = [m for m, member_id in enumerate(member_ids)
+                           if topic_id in spec.members[member_id].topic_ids]
+            if not subscribers:
+                continue
+            topic = spec.topics[topic_id]
+            for p in range(topic.partitions):
+                partitions.append((topic_id, p))
+                eligible.append(subscribers)
+                local_racks.append(topic.partition_racks[p])
+        number = {tp: i for i, tp in enumerate(partitions)}
+        owned: list[list[int]] = [[] for _ in member_ids]
+        owner = [-1] * len(partitions)
 
-        def is_local(member_id: str, tp: TopicPartition) -> bool:
-            return use_racks and spec.local(member_id, tp)
+        def is_local(m: int, i: int) -> bool:
+            return use_racks and racks[m] is not None and racks[m] in local_racks[i]
 
-        def give(member_id: str, tp: TopicPartition) -> None:
-            owner[tp] = member_id
-            owned[member_id].append(tp)
+        def give(m: int, i: int) -> None:
+            owner[i] = m
+            owned[m].append(i)
 
         # 1. Stickiness: a member keeps what it had, unless racks say another member should
         #    read the partition within its AZ and this one cannot.
-        for member_id in sorted(spec.members):
-            for topic_id, partitions in spec.members[member_id].current.items():
-                for p in sorted(partitions):
-                    tp = (topic_id, p)
-                    if tp not in eligible or tp in owner or member_id not in eligible[tp]:
+        for m, member_id in enumerate(member_ids):
+            subscription = spec.members[member_id]
+            for topic_id, kept in subscription.current.items():
+                if topic_id not in subscription.topic_ids:
+                    continue
+                for p in sorted(kept):
+                    i = number.get((topic_id, p))
+                    if i is None or owner[i] != -1:
                         continue
-                    if use_racks and not is_local(member_id, tp) and any(
-                            is_local(m, tp) for m in eligible[tp]):
+                    if use_racks and not is_local(m, i) and any(
+                            is_local(other, i) for other in eligible[i]):
                         continue
-                    give(member_id, tp)
+                    give(m, i)
 
         # 2. The rest, most constrained first: a local member under its fair share if there
         #    is one, else the least loaded.
-        for tp in sorted((tp for tp in eligible if tp not in owner),
-                         key=lambda tp: (len(eligible[tp]), tp[0].bytes, tp[1])):
-            candidates = eligible[tp]
-            fair_share = math.ceil(len(eligible) / len(spec.members))
-            local = [m for m in candidates if is_local(m, tp) and len(owned[m]) < fair_share]
-            give(min(local or candidates, key=lambda m: (len(owned[m]), m)), tp)
+        fair_share = math.ceil(len(partitions) / max(len(member_ids), 1))
+        # The members of each rack among a partition's eligible ones (eligible lists are
+        # shared by the partitions of a topic, so this is per topic).
+        by_rack: dict[int, dict[str, list[int]]] = {}
+        for i in sorted((i for i in range(len(partitions)) if owner[i] == -1),
+                        key=lambda i: (len(eligible[i]), i)):
+            candidates = eligible[i]
+            local: list[int] = []
+            if use_racks:
+                racked = by_rack.get(id(candidates))
+                if racked is None:
+                    racked = by_rack[id(candidates)] = {}
+                    for m in candidates:
+                        if racks[m] is not None:
+                            racked.setdefault(racks[m], []).append(m)
+                local = [m for rack in local_racks[i] for m in racked.get(rack, ())
+                         if len(owned[m]) < fair_share]
+            give(min(local or candidates, key=lambda m: (len(owned[m]), m)), i)
 
         # 3. Balance: from the most loaded to an eligible member with two fewer, preferring a
         #    partition the receiver reads locally and the giver does not.
-        for _ in range(len(eligible) * len(spec.members)):
+        for _ in range(len(partitions) * len(member_ids)):
             move = self._next_move(owned, eligible, is_local)
             if move is None:
                 break
-            giver, receiver, tp = move
-            owned[giver].remove(tp)
-            give(receiver, tp)
-        return {m: as_assignment(partitions) for m, partitions in owned.items()}
+            giver, receiver, i = move
+            owned[giver].remove(i)
+            give(receiver, i)
+        return {member_id: as_assignment(partitions[i] for i in owned[m])
+                for m, member_id in enumerate(member_ids)}
 
     @staticmethod
-    def _next_move(owned: dict[str, list[TopicPartition]],
-                   eligible: dict[TopicPartition, list[str]], is_local
-                   ) -> tuple[str, str, TopicPartition] | None:
-        for giver in sorted(owned, key=lambda m: (-len(owned[m]), m)):
+    def _next_move(owned: list[list[int]], eligible: list[list[int]],
+                   is_local: Callable[[int, int], bool]) -> tuple[int, int, int] | None:
+        for giver in sorted(range(len(owned)), key=lambda m: (-len(owned[m]), m)):
             best = None
-            for tp in owned[giver]:
-                for receiver in eligible[tp]:
+            for i in owned[giver]:
+                for receiver in eligible[i]:
                     if len(owned[receiver]) + 1 >= len(owned[giver]):
                         continue
-                    rank = (not is_local(receiver, tp), is_local(giver, tp),
-                            len(owned[receiver]), receiver, tp[0].bytes, -tp[1])
+                    rank = (not is_local(receiver, i), is_local(giver, i),
+                            len(owned[receiver]), receiver, -i)
                     if best is None or rank < best[0]:
-                        best = (rank, receiver, tp)
+                        best = (rank, receiver, i)
             if best is not None:
                 return giver, best[1], best[2]
         return None
@@ -153,11 +184,12 @@ class RangeAssignor:
                      for i, m in enumerate(members)}
             unassigned = list(range(n))
             if use_racks:
+                order = {m: i for i, m in enumerate(members)}
                 for p in list(unassigned):
                     local = [m for m in members
                              if share[m] and spec.local(m, (topic_id, p))]
                     if local:
-                        chosen = max(local, key=lambda m: (share[m], -members.index(m)))
+                        chosen = max(local, key=lambda m: (share[m], -order[m]))
                         result[chosen].append((topic_id, p))
                         share[chosen] -= 1
                         unassigned.remove(p)
