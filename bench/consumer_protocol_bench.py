@@ -2,18 +2,20 @@
 join and leave, and where a rack-aware consumer group's fetch bytes go.
 
 1. Pause: one broker (`kipper cluster up --brokers 1`), a 6-partition topic fed at a steady
-   rate; three confluent-kafka consumers, a fourth joins, one leaves. From the moment the
-   fourth member starts, each partition's longest interval without a record consumed from it
-   is measured, for ``group.protocol=classic`` (eager rebalances, librdkafka's default
-   range,roundrobin) and ``group.protocol=consumer`` (the broker assigns, incrementally), on
-   the same scenario: the longest over the partitions, their mean, and how many paused over a
-   second, with the ratios. (The group as a whole hardly ever stops in either: members that
-   have not yet heard of an eager rebalance keep consuming.)
+   rate; three confluent-kafka consumers, a fourth joins, then one leaves. For each phase,
+   each partition's longest interval without a record consumed from it, for
+   ``group.protocol=classic`` (eager rebalances, librdkafka's default range,roundrobin) and
+   ``group.protocol=consumer`` (the broker assigns, incrementally), on the same scenario,
+   ``--runs`` times each, alternating: per run the longest over the partitions, their mean
+   and how many paused over a second; then the medians of the longest and their ratio.
+   (The group as a whole hardly ever stops in either: members that have not yet heard of an
+   eager rebalance keep consuming.)
 2. AZ bytes: three brokers in az1..az3, a diskless topic, three ``group.protocol=consumer``
    members with ``client.rack`` az1..az3: the consumer fetch bytes the brokers counted, same-AZ
    and cross-AZ (broker/traffic.py's counters).
 
-    python -m bench.consumer_protocol_bench [--records-per-second 500 --phase-seconds 12]
+    python -m bench.consumer_protocol_bench [--records-per-second 500 --phase-seconds 12
+                                             --runs 3]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.local_cluster import LocalCluster
 
 PARTITIONS = 6
+PROTOCOLS = ("classic", "consumer")
 
 
 class Member(threading.Thread):
@@ -81,10 +84,11 @@ def create_topic(bootstrap: str, topic: NewTopic) -> None:
     admin.create_topics([topic])[topic.topic].result()
 
 
-def partition_pauses(bootstrap: str, protocol: str, rate: int, phase: float) -> list[float]:
-    """Each partition's longest interval without a record consumed, during joins and
-    leaves."""
-    topic = group = f"pause-{protocol}-{int(time.time())}"
+def partition_pauses(bootstrap: str, protocol: str, rate: int, phase: float
+                     ) -> dict[str, list[float]]:
+    """Each partition's longest interval without a record consumed, while a fourth member
+    joins ("join") and then while one leaves ("leave")."""
+    topic = group = f"pause-{protocol}-{time.time_ns()}"
     create_topic(bootstrap, NewTopic(topic, PARTITIONS, 1))
     stop = [False]
     producer = threading.Thread(target=feed, args=(bootstrap, topic, rate, stop), daemon=True)
@@ -94,10 +98,11 @@ def partition_pauses(bootstrap: str, protocol: str, rate: int, phase: float) -> 
     for m in members:
         m.start()
     time.sleep(phase)
-    start = time.monotonic()
+    joins = time.monotonic()
     fourth = Member(bootstrap, topic, group, protocol, consumed)
     fourth.start()
     time.sleep(phase)
+    leaves = time.monotonic()
     members[1].stop()
     time.sleep(phase)
     end = time.monotonic()
@@ -105,12 +110,17 @@ def partition_pauses(bootstrap: str, protocol: str, rate: int, phase: float) -> 
         m.stop()
     stop[0] = True
     producer.join()
-    pauses = []
+    return {"join": _longest_gaps(consumed, joins, leaves),
+            "leave": _longest_gaps(consumed, leaves, end)}
+
+
+def _longest_gaps(consumed: list[tuple[float, int]], start: float, end: float) -> list[float]:
+    gaps = []
     for partition in range(PARTITIONS):
         times = [start] + sorted(t for t, p in consumed
                                  if p == partition and start <= t <= end) + [end]
-        pauses.append(max(b - a for a, b in zip(times, times[1:])))
-    return pauses
+        gaps.append(max(b - a for a, b in zip(times, times[1:])))
+    return gaps
 
 
 def az_fetch_bytes(root: Path, rate: int, phase: float) -> Counter:
@@ -158,22 +168,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records-per-second", type=int, default=500)
     parser.add_argument("--phase-seconds", type=float, default=12.0)
+    parser.add_argument("--runs", type=int, default=3,
+                        help="scenarios per protocol, alternating (pauses vary with where "
+                        "each member's heartbeat timer stands)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(Path(tmp) / "pause", brokers=1).start()
+        longest: dict[tuple[str, str], list[float]] = {}
         try:
-            pauses = {protocol: partition_pauses(cluster.bootstrap, protocol,
-                                                 args.records_per_second, args.phase_seconds)
-                      for protocol in ("classic", "consumer")}
+            for run in range(args.runs):
+                for protocol in PROTOCOLS:
+                    pauses = partition_pauses(cluster.bootstrap, protocol,
+                                              args.records_per_second, args.phase_seconds)
+                    for phase, gaps in pauses.items():
+                        longest.setdefault((protocol, phase), []).append(max(gaps))
+                        print(f"run {run + 1} group.protocol={protocol:8} {phase:5}: longest "
+                              f"partition pause {max(gaps):.2f} s, mean "
+                              f"{statistics.mean(gaps):.2f} s, paused over 1 s: "
+                              f"{sum(g > 1 for g in gaps)}/{PARTITIONS}")
         finally:
             cluster.stop()
-        for protocol, paused in pauses.items():
-            print(f"group.protocol={protocol}: longest partition pause {max(paused):.2f} s, "
-                  f"mean {statistics.mean(paused):.2f} s, partitions paused over 1 s: "
-                  f"{sum(p > 1 for p in paused)}/{PARTITIONS}")
-        classic, consumer = pauses["classic"], pauses["consumer"]
-        print(f"classic / consumer: longest {max(classic) / max(consumer):.1f}x, "
-              f"mean {statistics.mean(classic) / statistics.mean(consumer):.1f}x")
+        for phase in ("join", "leave"):
+            classic = statistics.median(longest["classic", phase])
+            consumer = statistics.median(longest["consumer", phase])
+            print(f"{phase}: median of the longest partition pause, classic {classic:.2f} s, "
+                  f"consumer {consumer:.2f} s, classic / consumer {classic / consumer:.1f}x")
         az = az_fetch_bytes(Path(tmp) / "az", args.records_per_second, args.phase_seconds)
         total = az["same-az"] + az["cross-az"]
         print(f"diskless, 3 members in az1..az3 ({az['records']} records consumed): consumer "

@@ -381,6 +381,11 @@ class BrokerConfig:
         5_000, "How often a member of a KIP-848 consumer group heartbeats "
         "(`group.consumer.heartbeat.interval.ms`): it learns of partitions to revoke or take "
         "at its next heartbeat.")
+    group_consumer_reconciling_heartbeat_interval_ms: int = setting(
+        500, "kipper's own: the heartbeat interval a KIP-848 consumer group member is given "
+        "while it still has partitions to revoke or to take, so a partition that changes "
+        "member pauses about this long, not a whole heartbeat interval (set it to "
+        "`group_consumer_heartbeat_interval_ms` for Kafka's behaviour).")
     group_consumer_session_timeout_ms: int = setting(
         45_000, "A KIP-848 consumer group member silent this long is removed and its "
         "partitions reassigned (`group.consumer.session.timeout.ms`).")

@@ -248,6 +248,8 @@ class Broker:
             group_config = GroupConfig(
                 offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes,
                 consumer_heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+                consumer_reconciling_heartbeat_interval_ms=(
+                    self.config.group_consumer_reconciling_heartbeat_interval_ms),
                 consumer_session_timeout_ms=self.config.group_consumer_session_timeout_ms,
                 consumer_assignors=tuple(
                     a.strip() for a in self.config.group_consumer_assignors.split(",")))

@@ -30,6 +30,11 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     # KIP-848 consumer groups (Kafka's group.consumer.* settings and defaults).
     consumer_heartbeat_interval_ms: int = 5_000
+    # kipper's own: a member still moving to its target (partitions to revoke, or to take
+    # once others released them) is told to come back this soon, so partitions handed over
+    # pause for about this long rather than a whole heartbeat interval (Kafka has no such
+    # setting: equal to the interval, it behaves as Kafka).
+    consumer_reconciling_heartbeat_interval_ms: int = 500
     consumer_session_timeout_ms: int = 45_000
     # The server-side assignors members may ask for; the first is the default.
     consumer_assignors: tuple[str, ...] = ("uniform", "range")

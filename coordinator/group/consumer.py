@@ -286,8 +286,15 @@ class ConsumerGroupManager:
         changed = member.current.assigned != assigned_before
         return HeartbeatResult(
             ErrorCode.none, None, member.member_id, member.member_epoch,
-            self.config.consumer_heartbeat_interval_ms,
+            self._heartbeat_interval(group, member),
             member.current.assigned if full or changed else None)
+
+    def _heartbeat_interval(self, group: ConsumerGroup, member: ConsumerMember) -> int:
+        reconciling = (member.current.state != MemberState.STABLE
+                       or member.member_epoch != group.assignment_epoch)
+        return min(self.config.consumer_heartbeat_interval_ms,
+                   self.config.consumer_reconciling_heartbeat_interval_ms) if reconciling \
+            else self.config.consumer_heartbeat_interval_ms
 
     def _member(self, group: ConsumerGroup, request: HeartbeatRequest,
                 records: list[LogRecord]) -> tuple[ConsumerMember, bool]:

@@ -131,6 +131,9 @@ async def test_partitions_are_revoked_before_they_are_assigned(coordinator):
     assert len(kept) == 3 and a2.member_epoch == a.member_epoch  # revoke first, same epoch
     b2 = await coordinator.consumer_group_heartbeat(heartbeat("b", b.member_epoch, []))
     assert partitions(b2) == set()  # a has not acknowledged the revocation yet
+    # While it waits it is asked to come back sooner than a stable member.
+    assert b2.heartbeat_interval_ms == CONFIG.consumer_reconciling_heartbeat_interval_ms
+    assert a.heartbeat_interval_ms == CONFIG.consumer_heartbeat_interval_ms
     a3 = await coordinator.consumer_group_heartbeat(heartbeat("a", a.member_epoch, kept))
     assert a3.member_epoch == b.member_epoch and a3.assignment is not None
     b3 = await coordinator.consumer_group_heartbeat(heartbeat("b", b.member_epoch, []))

@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -72,6 +72,12 @@ def test_members_carry_on_when_the_coordinator_dies(tmp_path, topic_name, member
 
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         before = admin.describe_consumer_groups([group])[group].result(10)
+        # ListGroups v5's type and state filters.
+        listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER},
+                                            states={ConsumerGroupState.STABLE}).result(10)
+        assert [(g.group_id, g.type) for g in listed.valid] == [
+            (group, ConsumerGroupType.CONSUMER)]
+        assert not admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10).valid
         coordinator = before.coordinator.id
         cluster.brokers[coordinator].kill()
         produce(cluster.bootstrap, topic_name, range(300, 600))
