@@ -15,12 +15,13 @@ join and leave, and where a rack-aware consumer group's fetch bytes go.
    and cross-AZ (broker/traffic.py's counters).
 
     python -m bench.consumer_protocol_bench [--records-per-second 500 --phase-seconds 12
-                                             --runs 3]
+                                             --runs 3 --heartbeat-interval-ms 5000]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import threading
@@ -171,7 +172,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3,
                         help="scenarios per protocol, alternating (pauses vary with where "
                         "each member's heartbeat timer stands)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=None,
+                        help="the broker's group_consumer_heartbeat_interval_ms (default: "
+                        "kipper's, Kafka's 5000): a member learns of partitions freed by a "
+                        "leaving member at its next heartbeat")
     args = parser.parse_args()
+    if args.heartbeat_interval_ms is not None:
+        # The launcher's nodes inherit the environment (KIPPER_* settings).
+        os.environ["KIPPER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS"] = str(
+            args.heartbeat_interval_ms)
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(Path(tmp) / "pause", brokers=1).start()
         longest: dict[tuple[str, str], list[float]] = {}

@@ -164,6 +164,8 @@ class ConsumerGroupManager:
             if member_id in loaded.current:
                 group.set_current(member, loaded.current[member_id])
             self._expect_heartbeat(group, member)
+            if member.current.state == MemberState.UNREVOKED_PARTITIONS:
+                self._expect_revocation(group, member)
         group.subscribed_topics_signature = self._signature(self.subscribed_topics(group))
 
     def unload_partition(self, partition: int) -> None:
@@ -215,6 +217,8 @@ class ConsumerGroupManager:
                 result = self._heartbeat(group, request, records)
         except HeartbeatError as e:
             result = HeartbeatResult(e.error, str(e))
+            if group.group_epoch == 0 and not group.members and not group.offsets:
+                del self.groups[group.group_id]  # created by this refused join: nothing
         # Whatever changed before a refusal (a rejoining member's removal) is written too:
         # memory never runs ahead of the log.
         error = await self._write(group.group_id, records)
@@ -512,9 +516,12 @@ class ConsumerGroupManager:
             member.rebalance_timer.cancel()
             member.rebalance_timer = None
         if revoking and member.rebalance_timer is None:
-            member.rebalance_timer = self.timer.schedule(
-                member.info.rebalance_timeout_ms, self._fence, group, member,
-                "partitions not revoked within the rebalance timeout")
+            self._expect_revocation(group, member)
+
+    def _expect_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        member.rebalance_timer = self.timer.schedule(
+            member.info.rebalance_timeout_ms, self._fence, group, member,
+            "partitions not revoked within the rebalance timeout")
 
     def _write_current(self, group: ConsumerGroup, member: ConsumerMember,
                        records: list[LogRecord]) -> None:
