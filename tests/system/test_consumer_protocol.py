@@ -59,8 +59,9 @@ def test_consumer_protocol_members_come_and_go(storage_mode, broker_factory, top
 
 
 def test_members_carry_on_when_the_coordinator_dies(tmp_path, topic_name, members):
-    cluster = Cluster(tmp_path / "cluster", brokers=3).start()
+    cluster = Cluster(tmp_path / "cluster", brokers=3)
     try:
+        cluster.start()
         create_topic(cluster.bootstrap, topic_name, 6, replication_factor=3, in_sync=True)
         group = f"group-{topic_name}"
         spawn = python_member("confluent-kafka-consumer-protocol", cluster.bootstrap,
