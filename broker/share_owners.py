@@ -68,14 +68,14 @@ class ShareOwners:
                 "batches": [[b.first_offset, b.last_offset, list(b.types)] for b in batches]},
             _error_code)
 
-    async def return_unsent(self, key: SharePartitionKey, member_id: str, offsets: range,
-                            timeout_s: float) -> None:
+    async def return_unsent(self, key: SharePartitionKey, member_id: str,
+                            unsent: list[range], timeout_s: float) -> None:
         async def local() -> ErrorCode:
-            self.coordinator.return_unsent(key, member_id, offsets)
+            self.coordinator.return_unsent(key, member_id, unsent)
             return ErrorCode.none
-        await self._call(key, timeout_s, local, {"op": "return_unsent", "member": member_id,
-                                                 "first": offsets.start, "end": offsets.stop},
-                         _error_code)
+        await self._call(key, timeout_s, local, {
+            "op": "return_unsent", "member": member_id,
+            "ranges": [[r.start, r.stop] for r in unsent]}, _error_code)
 
     async def release_member(self, keys: list[SharePartitionKey], member_id: str,
                              timeout_s: float) -> None:
@@ -87,6 +87,26 @@ class ShareOwners:
                              _error_code)
         await asyncio.gather(*(release(key) for key in keys))
 
+    async def start_offset(self, key: SharePartitionKey, timeout_s: float
+                           ) -> tuple[ErrorCode, int | None]:
+        """The share partition's start offset (None: the group has no state for it)."""
+        async def local() -> tuple[ErrorCode, int | None]:
+            error = self.coordinator.owner_error(key)
+            return error or ErrorCode.none, self.coordinator.start_offset(key)
+        return await self._call(key, timeout_s, local, {"op": "start_offset", "member": ""},
+                                lambda body: (ErrorCode(body["error_code"]),
+                                              body.get("start_offset")))
+
+    async def reset_start_offset(self, key: SharePartitionKey, offset: int,
+                                 timeout_s: float) -> ErrorCode:
+        return await self._call(
+            key, timeout_s, lambda: self.coordinator.reset_start_offset(key, offset),
+            {"op": "reset", "member": "", "offset": offset}, _error_code)
+
+    async def delete_state(self, key: SharePartitionKey, timeout_s: float) -> ErrorCode:
+        return await self._call(key, timeout_s, lambda: self.coordinator.delete_state(key),
+                                {"op": "delete", "member": ""}, _error_code)
+
     async def _call(self, key: SharePartitionKey, timeout_s: float,
                     local: Callable[[], Awaitable[Result]], remote: dict,
                     decode: Callable[[dict], Result]) -> Result:
@@ -95,7 +115,8 @@ class ShareOwners:
         deadline = time.monotonic() + timeout_s
         while True:
             result = await self._call_once(key, local, remote, decode, deadline)
-            error = result.error if isinstance(result, AcquireResult) else result
+            error = (result.error if isinstance(result, AcquireResult)
+                     else result[0] if isinstance(result, tuple) else result)
             if error not in _RETRIABLE or time.monotonic() + RETRY_BACKOFF_S > deadline:
                 return result
             await asyncio.sleep(RETRY_BACKOFF_S)
@@ -140,6 +161,11 @@ async def serve_remote_call(coordinator: ShareCoordinator, body: dict) -> dict:
         return {"error_code": int(result.error),
                 "ranges": [[r.first_offset, r.last_offset, r.delivery_count]
                            for r in result.ranges]}
+    if op == "reset":
+        return {"error_code": int(await coordinator.reset_start_offset(
+            key, int(body["offset"])))}
+    if op == "delete":
+        return {"error_code": int(await coordinator.delete_state(key))}
     if op == "acknowledge":
         batches = [AcknowledgementBatch(int(first), int(last), tuple(int(t) for t in types))
                    for first, last, types in body["batches"]]
@@ -148,9 +174,13 @@ async def serve_remote_call(coordinator: ShareCoordinator, body: dict) -> dict:
     if error is not None:
         return {"error_code": int(error)}
     if op == "return_unsent":
-        coordinator.return_unsent(key, member, range(int(body["first"]), int(body["end"])))
+        coordinator.return_unsent(key, member, [range(int(start), int(stop))
+                                                for start, stop in body["ranges"]])
     elif op == "release":
         await coordinator.release_member([key], member)
+    elif op == "start_offset":
+        return {"error_code": int(ErrorCode.none),
+                "start_offset": coordinator.start_offset(key)}
     else:
         raise ValueError(f"unknown share partition call {op!r}")
     return {"error_code": int(ErrorCode.none)}

@@ -201,45 +201,49 @@ async def _fetch_partition(ctx: RequestContext, request, topic_id: uuid.UUID, in
         return out
     key = SharePartitionKey(request.group_id, topic_id, index)
     owners = _share(ctx).owners
+    high_watermark = partition.high_watermark
     result = await owners.acquire(AcquireRequest(
-        key, request.member_id, max_records, partition.log.log_start_offset,
-        partition.high_watermark), OWNER_CALL_TIMEOUT_S)
-    if result.error != ErrorCode.none:
+        key, request.member_id, max_records, partition.log.log_start_offset, high_watermark),
+        OWNER_CALL_TIMEOUT_S)
+    if result.error != ErrorCode.none or not result.ranges:
         out.error = result.error
         return out
     chunks: list[bytes] = []
-    sent_until = None  # the first offset of the acquired ranges not sent
+    # Offsets below ``covered`` are in the batches already added (a batch may hold
+    # several acquired ranges: it goes once).
+    covered = result.ranges[0].first_offset
+    unsent: list[range] = []
     try:
-        for acquired in result.ranges:
-            if sent_until is not None or budget <= 0:
-                sent_until = acquired.first_offset if sent_until is None else sent_until
-                break
-            read = await partition.log.read(acquired.first_offset, budget,
-                                            max_offset=acquired.last_offset + 1,
-                                            min_one_batch=not chunks)
-            end = acquired.first_offset
-            complete = 0
-            for header in iter_batches(read.records, allow_partial_tail=True):
-                end = header.next_offset
-                complete = header.position + header.size
-            chunks.append(bytes(read.records[:complete]))
-            budget -= complete
-            if end <= acquired.last_offset:
-                if end > acquired.first_offset:
-                    out.acquired.append(AcquiredRange(acquired.first_offset, end - 1,
+        for i, acquired in enumerate(result.ranges):
+            if acquired.last_offset >= covered and budget > 0:
+                # Whole batches, as a log is read: those overlapping the range (the client
+                # keeps the acquired records of each).
+                read = await partition.log.read(max(acquired.first_offset, covered), budget,
+                                                max_offset=high_watermark,
+                                                min_one_batch=not chunks)
+                size = 0
+                for header in iter_batches(read.records, allow_partial_tail=True):
+                    if header.base_offset > acquired.last_offset:
+                        break
+                    covered, size = header.next_offset, header.position + header.size
+                chunks.append(bytes(read.records[:size]))
+                budget -= size
+            if covered <= acquired.last_offset:  # the response is full
+                if covered > acquired.first_offset:
+                    out.acquired.append(AcquiredRange(acquired.first_offset, covered - 1,
                                                       acquired.delivery_count))
-                sent_until = end
-            else:
-                out.acquired.append(acquired)
+                unsent = [range(max(covered, acquired.first_offset), acquired.last_offset + 1),
+                          *(range(r.first_offset, r.last_offset + 1)
+                            for r in result.ranges[i + 1:])]
+                break
+            out.acquired.append(acquired)
     except (KafkaStorageError, RecordsLost) as e:
         log.warning("share fetch of %s-%d: %r", name, index, e)
         out.error = ErrorCode.kafka_storage_error
-        sent_until = result.ranges[0].first_offset
         out.acquired, chunks = [], []
-    if sent_until is not None:
-        await owners.return_unsent(key, request.member_id,
-                                   range(sent_until, result.ranges[-1].last_offset + 1),
-                                   OWNER_CALL_TIMEOUT_S)
+        unsent = [range(r.first_offset, r.last_offset + 1) for r in result.ranges]
+    if unsent:
+        await owners.return_unsent(key, request.member_id, unsent, OWNER_CALL_TIMEOUT_S)
     out.records = b"".join(chunks)
     return out
 
@@ -384,6 +388,131 @@ async def share_acknowledge(ctx: RequestContext, request) -> object:
     return answer(ErrorCode.none, topics=[
         ctx.response("ShareAcknowledgeTopicResponse", topic_id=topic_id,
                      partitions=tuple(entries)) for topic_id, entries in by_topic.items()])
+
+
+# --- share-group offsets (admin) ----------------------------------------------------------------
+
+@handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)
+async def describe_share_group_offsets(ctx: RequestContext, request) -> object:
+    share = _share(ctx)
+    image = ctx.services.image
+    groups = []
+    for asked in request.groups:
+        def group_entry(error: ErrorCode, topics=(), message: str | None = None) -> object:
+            return ctx.response("DescribeShareGroupOffsetsResponseGroup",
+                                group_id=asked.group_id, topics=tuple(topics),
+                                error_code=error, error_message=message)
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, asked.group_id):
+            groups.append(group_entry(ErrorCode.group_authorization_failed))
+            continue
+        if share is None:
+            groups.append(group_entry(ErrorCode.coordinator_not_available))
+            continue
+        error, group = share.groups.share_group(asked.group_id)
+        if error != ErrorCode.none:
+            groups.append(group_entry(error))
+            continue
+        if asked.topics is None:  # every topic the group's members subscribe to
+            wanted = {t: range(len(image.topics[t].partitions))
+                      for t in sorted(group.subscribed_topics() if group else ())
+                      if t in image.topics}
+        else:
+            wanted = {t.topic_name: t.partitions for t in asked.topics}
+        topics = []
+        for name, partitions in wanted.items():
+            info = image.topics.get(name)
+            entries = []
+            for index in partitions:
+                start, part_error = -1, ErrorCode.none
+                if info is None or index not in info.partitions:
+                    part_error = ErrorCode.unknown_topic_or_partition
+                elif not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                    part_error = ErrorCode.topic_authorization_failed
+                else:
+                    part_error, offset = await share.owners.start_offset(
+                        SharePartitionKey(asked.group_id, info.topic_id, index),
+                        OWNER_CALL_TIMEOUT_S)
+                    start = -1 if offset is None else offset
+                entries.append(ctx.response(
+                    "DescribeShareGroupOffsetsResponsePartition", partition_index=index,
+                    start_offset=start, leader_epoch=-1, error_code=part_error))
+            topics.append(ctx.response(
+                "DescribeShareGroupOffsetsResponseTopic", topic_name=name,
+                topic_id=info.topic_id if info else None, partitions=tuple(entries)))
+        groups.append(group_entry(ErrorCode.none, topics))
+    return ctx.response("DescribeShareGroupOffsetsResponse", throttle_time=0,
+                        groups=tuple(groups))
+
+
+def _empty_group_error(ctx: RequestContext, group_id: str, operation: AclOperation
+                       ) -> ErrorCode | None:
+    """Why the group's offsets cannot be changed now: they can only while it has no
+    members (Kafka: NON_EMPTY_GROUP)."""
+    share = _share(ctx)
+    if not allowed(ctx, operation, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if share is None:
+        return ErrorCode.coordinator_not_available
+    error, group = share.groups.share_group(group_id)
+    if error != ErrorCode.none:
+        return error
+    if group is not None and group.members:
+        return ErrorCode.non_empty_group
+    return None
+
+
+@handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS)
+async def alter_share_group_offsets(ctx: RequestContext, request) -> object:
+    image = ctx.services.image
+    error = _empty_group_error(ctx, request.group_id, AclOperation.READ)
+    topics = []
+    for topic in request.topics if error is None else ():
+        info = image.topics.get(topic.topic_name)
+        entries = []
+        for p in topic.partitions:
+            if info is None or p.partition_index not in info.partitions:
+                part_error = ErrorCode.unknown_topic_or_partition
+            elif not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic.topic_name):
+                part_error = ErrorCode.topic_authorization_failed
+            elif p.start_offset < 0:
+                part_error = ErrorCode.invalid_request
+            else:
+                part_error = await _share(ctx).owners.reset_start_offset(
+                    SharePartitionKey(request.group_id, info.topic_id, p.partition_index),
+                    p.start_offset, OWNER_CALL_TIMEOUT_S)
+            entries.append(ctx.response("AlterShareGroupOffsetsResponsePartition",
+                                        partition_index=p.partition_index,
+                                        error_code=part_error))
+        topics.append(ctx.response("AlterShareGroupOffsetsResponseTopic",
+                                   topic_name=topic.topic_name,
+                                   topic_id=info.topic_id if info else None,
+                                   partitions=tuple(entries)))
+    return ctx.response("AlterShareGroupOffsetsResponse", throttle_time=0,
+                        error_code=error or ErrorCode.none, responses=tuple(topics))
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS)
+async def delete_share_group_offsets(ctx: RequestContext, request) -> object:
+    image = ctx.services.image
+    error = _empty_group_error(ctx, request.group_id, AclOperation.DELETE)
+    topics = []
+    for topic in request.topics if error is None else ():
+        info = image.topics.get(topic.topic_name)
+        if info is None:
+            topic_error = ErrorCode.unknown_topic_or_partition
+        elif not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic.topic_name):
+            topic_error = ErrorCode.topic_authorization_failed
+        else:
+            errors = [await _share(ctx).owners.delete_state(
+                SharePartitionKey(request.group_id, info.topic_id, index), OWNER_CALL_TIMEOUT_S)
+                for index in sorted(info.partitions)]
+            topic_error = next((e for e in errors if e != ErrorCode.none), ErrorCode.none)
+        topics.append(ctx.response("DeleteShareGroupOffsetsResponseTopic",
+                                   topic_name=topic.topic_name,
+                                   topic_id=info.topic_id if info else None,
+                                   error_code=topic_error))
+    return ctx.response("DeleteShareGroupOffsetsResponse", throttle_time=0,
+                        error_code=error or ErrorCode.none, responses=tuple(topics))
 
 
 # --- the owners' internal API -----------------------------------------------------------------

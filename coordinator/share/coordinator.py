@@ -30,7 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LoggedMarker, LoggedRecord, LogRecord
-from ..group.timer import Timer
+from ..group.timer import Scheduled, Timer
 from ..internal_topic import SHARE_GROUP_STATE_TOPIC
 from ..partition_loader import PartitionLoader, replay_into
 from .records import MalformedShareRecord, SharePartitionKey, snapshot_from_bytes, snapshot_to_bytes
@@ -109,6 +109,7 @@ class ShareCoordinator:
         self._changes: dict[SharePartitionKey, int] = {}
         self._written: dict[SharePartitionKey, int] = {}
         self._write_locks: dict[SharePartitionKey, asyncio.Lock] = {}
+        self._expiry_timers: dict[SharePartitionKey, Scheduled] = {}
         self.loader: PartitionLoader[LoadedShareStates] = PartitionLoader(
             SHARE_GROUP_STATE_TOPIC, store, self._spawn,
             lambda partition: replay_into(store, partition, LoadedShareStates(partition)),
@@ -137,6 +138,8 @@ class ShareCoordinator:
                      SHARE_GROUP_STATE_TOPIC, partition)
 
     def _on_unloaded(self, partition: int) -> None:
+        for key in [k for k in self._expiry_timers if self._state_partition(k) == partition]:
+            self._expiry_timers.pop(key).cancel()
         for table in (self._partitions, self._snapshots, self._changes, self._written,
                       self._write_locks):
             for key in [k for k in table if self._state_partition(k) == partition]:
@@ -172,15 +175,16 @@ class ShareCoordinator:
         now = self.timer.now_ms()
         ranges = partition.acquire(request.member_id, request.max_records,
                                    request.log_start_offset, request.high_watermark, now)
-        if ranges:
-            self.timer.schedule(self.settings.limits.record_lock_duration_ms,
-                                self._expire_locks, key, partition)
+        if ranges and key not in self._expiry_timers:
+            self._schedule_expiry(key, partition)
         return AcquireResult(ErrorCode.none, tuple(ranges))
 
-    def return_unsent(self, key: SharePartitionKey, member_id: str, offsets: range) -> None:
+    def return_unsent(self, key: SharePartitionKey, member_id: str,
+                      unsent: list[range]) -> None:
         partition = self._partitions.get(key)
         if partition is not None and self.owner_error(key) is None:
-            partition.return_unsent(member_id, offsets)
+            for offsets in unsent:
+                partition.return_unsent(member_id, offsets)
 
     async def acknowledge(self, key: SharePartitionKey, member_id: str,
                           batches: list[AcknowledgementBatch]) -> ErrorCode:
@@ -204,12 +208,21 @@ class ShareCoordinator:
                 self._changed(key)
                 await self._write(key)
 
+    def _schedule_expiry(self, key: SharePartitionKey, partition: SharePartition) -> None:
+        """One timer per share partition, due when its earliest lock expires."""
+        deadline = partition.next_lock_deadline_ms()
+        if deadline is not None:
+            self._expiry_timers[key] = self.timer.schedule(
+                max(deadline - self.timer.now_ms(), 1), self._expire_locks, key, partition)
+
     def _expire_locks(self, key: SharePartitionKey, partition: SharePartition) -> None:
+        self._expiry_timers.pop(key, None)
         if self._partitions.get(key) is not partition:
             return  # unloaded since, or replaced
         if partition.expire_locks(self.timer.now_ms()):
             self._changed(key)
             self._spawn(self._write_logged(key))
+        self._schedule_expiry(key, partition)
 
     # -- administration (share group offsets) -------------------------------------------------
 
