@@ -29,7 +29,6 @@ from protocol.apis import ApiKey
 from support.raw import call, connect, entity
 from support.share_groups import DELIVERY_LIMIT, LOCK_MS, ShareCluster, ShareMember, wait_for
 from support.storage_modes import MODES
-from support.topics import partition_metadata
 
 pytestmark = pytest.mark.system
 
