@@ -79,6 +79,9 @@ class ShareMember:
     hold: bool = False
     deliveries: list[Delivery] = field(default_factory=list)
     accepted: list[Delivery] = field(default_factory=list)
+    # Records whose acknowledgement failed at the client (its broker died meanwhile): the
+    # broker may or may not have applied it before.
+    unconfirmed: list[Delivery] = field(default_factory=list)
     errors: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -136,12 +139,15 @@ class ShareMember:
                     results = self.consumer.commit_sync(30)
                 except KafkaException as e:
                     self.errors[str(e.args[0].name())] += 1
+                    with self.lock:
+                        self.unconfirmed.extend(accepting)
                     continue
                 failed = {tp.partition for tp, error in results.items() if error is not None}
                 if failed:
                     self.errors["ack-failed"] += len(failed)
                 with self.lock:
                     self.accepted.extend(d for d in accepting if d.partition not in failed)
+                    self.unconfirmed.extend(d for d in accepting if d.partition in failed)
 
     def values(self) -> list[bytes]:
         with self.lock:
