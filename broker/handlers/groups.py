@@ -22,6 +22,7 @@ from replication.acls import AclOperation, ResourceType
 
 from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
 from .registry import RequestContext, handles
+from .share import listed_share_groups
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -336,8 +337,9 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
                                      for topic, partitions in by_topic.items()))
 
 
-# Every group kipper's coordinator runs speaks the classic protocol (KIP-848's "consumer"
-# groups and KIP-932's "share" groups are not implemented): ListGroups v5 names this type.
+# Every group of kipper's group coordinator speaks the classic protocol (KIP-848's "consumer"
+# groups are not implemented): ListGroups v5 names this type. Share groups (KIP-932) are
+# listed by broker/handlers/share.py.
 CLASSIC_GROUP_TYPE = "classic"
 
 
@@ -353,10 +355,13 @@ async def list_groups(ctx: RequestContext, request) -> object:
         denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
                               (g.group_id for g in groups))
         groups = [g for g in groups if g.group_id not in denied]
-    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error, groups=tuple(
-        ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type or "",
-                     group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
-        for g in groups if not states or g.state.value.lower() in states))
+    listed = [ctx.response("ListedGroup", group_id=g.group_id,
+                           protocol_type=g.protocol_type or "", group_state=g.state.value,
+                           group_type=CLASSIC_GROUP_TYPE)
+              for g in groups if not states or g.state.value.lower() in states]
+    listed += listed_share_groups(ctx, states, types)  # KIP-932, broker/handlers/share.py
+    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error,
+                        groups=tuple(listed))
 
 
 @handles(ApiKey.DESCRIBE_GROUPS)

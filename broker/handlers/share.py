@@ -33,7 +33,7 @@ from replication.partition import PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, RecordsLost
 
 from ..client_az import client_az
-from ..security.authorize import OMITTED, allowed, authorized_operations
+from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
 from ..share_groups import ShareGroupParts
 from ..share_owners import serve_remote_call
 from ..share_sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSessionError
@@ -135,6 +135,26 @@ async def share_group_describe(ctx: RequestContext, request) -> object:
             members=members, authorized_operations=authorized_operations(
                 ctx, request.include_authorized_operations, ResourceType.GROUP, group_id)))
     return ctx.response("ShareGroupDescribeResponse", throttle_time=0, groups=tuple(described))
+
+
+SHARE_GROUP_TYPE = "share"
+
+
+def listed_share_groups(ctx: RequestContext, states: set[str], types: set[str]) -> list:
+    """ListGroups' entries of the share groups this broker coordinates (v5+ names their type;
+    ``states`` and ``types``: the request's lower-cased filters, empty for all)."""
+    share = _share(ctx)
+    if share is None or (types and SHARE_GROUP_TYPE not in types):
+        return []
+    groups = [g for g in share.groups.list()
+              if not states or g.state.value.lower() in states]
+    if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                              (g.group_id for g in groups))
+        groups = [g for g in groups if g.group_id not in denied]
+    return [ctx.response("ListedGroup", group_id=g.group_id, protocol_type=SHARE_GROUP_TYPE,
+                         group_state=g.state.value, group_type=SHARE_GROUP_TYPE)
+            for g in groups]
 
 
 # --- ShareFetch and ShareAcknowledge ----------------------------------------------------------

@@ -41,7 +41,7 @@ OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions, kipper's default
 def cluster(tmp_path_factory, s3_endpoint):
     cluster = ShareCluster(tmp_path_factory.mktemp("share"), s3_endpoint)
     try:
-        yield cluster.start()
+        yield cluster.start(timeout=90)
     finally:
         cluster.stop()  # also the nodes that started when another did not
 
@@ -196,7 +196,7 @@ def test_kill_9_loses_no_acknowledged_state(cluster, topic_name, group, mode, ki
             confirmed_before = {d.value for d in member.accepted}
             seen = len(member.deliveries)
         cluster.brokers[victim].kill()
-        cluster.brokers[victim].start()
+        cluster.brokers[victim].start(timeout=90)
         # Every record is accepted, or its acknowledgement failed at the client (the broker
         # it went through died: it may have been written before).
         def answered() -> set[bytes]:
@@ -258,6 +258,14 @@ def test_bad_share_group_input_gets_kafkas_error_codes(cluster, topic_name, grou
         ours, missing = described.groups
         assert ours.error_code == 0 and [m.member_id for m in ours.members] == ["m1"]
         assert missing.error_code == ErrorCode.group_id_not_found
+
+        def listed(*types: str) -> list[tuple[str, str]]:
+            response = call(sock, ApiKey.LIST_GROUPS, 5, entity(
+                ApiKey.LIST_GROUPS, 5, "ListGroupsRequest", states_filter=(),
+                types_filter=types))
+            return [(g.group_id, g.group_type) for g in response.groups]
+        assert (group, "share") in listed() and (group, "share") in listed("share")
+        assert listed("no-such-type") == [] and (group, "share") not in listed("classic")
     leader = cluster.brokers[cluster.leader_of(topic_name, 0)]
     partition_id = dict(partition_index=0)
 
