@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient
 
 from .processes import Cluster
 from .s3 import S3Endpoint
@@ -41,6 +42,10 @@ class ShareCluster(Cluster):
         """A topic of storage ``mode``: replicated on all three brokers unless diskless
         (whose partitions every broker serves from object storage)."""
         replication = 1 if mode == "diskless" else 3
+        # After a scenario's kill -9 the restarted broker may not be back in the metadata.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        assert wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == len(self.brokers),
+                        60), "a broker did not come back"
         create_topic(self.bootstrap, name, partitions, replication,
                      {"kipper.storage.mode": mode}, in_sync=replication > 1)
 

@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.coordinator_log import partition_for
 from coordinator.internal_topic import SHARE_GROUP_STATE_TOPIC
 from protocol.apis import ApiKey
+from support.metrics import az_locality
 from support.raw import call, connect, entity
 from support.share_groups import DELIVERY_LIMIT, LOCK_MS, ShareCluster, ShareMember, wait_for
 from support.storage_modes import MODES
@@ -144,6 +145,42 @@ def test_records_whose_lock_expires_are_redelivered(cluster, topic_name, group, 
             other.close()
     finally:
         holder.close()
+
+
+def _share_fetch_bytes(cluster: ShareCluster) -> Counter:
+    """Consumer fetch bytes (Fetch and ShareFetch) served by every broker, by same / cross /
+    unknown AZ of the client."""
+    totals: Counter = Counter()
+    for broker in cluster.brokers:
+        for row in broker.metrics_json()["network"]["server"]:
+            if row["class"] == "fetch-consumer":
+                totals[az_locality(row)] += row["bytes"]
+    return totals
+
+
+def test_members_in_three_azs_fetch_a_diskless_topic_in_their_own_az(
+        cluster, topic_name, group):
+    """Digest §6 claim 19: a diskless partition is served by a broker of each member's AZ
+    (Metadata names one by the ``az=`` token of its client.id), so a share group's record
+    bytes do not cross AZs; only the owner's acquisition calls (internal, not fetch) do."""
+    cluster.create_topic(topic_name, "diskless")
+    record = b"x" * 2048
+    sent = [record[:-5] + f"{i:05d}".encode() for i in range(600)]
+    before = _share_fetch_bytes(cluster)
+    members = [ShareMember(cluster.bootstrap, group, topic_name, f"m{i}", rack=f"az{i + 1}")
+               .start() for i in range(3)]
+    try:
+        assert wait_for(lambda: len(_described(cluster, group).members) == 3, 30)
+        for burst in range(6):
+            cluster.produce(topic_name, sent[burst * 100:(burst + 1) * 100])
+            time.sleep(0.2)
+        assert wait_for(lambda: {v for m in members for v in m.values()} >= set(sent), 60)
+    finally:
+        close_all(members)
+    after = _share_fetch_bytes(cluster) - before
+    payload = len(sent) * len(record)
+    assert after["same"] >= payload, after
+    assert after["cross"] < 0.05 * payload, after
 
 
 def _described(cluster: ShareCluster, group: str):
