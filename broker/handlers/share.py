@@ -21,7 +21,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from coordinator.share.coordinator import AcquireRequest
-from coordinator.share.membership import Heartbeat
+from coordinator.share.membership import Heartbeat, ShareGroupState
 from coordinator.share.records import SharePartitionKey
 from coordinator.share.share_partition import AcknowledgementBatch, AcquiredRange
 from protocol.apis import ApiKey
@@ -105,7 +105,7 @@ async def share_group_describe(ctx: RequestContext, request) -> object:
     described = []
     for group_id in request.group_ids:
         def entry(error: ErrorCode, message: str | None = None, **fields) -> object:
-            defaults = dict(group_state="Dead", group_epoch=-1, assignment_epoch=-1,
+            defaults = dict(group_state=ShareGroupState.DEAD.value, group_epoch=-1, assignment_epoch=-1,
                             assignor_name="", members=(), authorized_operations=OMITTED)
             return ctx.response("DescribedGroup", error_code=error, error_message=message,
                                 group_id=group_id, **{**defaults, **fields})

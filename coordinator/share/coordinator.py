@@ -234,9 +234,6 @@ class ShareCoordinator:
         snapshot = self._snapshots.get(key)
         return snapshot.start_offset if snapshot is not None else None
 
-    def keys_of(self, group_id: str) -> list[SharePartitionKey]:
-        return sorted(k for k in {*self._partitions, *self._snapshots} if k.group_id == group_id)
-
     async def reset_start_offset(self, key: SharePartitionKey, offset: int) -> ErrorCode:
         """AlterShareGroupOffsets (the group has no members: nothing is in flight)."""
         if (error := self.owner_error(key)) is not None:

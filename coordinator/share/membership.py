@@ -193,20 +193,11 @@ class ShareGroupManager:
         group.group_epoch += 1
         self._reassign_if_needed(group)
 
-    # -- administration -------------------------------------------------------------------
+    # -- coordinator changes ----------------------------------------------------------------
 
-    def delete(self, group_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.group_id_not_found
-        if group.members:
-            return ErrorCode.non_empty_group
-        del self.groups[group_id]
-        return ErrorCode.none
-
-    def unload(self, owns: Callable[[str], bool]) -> None:
-        """Drop the groups ``owns`` says belong to a partition no longer coordinated here."""
-        for group_id in [g for g in self.groups if owns(g)]:
+    def unload(self, moved: Callable[[str], bool]) -> None:
+        """Drop the groups ``moved`` says another broker coordinates now."""
+        for group_id in [g for g in self.groups if moved(g)]:
             for member in self.groups.pop(group_id).members.values():
                 if member.session_timer is not None:
                     member.session_timer.cancel()

@@ -278,6 +278,6 @@ class SharePartition:
         return ShareSnapshot(self.start_offset, tuple(batches))
 
     def state_of(self, offset: int) -> tuple[RecordState, int] | None:
-        """The state and delivery count of an in-flight offset (tests, describe)."""
+        """The state and delivery count of an in-flight offset, None outside the window."""
         record = self._records.get(offset)
         return None if record is None else (record.state, record.delivery_count)
