@@ -188,10 +188,11 @@ class SharePartition:
                     or len(batch.types) not in (1, batch.last_offset - batch.first_offset + 1)
                     or any(t not in AcknowledgeType._value2member_map_ for t in batch.types)):
                 return ErrorCode.invalid_request
+            if batch.first_offset < self.start_offset or batch.last_offset >= self.end_offset:
+                return ErrorCode.invalid_record_state  # outside the window: never acquired
             for offset in range(batch.first_offset, batch.last_offset + 1):
-                record = self._records.get(offset)
-                if (record is None or record.state != RecordState.ACQUIRED
-                        or record.member_id != member_id):
+                record = self._records[offset]
+                if record.state != RecordState.ACQUIRED or record.member_id != member_id:
                     return ErrorCode.invalid_record_state
         for batch in batches:
             for offset in range(batch.first_offset, batch.last_offset + 1):

@@ -85,6 +85,8 @@ def test_acknowledging_records_not_held_is_invalid_record_state():
     assert partition.acknowledge("b", [ack(0, 0, ACCEPT)]) == ErrorCode.invalid_record_state
     assert partition.acknowledge("a", [ack(0, 2, ACCEPT)]) == ErrorCode.invalid_record_state
     assert partition.acknowledge("a", [ack(0, 1, 9)]) == ErrorCode.invalid_request
+    # A range far past what is in flight is refused at once, not walked.
+    assert partition.acknowledge("a", [ack(0, 2**62, ACCEPT)]) == ErrorCode.invalid_record_state
     # Nothing was applied: all or none.
     assert partition.state_of(0) == (RecordState.ACQUIRED, 1)
     assert partition.acknowledge("a", [ack(0, 1, ACCEPT)]) == ErrorCode.none
