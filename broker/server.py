@@ -23,7 +23,12 @@ from coordinator.diskless import (
 from coordinator.group.rack_aware import ClusterTopics
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
-from coordinator.internal_topic import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopicLog
+from coordinator.internal_topic import (
+    OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    InternalTopicLog,
+)
 from coordinator.transaction.markers import MarkerWriter, marker_sender
 from coordinator.transaction.partition_adder import TransactionPartitionAdder
 from coordinator.transaction.service import TransactionCoordinator
@@ -78,6 +83,7 @@ from .security.listener_security import (
 from .security.listeners import SecurityProtocol
 from .security.tls import PrincipalMappingError, peer_principal
 from .services import BrokerServices, ControllerChannel
+from .share_groups import ShareGroupParts, share_group_parts
 from .static_configs import dynamic_configs
 from .traffic import NetworkTraffic, node_client_id
 
@@ -88,7 +94,7 @@ STOP_STEP_TIMEOUT_S = 2.0
 _PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
                  SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3}
 # The internal topics whose partition leaders coordinate (groups, transactions).
-COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC)
 
 
 class Broker:
@@ -171,6 +177,7 @@ class Broker:
         self.follower: MetadataFollower | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        self.share: ShareGroupParts | None = None
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
                                                 config.node_id)
         self.controller_channel: ControllerChannel | None = None
@@ -258,6 +265,9 @@ class Broker:
                 group_config.offsets_topic()), topics=ClusterTopics(
                     self.image, lambda topic: self.replicas.log_config(topic).storage_mode))
             self.transaction_coordinator = self._transaction_coordinator()
+            self.share = share_group_parts(self.config, self.image, self.replicas,
+                                           self.controller_channel.create_topic, self.nodes,
+                                           self.group_coordinator)
         self._serve_requests()
         if self.config.broker_role:
             await self.follower.start(self._endpoints(), self.config.rack)
@@ -268,6 +278,7 @@ class Broker:
                     self.replicas, self.image, self.nodes, self.controller_channel.create_topic))
             await self.group_coordinator.start()
             await self.transaction_coordinator.start()
+            await self.share.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
         self._background = [
@@ -316,7 +327,7 @@ class Broker:
             batch_coordinator=self.batch_coordinator,
             producer_ids=self.producer_ids, capture=self.capture,
             storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics,
-            fetch_sessions=self.fetch_sessions,
+            fetch_sessions=self.fetch_sessions, share=self.share,
             transaction_partitions=None if self.transaction_coordinator is None
             else TransactionPartitionAdder(self.transaction_coordinator, self.nodes,
                                            self.config.node_id))
@@ -407,6 +418,7 @@ class Broker:
         if record["type"] != "partition" or record["topic"] in COORDINATOR_TOPICS:
             self.group_coordinator.on_metadata_change()
             self.transaction_coordinator.on_metadata_change()
+            self.share.on_metadata_change()
 
     def _serve_metadata_log(self) -> None:
         """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
@@ -492,6 +504,8 @@ class Broker:
             await _bounded("the group coordinator", self.group_coordinator.stop())
         if self.transaction_coordinator is not None:
             await _bounded("the transaction coordinator", self.transaction_coordinator.stop())
+        if self.share is not None:
+            await _bounded("the share coordinator", self.share.stop())
         if self.metrics is not None:
             await _bounded("the metrics listener", self.metrics.stop())
         if self.active_tiered is not None:

@@ -62,6 +62,14 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    # Share groups (KIP-932, broker/handlers/share.py).
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 # librdkafka before 2.10 turns gzip/snappy/lz4 off unless Produce v2 is advertised and lz4
@@ -132,4 +140,14 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.BROKER_REGISTRATION: (3, 3),
     ApiKey.BROKER_HEARTBEAT: (1, 1),
     ApiKey.FETCH_SNAPSHOT: (0, 0),
+    # Share groups (KIP-932): the versions librdkafka 2.16's ShareConsumer speaks (v1 of
+    # the heartbeat, fetch and acknowledge is KIP-932's GA); ShareFetch/ShareAcknowledge v2
+    # (renew acknowledgements, KIP-1222) are not served.
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }

@@ -5,6 +5,6 @@ from .registry import HANDLERS, RequestContext, handles
 from . import (acls, admin, api_versions, configs, consumer_groups,  # noqa: E402,F401
                controller_apis, describe_producers, diskless_coordinator,  # (registration)
                fetch, groups, log_dirs, metadata, offsets, produce, producer_id, replicas,
-               transactions, sasl, txn_markers)
+               sasl, share, transactions, txn_markers)
 
 __all__ = ["HANDLERS", "RequestContext", "handles"]

@@ -22,6 +22,7 @@ from replication.acls import AclOperation, ResourceType
 
 from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
 from .registry import RequestContext, handles
+from .share import listed_share_groups
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -349,10 +350,12 @@ async def list_groups(ctx: RequestContext, request) -> object:
         denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
                               (g.group_id for g in groups))
         groups = [g for g in groups if g.group_id not in denied]
-    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error, groups=tuple(
-        ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
-                     group_state=g.state, group_type=g.group_type)
-        for g in groups))
+    listed = [ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
+                           group_state=g.state, group_type=g.group_type)
+              for g in groups]
+    listed += listed_share_groups(ctx, states, types)  # KIP-932, broker/handlers/share.py
+    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error,
+                        groups=tuple(listed))
 
 
 @handles(ApiKey.DESCRIBE_GROUPS)
