@@ -73,11 +73,11 @@ def test_members_carry_on_when_the_coordinator_dies(tmp_path, topic_name, member
 
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         before = admin.describe_consumer_groups([group])[group].result(10)
-        # ListGroups v5's type and state filters.
-        listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER},
-                                            states={ConsumerGroupState.STABLE}).result(10)
-        assert [(g.group_id, g.type) for g in listed.valid] == [
-            (group, ConsumerGroupType.CONSUMER)]
+        # ListGroups v5's type and state filters (Stable once every member reconciled).
+        listed = wait_until(lambda: admin.list_consumer_groups(
+            types={ConsumerGroupType.CONSUMER},
+            states={ConsumerGroupState.STABLE}).result(10).valid, STEP_TIMEOUT, 0.5)
+        assert [(g.group_id, g.type) for g in listed] == [(group, ConsumerGroupType.CONSUMER)]
         assert not admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10).valid
         coordinator = before.coordinator.id
         cluster.brokers[coordinator].kill()
