@@ -377,6 +377,22 @@ class BrokerConfig:
         100 * 1024 * 1024, "`segment.bytes` of `__consumer_offsets` when it is created "
         "(`offsets.topic.segment.bytes`): the log cleaner compacts it segment by segment, "
         "never the active one.")
+    group_consumer_heartbeat_interval_ms: int = setting(
+        5_000, "How often a member of a KIP-848 consumer group heartbeats "
+        "(`group.consumer.heartbeat.interval.ms`): it learns of partitions to revoke or take "
+        "at its next heartbeat.")
+    group_consumer_reconciling_heartbeat_interval_ms: int = setting(
+        500, "kipper's own: the heartbeat interval a KIP-848 consumer group member is given "
+        "while it still has partitions to revoke or to take, so a partition that changes "
+        "member pauses about this long, not a whole heartbeat interval (set it to "
+        "`group_consumer_heartbeat_interval_ms` for Kafka's behaviour).")
+    group_consumer_session_timeout_ms: int = setting(
+        45_000, "A KIP-848 consumer group member silent this long is removed and its "
+        "partitions reassigned (`group.consumer.session.timeout.ms`).")
+    group_consumer_assignors: str = setting(
+        "uniform,range", "The server-side assignors KIP-848 consumer groups may ask for "
+        "(`group.consumer.assignors`, comma-separated: `uniform`, `range`); the first is the "
+        "default. Both are rack-aware when members set `client.rack`.")
     transaction_state_log_segment_bytes: int = setting(
         100 * 1024 * 1024, "`segment.bytes` of `__transaction_state` when it is created "
         "(`transaction.state.log.segment.bytes`).")

@@ -20,6 +20,7 @@ from coordinator.diskless import (
     Housekeeping,
     HousekeepingSettings,
 )
+from coordinator.group.rack_aware import ClusterTopics
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
 from coordinator.internal_topic import (
@@ -252,10 +253,17 @@ class Broker:
             self._start_diskless()
         if self.config.broker_role:
             group_config = GroupConfig(
-                offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes)
+                offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes,
+                consumer_heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+                consumer_reconciling_heartbeat_interval_ms=(
+                    self.config.group_consumer_reconciling_heartbeat_interval_ms),
+                consumer_session_timeout_ms=self.config.group_consumer_session_timeout_ms,
+                consumer_assignors=tuple(
+                    a.strip() for a in self.config.group_consumer_assignors.split(",")))
             self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
                 self.image, self.controller_channel.create_topic, self.replicas,
-                group_config.offsets_topic()))
+                group_config.offsets_topic()), topics=ClusterTopics(
+                    self.image, lambda topic: self.replicas.log_config(topic).storage_mode))
             self.transaction_coordinator = self._transaction_coordinator()
             self.share = share_group_parts(self.config, self.image, self.replicas,
                                            self.controller_channel.create_topic, self.nodes,

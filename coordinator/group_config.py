@@ -28,6 +28,24 @@ class GroupConfig:
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
     offset_metadata_max_bytes: int = 4096
+    # KIP-848 consumer groups (Kafka's group.consumer.* settings and defaults).
+    consumer_heartbeat_interval_ms: int = 5_000
+    # kipper's own: a member still moving to its target (partitions to revoke, or to take
+    # once others released them) is told to come back this soon, so partitions handed over
+    # pause for about this long rather than a whole heartbeat interval (Kafka has no such
+    # setting: equal to the interval, it behaves as Kafka).
+    consumer_reconciling_heartbeat_interval_ms: int = 500
+    consumer_session_timeout_ms: int = 45_000
+    # The server-side assignors members may ask for; the first is the default.
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_max_size: int = 2**31 - 1
+
+    def __post_init__(self) -> None:
+        from .group.assignors import ASSIGNORS  # the assignors live with the groups
+        unknown = [name for name in self.consumer_assignors if name not in ASSIGNORS]
+        if unknown or not self.consumer_assignors:
+            raise ValueError(f"unknown consumer group assignors {unknown}: "
+                             f"choose among {sorted(ASSIGNORS)}")
 
     def offsets_topic(self) -> InternalTopic:
         return InternalTopic(OFFSETS_TOPIC, self.offsets_topic_num_partitions,

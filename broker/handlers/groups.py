@@ -337,28 +337,22 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
                                      for topic, partitions in by_topic.items()))
 
 
-# Every group of kipper's group coordinator speaks the classic protocol (KIP-848's "consumer"
-# groups are not implemented): ListGroups v5 names this type. Share groups (KIP-932) are
-# listed by broker/handlers/share.py.
-CLASSIC_GROUP_TYPE = "classic"
-
-
 @handles(ApiKey.LIST_GROUPS)
 async def list_groups(ctx: RequestContext, request) -> object:
-    # v4+ filters by state, v5+ by type; both case-insensitive, as Kafka's parsers are.
+    # v4+ filters by state, v5+ by type (classic, consumer); both case-insensitive, as
+    # Kafka's parsers are.
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     error, groups = _coordinator(ctx).list_groups()
-    if types and CLASSIC_GROUP_TYPE not in types:
-        groups = []
+    groups = [g for g in groups if (not types or g.group_type in types)
+              and (not states or g.state.lower() in states)]
     if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
         denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
                               (g.group_id for g in groups))
         groups = [g for g in groups if g.group_id not in denied]
-    listed = [ctx.response("ListedGroup", group_id=g.group_id,
-                           protocol_type=g.protocol_type or "", group_state=g.state.value,
-                           group_type=CLASSIC_GROUP_TYPE)
-              for g in groups if not states or g.state.value.lower() in states]
+    listed = [ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
+                           group_state=g.state, group_type=g.group_type)
+              for g in groups]
     listed += listed_share_groups(ctx, states, types)  # KIP-932, broker/handlers/share.py
     return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error,
                         groups=tuple(listed))
