@@ -335,3 +335,30 @@ def test_bad_share_group_input_gets_kafkas_error_codes(cluster, topic_name, grou
         assert not_acquired.responses[0].partitions[0].error_code == \
             ErrorCode.invalid_record_state
         assert acknowledge(sock, 2, 0, 1).responses[0].partitions[0].error_code == 0
+
+    # Share-group offsets: described as the start offset; changed only without members.
+    def described_start() -> int:
+        response = call(sock, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, entity(
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, "DescribeShareGroupOffsetsRequest",
+            groups=(entity(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                           "DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=(
+                               entity(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0,
+                                      "DescribeShareGroupOffsetsRequestTopic",
+                                      topic_name=topic_name, partitions=(0,)),)),)))
+        return response.groups[0].topics[0].partitions[0].start_offset
+
+    def alter(offset: int) -> int:
+        return call(sock, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, entity(
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, "AlterShareGroupOffsetsRequest",
+            group_id=group, topics=(entity(
+                ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, "AlterShareGroupOffsetsRequestTopic",
+                topic_name=topic_name, partitions=(entity(
+                    ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, "AlterShareGroupOffsetsRequestPartition",
+                    partition_index=0, start_offset=offset),)),))).error_code
+
+    with connect(coordinator) as sock:
+        assert described_start() == 2  # offsets 0 and 1 accepted
+        assert alter(4) == ErrorCode.non_empty_group
+        assert _heartbeat(sock, group, "m1", -1).error_code == 0
+        assert alter(4) == ErrorCode.none
+        assert described_start() == 4
