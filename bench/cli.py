@@ -37,10 +37,26 @@ def _validate(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     from bench.spark import spark_session
     from bench.synth import SynthParams, synthesize
-    params = SynthParams(producers=args.producers, topics=args.topics,
-                         partitions=args.partitions, duration_s=args.duration, rate=args.rate,
-                         zipf_s=args.zipf, mean_records=args.mean_records,
-                         azs=tuple(args.azs.split(",")), seed=args.seed)
+    azs = tuple(args.azs.split(","))
+    if args.omb:
+        from bench.omb import OmbWorkloadError, read_workload
+        try:
+            workload = read_workload(args.omb)
+        except OmbWorkloadError as e:
+            print(e, file=sys.stderr)
+            return 1
+        params = workload.synth_params(args.duration, azs, args.seed)
+        print(f"OMB workload {workload.name!r}: {workload.producers} producers, "
+              f"{workload.topics} topics x {workload.partitions_per_topic} partitions, "
+              f"{workload.producer_rate:g} msg/s of {workload.message_size} B "
+              f"({workload.mb_per_s:.1f} MB/s), {params.duration_s:g} s")
+        for field, value in workload.unmapped:
+            print(f"  not replayed: {field}={value!r} (see bench/README.md)")
+    else:
+        params = SynthParams(producers=args.producers, topics=args.topics,
+                             partitions=args.partitions, duration_s=args.duration or 60.0,
+                             rate=args.rate, zipf_s=args.zipf, mean_records=args.mean_records,
+                             azs=azs, seed=args.seed)
     summary = synthesize(spark_session(args.master), params, args.out)
     print(f"wrote {args.out}: {summary.rows} requests, {summary.records} records, "
           f"{summary.bytes} bytes over {summary.duration_s:.1f} s")
@@ -103,7 +119,11 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--producers", type=int, default=12)
     synth.add_argument("--topics", type=int, default=2)
     synth.add_argument("--partitions", type=int, default=12, help="per topic")
-    synth.add_argument("--duration", type=float, default=60.0, help="seconds of trace")
+    synth.add_argument("--omb", type=Path, metavar="WORKLOAD.yaml",
+                       help="an OpenMessaging Benchmark workload file: its topics, partitions, "
+                            "producers, rate and message size replace the options below")
+    synth.add_argument("--duration", type=float,
+                       help="seconds of trace (default 60, or the OMB workload's duration)")
     synth.add_argument("--rate", type=float, default=20.0,
                        help="mean produce requests/s per producer")
     synth.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent over partitions")

@@ -47,6 +47,11 @@ class SynthParams:
     azs: tuple[str, ...] = ("az1", "az2", "az3")
     topic_prefix: str = "bench"
     seed: int = 1
+    # Fixed for every producer when set (an OMB workload's fixed message size, no compression,
+    # acks=all); None draws each producer's from the mixes above.
+    value_bytes: int | None = None
+    codec: str | None = None
+    acks: int | None = None
 
 
 def producer_rows(index: int, p: SynthParams) -> Iterator[tuple]:
@@ -55,9 +60,13 @@ def producer_rows(index: int, p: SynthParams) -> Iterator[tuple]:
     az = p.azs[index % len(p.azs)]
     topic = f"{p.topic_prefix}-{index % p.topics}"
     codecs, codec_weights = zip(*CODEC_MIX)
-    codec = str(rng.choice(codecs, p=codec_weights))
+    # Every draw is made even when a fixed value replaces it, so that fixing one setting does
+    # not change the random stream behind the others.
+    drawn_codec = str(rng.choice(codecs, p=codec_weights))
+    codec = p.codec or drawn_codec
     acks_values, acks_weights = zip(*ACKS_MIX)
-    acks = int(rng.choice(acks_values, p=acks_weights))
+    drawn_acks = int(rng.choice(acks_values, p=acks_weights))
+    acks = drawn_acks if p.acks is None else p.acks
     weights, medians = zip(*SIZE_PROFILES)
     median_value = medians[rng.choice(len(medians), p=weights)]
 
@@ -80,6 +89,8 @@ def producer_rows(index: int, p: SynthParams) -> Iterator[tuple]:
     partitions = rng.choice(p.partitions, size=n, p=zipf / zipf.sum())
     records = rng.geometric(1 / p.mean_records, size=n)
     values = np.maximum(8, rng.lognormal(np.log(median_value), 0.5, size=n)).astype(int)
+    if p.value_bytes is not None:
+        values = np.full(n, p.value_bytes)
     client_id = f"synth-p{index}"
     for offset, partition, count, value in zip(offsets_s, partitions, records, values):
         yield (EPOCH_US + int(offset * 1e6), client_id, az, topic, int(partition), int(count),
