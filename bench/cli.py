@@ -106,6 +106,33 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cost_scale(args: argparse.Namespace) -> int:
+    from bench.cost import load_prices
+    from bench.cost_scale import (format_table, models_from_points, plot_cost_scale,
+                                  points_from_report, scale_table)
+    prices = load_prices()
+    points = []
+    for run in args.run:
+        path = run / "report.json"
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            print(f"{path}: cannot read a compare report: {e}", file=sys.stderr)
+            return 1
+        points += points_from_report(report, str(run), prices)
+    if not points:
+        print("no priced kipper mode in the given runs", file=sys.stderr)
+        return 1
+    models = models_from_points(points)
+    table = scale_table(models, prices, baseline=args.baseline)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cost_scale.json").write_text(json.dumps(table, indent=1))
+    plot = plot_cost_scale(models, table, prices, args.out / "cost_vs_throughput.png")
+    print(format_table(table, list(models)))
+    print(f"\nwrote {plot} and {args.out / 'cost_scale.json'}")
+    return 0
+
+
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="produce traces, Spark replay, mode comparison")
     commands = bench.add_subparsers(dest="bench_command", required=True)
@@ -160,6 +187,17 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
 
     report = commands.add_parser("report", help="redraw report.html from a run's report.json")
     report.add_argument("--run", type=Path, required=True)
+
+    cost_scale = commands.add_parser(
+        "cost-scale", help="$/TB vs throughput per mode, extrapolated from compare runs")
+    cost_scale.add_argument("--run", type=Path, action="append", required=True,
+                            help="a `bench compare` output directory (repeat for runs at "
+                                 "other rates: the fit uses them all)")
+    cost_scale.add_argument("--out", type=Path, required=True,
+                            help="where cost_vs_throughput.png and cost_scale.json go")
+    cost_scale.add_argument("--baseline", default="classic",
+                            help="the mode break-even throughputs are measured against")
+    cost_scale.set_defaults(func=_cost_scale)
 
     for command in (synth, replay, analyze, compare):
         command.add_argument("--master", default=DEFAULT_MASTER,

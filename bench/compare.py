@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.analyze import analyze
 from bench.cost import (
+    REQUEST_CLASS,
     cost_breakdown,
     cross_az_bytes,
     object_store_delta,
@@ -155,6 +156,7 @@ def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
         "object_store": {
             "requests": sum(r["requests"] for s in object_store for r in s["requests"]),
             "bytes": sum(r["bytes"] for s in object_store for r in s["requests"]),
+            "bytes_by_request_class": _bytes_by_request_class(object_store),
             "by_operation": _by_operation(object_store)},
         "stored_bytes": stored,
         "cost": {"dollars": costs, "per_tb_produced": per_tb_produced(costs, produced)},
@@ -166,6 +168,18 @@ def _by_operation(snapshots: list[dict]) -> dict[str, int]:
     for snapshot in snapshots:
         for row in snapshot["requests"]:
             totals[row["operation"]] = totals.get(row["operation"], 0) + row["requests"]
+    return totals
+
+
+def _bytes_by_request_class(snapshots: list[dict]) -> dict[str, int]:
+    """Object bytes written (put) and read (get): what S3 Express charges per GB, and what
+    `kipper bench cost-scale` needs to price a run's objects in another storage class."""
+    totals = {"put": 0, "get": 0}
+    for snapshot in snapshots:
+        for row in snapshot["requests"]:
+            request_class = REQUEST_CLASS[row["operation"]]
+            if request_class in totals:
+                totals[request_class] += row["bytes"]
     return totals
 
 

@@ -54,6 +54,7 @@ def test_known_counters_give_known_dollars_per_tb():
     assert figures["cross_az"] == {"bytes_by_class": {"produce": GB, "replication": 2 * GB},
                                    "bytes": 3 * GB, "per_produced_gb": 1.5}
     assert figures["object_store"] == {"requests": 2000, "bytes": GB,
+                                       "bytes_by_request_class": {"put": 0, "get": GB},
                                        "by_operation": {"PutObject": 1000, "GetObject": 1000}}
     dollars = figures["cost"]["dollars"]
     assert dollars == pytest.approx({
