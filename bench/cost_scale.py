@@ -336,3 +336,22 @@ def plot_cost_scale(models: Mapping[str, ScaleModel], table: Mapping,
     figure.savefig(path, dpi=80)
     plt.close(figure)
     return path
+
+
+def plot_report_cost_scale(report: Mapping, path: Path,
+                           prices: Mapping[str, Mapping[str, float]] | None = None) -> Path:
+    """The cost-vs-throughput plot of one compare report (for report.html)."""
+    prices = prices or load_prices()
+    points = points_from_report(report, "this run", prices)
+    if not points:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        figure, axis = plt.subplots(figsize=(6, 1.2))
+        axis.axis("off")
+        axis.text(0.5, 0.5, "no priced kipper mode in this run", ha="center", va="center")
+        figure.savefig(path, dpi=80)
+        plt.close(figure)
+        return path
+    models = models_from_points(points)
+    return plot_cost_scale(models, scale_table(models, prices), prices, path)

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from bench.cost import CATEGORIES  # noqa: E402
+from bench.cost_scale import plot_report_cost_scale  # noqa: E402
 
 DPI = 80
 PLOTS = {
@@ -20,6 +21,8 @@ PLOTS = {
     "throughput.png": "Acknowledged throughput over the replay",
     "cost_per_tb.png": "Cost per TB produced, by category",
     "cross_az_bytes.png": "Cross-AZ bytes per produced byte, by traffic class",
+    "cost_vs_throughput.png": "Cost per TB vs throughput: this run's measured points and the "
+                              "model extrapolated from them (kipper bench cost-scale)",
 }
 
 
@@ -142,7 +145,8 @@ def write_report(report: dict, out: Path) -> Path:
     """Write the PNGs and report.html next to report.json in ``out``."""
     out = Path(out)
     for name, plot in (("latency_cdf.png", plot_latency), ("throughput.png", plot_throughput),
-                       ("cost_per_tb.png", plot_cost), ("cross_az_bytes.png", plot_cross_az)):
+                       ("cost_per_tb.png", plot_cost), ("cross_az_bytes.png", plot_cross_az),
+                       ("cost_vs_throughput.png", plot_report_cost_scale)):
         plot(report, out / name)
     trace, options = report["trace"], report["options"]
     header = ["mode", "status", "records acked / sent / consumed", "failed", "MB/s",

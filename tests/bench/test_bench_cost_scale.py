@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from bench.cost import GB
-from bench.cost_scale import (MeasuredPoint, ScaleModel, break_even, fit, points_from_report,
-                              scale_table)
+from bench.cost_scale import (MeasuredPoint, ScaleModel, break_even, fit,
+                              plot_report_cost_scale, points_from_report, scale_table)
 
 PRICES = {
     "s3_standard": {"put_requests_per_1k": 0.005, "get_requests_per_1k": 0.0004,
@@ -155,3 +155,10 @@ def test_cost_scale_command_prints_the_table_and_writes_the_plot(tmp_path):
     assert (tmp_path / "out" / "cost_vs_throughput.png").stat().st_size > 0
     figures = json.loads((tmp_path / "out" / "cost_scale.json").read_text())
     assert set(figures["object_classes"]["s3_standard"]["break_even_mb_per_s"]) == {"diskless"}
+
+
+def test_report_plot_with_and_without_priced_modes(tmp_path):
+    plot_report_cost_scale(compare_report(), tmp_path / "a.png", PRICES)
+    unpriced = {**compare_report(), "modes": {"tansu": {"status": "ok", "cost": "n/a"}}}
+    plot_report_cost_scale(unpriced, tmp_path / "b.png", PRICES)
+    assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
