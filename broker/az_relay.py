@@ -1,0 +1,186 @@
+"""The relay between AZ namespaces (broker/az_network.py): it runs in the cluster's fabric
+namespace and carries every Ethernet frame arriving on one end of an AZ link out of the
+other end, after the inter-AZ delay, unless a partition rule drops it.
+
+The kernel has no delay of its own here (no ``netem`` qdisc), hence user space. Frames are
+read and written with their virtio-net header (``PACKET_VNET_HDR``), so segmentation-offloaded
+TCP frames of up to 64 KiB and their pending checksums pass unchanged: one read and one write
+per 64 KiB, not per 1,500 bytes. A frame the kernel cannot take at once (socket buffer full)
+is dropped, as a congested link would: TCP sends it again.
+
+    python -m broker.az_relay --one-way-delay-ms 0.5 --rules FILE z1-z2:z2-z1:1 ...
+
+Each ``A:B:D`` forwards frames received on interface A out of B, delayed if D is 1. The rules
+file (JSON, `broker/az_partition.py` writes it) is read at start and on SIGHUP: frames
+arriving on a rule's interface whose IPv4 source and destination fall in its ``src`` /
+``dst`` networks (null: any, and then non-IP frames such as ARP too) are dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import ipaddress
+import json
+import logging
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("kipper.az_relay")
+
+ETH_P_ALL = 3
+SOL_PACKET = 263
+PACKET_VNET_HDR = 15
+VNET_HEADER = 10
+ETHERTYPE = slice(VNET_HEADER + 12, VNET_HEADER + 14)
+IPV4 = b"\x08\x00"
+IP_SOURCE = slice(VNET_HEADER + 14 + 12, VNET_HEADER + 14 + 16)
+IP_DESTINATION = slice(VNET_HEADER + 14 + 16, VNET_HEADER + 14 + 20)
+MAX_FRAME = VNET_HEADER + 65_550
+SOCKET_BUFFER = 4 << 20
+
+
+@dataclass(frozen=True)
+class FrameFilter:
+    interface: str
+    source: ipaddress.IPv4Network | None
+    destination: ipaddress.IPv4Network | None
+
+    def drops(self, frame: bytes) -> bool:
+        if self.source is None and self.destination is None:
+            return True
+        if frame[ETHERTYPE] != IPV4:
+            return False
+        return ((self.source is None
+                 or ipaddress.IPv4Address(frame[IP_SOURCE]) in self.source)
+                and (self.destination is None
+                     or ipaddress.IPv4Address(frame[IP_DESTINATION]) in self.destination))
+
+
+def load_rules(path: Path) -> dict[str, list[FrameFilter]]:
+    """Rules by the interface they watch; none if the file does not exist."""
+    rules: dict[str, list[FrameFilter]] = collections.defaultdict(list)
+    if path.exists():
+        for cut in json.loads(path.read_text()):
+            for rule in cut["rules"]:
+                rules[rule["interface"]].append(FrameFilter(
+                    rule["interface"],
+                    ipaddress.IPv4Network(rule["src"]) if rule["src"] else None,
+                    ipaddress.IPv4Network(rule["dst"]) if rule["dst"] else None))
+    return rules
+
+
+def packet_socket(interface: str) -> socket.socket:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+    sock.bind((interface, 0))
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class Direction:
+    """Frames received on one interface, on their way out of its peer."""
+
+    inbound: str
+    outbound: str
+    delay_s: float
+    queue: collections.deque = field(default_factory=collections.deque)
+
+
+class Relay:
+    def __init__(self, directions: list[Direction], rules_path: Path) -> None:
+        self.directions = directions
+        self.rules_path = rules_path
+        self.rules: dict[str, list[FrameFilter]] = {}
+        self.sockets = {d.inbound: packet_socket(d.inbound) for d in directions}
+        self.loop = asyncio.get_running_loop()
+        self.dropped = collections.Counter()
+
+    def start(self) -> None:
+        self.reload()
+        for direction in self.directions:
+            self.loop.add_reader(self.sockets[direction.inbound].fileno(), self._receive,
+                                 direction)
+        self.loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        self.rules = load_rules(self.rules_path)
+        log.info("partition rules: %s", {i: len(r) for i, r in self.rules.items()} or "none")
+
+    def _receive(self, direction: Direction) -> None:
+        sock = self.sockets[direction.inbound]
+        rules = self.rules.get(direction.inbound, ())
+        while True:
+            try:
+                frame, address = sock.recvfrom(MAX_FRAME)
+            except BlockingIOError:
+                return
+            # A packet socket also sees the frames we send out of its interface.
+            if address[2] == socket.PACKET_OUTGOING:
+                continue
+            if any(rule.drops(frame) for rule in rules):
+                self.dropped[direction.inbound] += 1
+                continue
+            if not direction.delay_s:
+                self._send(direction, frame)
+                continue
+            direction.queue.append((self.loop.time() + direction.delay_s, frame))
+            if len(direction.queue) == 1:
+                self.loop.call_at(direction.queue[0][0], self._release, direction)
+
+    def _release(self, direction: Direction) -> None:
+        now = self.loop.time()
+        while direction.queue and direction.queue[0][0] <= now:
+            self._send(direction, direction.queue.popleft()[1])
+        if direction.queue:
+            self.loop.call_at(direction.queue[0][0], self._release, direction)
+
+    def _send(self, direction: Direction, frame: bytes) -> None:
+        try:
+            self.sockets[direction.outbound].send(frame)
+        except (BlockingIOError, OSError):
+            self.dropped[direction.outbound] += 1
+
+
+def parse_link(text: str) -> tuple[str, str, bool]:
+    inbound, outbound, delayed = text.split(":")
+    return inbound, outbound, delayed == "1"
+
+
+async def run(args: argparse.Namespace) -> None:
+    directions = [Direction(inbound, outbound, args.one_way_delay_ms / 1000 if delayed else 0.0)
+                  for inbound, outbound, delayed in args.links]
+    relay = Relay(directions, Path(args.rules))
+    relay.start()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        relay.loop.add_signal_handler(signum, stop.set)
+    print(f"kipper az relay: {len(directions)} directions, one-way delay "
+          f"{args.one_way_delay_ms} ms", flush=True)
+    await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m broker.az_relay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--one-way-delay-ms", type=float, default=0.0)
+    parser.add_argument("--rules", required=True)
+    parser.add_argument("links", nargs="+", type=parse_link)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # asyncio's own loop: its clock is monotonic to the nanosecond, uvloop's to the
+    # millisecond; either waits in whole milliseconds (epoll), see docs/cluster.md.
+    asyncio.run(run(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
