@@ -17,8 +17,8 @@ from pathlib import Path
 from broker.az_network import AzLayout, cluster_namespaces, remove_namespaces
 
 # "broker 1: pid=4101 rack=az2 address=127.0.0.1:9093 metrics=http://...", "s3: pid=...";
-# with --netns also "network: relay pid=..." and "az az1: netns=... clients=...".
-NODE_LINE = re.compile(r"(s3|broker \d+|network|az \S+): (.*)")
+# with --netns also "relay: pid=..." and "az az1: netns=... clients=...".
+NODE_LINE = re.compile(r"(s3|broker \d+|relay|az \S+): (.*)")
 
 
 @dataclass

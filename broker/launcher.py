@@ -264,7 +264,7 @@ class Cluster:
         self.network.layout = layout = dataclasses.replace(layout,
                                                            relay_pid=self.relay.process.pid)
         layout.save(self.args.data_dir / "network.json")
-        print(f"network: relay pid={self.relay.process.pid} inter-az-rtt-ms="
+        print(f"relay: pid={self.relay.process.pid} inter-az-rtt-ms="
               f"{layout.inter_az_rtt_ms:g} region={layout.region_netns} "
               f"state={self.args.data_dir / 'network.json'}", flush=True)
         for az in layout.azs:
