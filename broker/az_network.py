@@ -30,9 +30,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+T = TypeVar("T")
 NETNS_DIR = Path("/run/netns")
 PREFIX = "kipper-"
 OWNED = re.compile(r"kipper-(\d+)-")
@@ -142,6 +146,27 @@ def enter(netns: str) -> None:
             raise OSError(ctypes.get_errno(), f"setns into {netns}")
     finally:
         os.close(fd)
+
+
+def call_in(netns: str, work: Callable[..., T], *args, **kwargs) -> T:
+    """``work(*args, **kwargs)`` run by a thread of its own inside ``netns``: the sockets it
+    opens, and those of the threads it starts (librdkafka's), are that namespace's; the
+    caller's thread stays where it is."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            enter(netns)
+            outcome["result"] = work(*args, **kwargs)
+        except BaseException as error:  # handed to the caller
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"in-{netns}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def ip(*arguments: str, netns: str | None = None, check: bool = True) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +15,10 @@ from typing import TypeVar
 
 import pytest
 
+from bench.az_links import kipper_pair_bytes
 from bench.local_cluster import LocalCluster
 from broker import az_partition
-from broker.az_network import AzLayout, LinkBytes, cluster_namespaces, enter, inter_az_bytes
+from broker.az_network import AzLayout, LinkBytes, call_in, cluster_namespaces, inter_az_bytes
 
 T = TypeVar("T")
 
@@ -45,35 +45,13 @@ def namespaced_cluster(root: Path, brokers: int = 3, az_rtt_ms: float = 0.0,
 
 
 def in_az(layout: AzLayout, az: str, work: Callable[..., T], *args, **kwargs) -> T:
-    """``work(*args, **kwargs)`` run by a thread inside ``az``'s namespace: its sockets, and
-    those of the threads it starts (librdkafka's), are the AZ's."""
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            enter(layout.netns(az))
-            outcome["result"] = work(*args, **kwargs)
-        except BaseException as error:  # handed to the caller
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, name=f"in-{az}")
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
+    """``work(*args, **kwargs)`` run inside ``az``'s namespace, by a thread of its own."""
+    return call_in(layout.netns(az), work, *args, **kwargs)
 
 
 def kipper_az_pair_bytes(cluster: LocalCluster) -> Counter:
-    """Bytes kipper counted between each pair of AZs (sorted), both directions: the
-    brokers' server rows, which count every connection once (clients' and other nodes')."""
-    pairs: Counter = Counter()
-    for node in range(cluster.brokers):
-        for row in cluster.metrics_json(node)["network"]["server"]:
-            if "unknown" not in (row["local_az"], row["peer_az"]) and \
-                    row["local_az"] != row["peer_az"]:
-                pairs[tuple(sorted((row["local_az"], row["peer_az"])))] += row["bytes"]
-    return pairs
+    """Bytes kipper's brokers counted between each pair of AZs (bench/az_links.py)."""
+    return kipper_pair_bytes(cluster.metrics_json(node) for node in range(cluster.brokers))
 
 
 def kernel_az_pair_bytes(layout: AzLayout) -> dict[tuple[str, str], LinkBytes]:
