@@ -22,6 +22,10 @@ start; the brokers check ACLs, with ``admin`` a super user; the launcher writes
 ``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
 bootstrap line (docs/security.md).
 
+With ``--netns`` (root) each AZ is a network namespace of its own, joined to the others by
+a user-space relay that can add a round-trip time and cut paths (``kipper cluster
+partition``); see broker/az_network.py and docs/cluster.md.
+
 The brokers share a cluster secret (``cluster_secret``: brokers prove they hold it before
 they may send each other broker-only requests): ``KIPPER_CLUSTER_SECRET`` if it is set, so
 a broker started by hand with the same variable can join; otherwise a random one per run,
