@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.az_network import AzLayout, AzNetwork, call_in, enter
+from broker.az_relay import relaying
 
 
 @contextlib.contextmanager
@@ -32,7 +33,8 @@ def relayed_network(data_dir: Path, rtt_ms: float = 0.0) -> Iterator[AzLayout]:
         fabric = network.layout.fabric_netns
         relay = subprocess.Popen(network.relay_command(), stdout=subprocess.PIPE,
                                  preexec_fn=lambda: enter(fabric))
-        relay.stdout.readline()
+        if relaying(relay.stdout.readline().decode()) is None:
+            raise RuntimeError("the relay did not start (its stderr says why)")
         layout = dataclasses.replace(network.layout, relay_pid=relay.pid)
         layout.save(data_dir / "network.json")
         yield layout

@@ -46,6 +46,8 @@ IP_SOURCE = slice(VNET_HEADER + 14 + 12, VNET_HEADER + 14 + 16)
 IP_DESTINATION = slice(VNET_HEADER + 14 + 16, VNET_HEADER + 14 + 20)
 MAX_FRAME = VNET_HEADER + 65_550
 SOCKET_BUFFER = 4 << 20
+# Printed once every socket is bound (the launcher waits for it).
+READY_LINE = "kipper az relay: "
 CLOCK_MONOTONIC = 1  # time.monotonic()'s clock
 TFD_TIMER_ABSTIME = 1
 TFD_NONBLOCK = os.O_NONBLOCK
@@ -187,6 +189,11 @@ class Relay:
             self.dropped[direction.outbound] += 1
 
 
+def relaying(line: str) -> str | None:
+    """What the relay's ready line says, None if ``line`` is not that line."""
+    return line[len(READY_LINE):].strip() if line.startswith(READY_LINE) else None
+
+
 def parse_link(text: str) -> tuple[str, str, bool]:
     inbound, outbound, delayed = text.split(":")
     return inbound, outbound, delayed == "1"
@@ -200,7 +207,7 @@ async def run(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         relay.loop.add_signal_handler(signum, stop.set)
-    print(f"kipper az relay: {len(directions)} directions, one-way delay "
+    print(f"{READY_LINE}{len(directions)} directions, one-way delay "
           f"{args.one_way_delay_ms} ms", flush=True)
     await stop.wait()
 

@@ -58,7 +58,7 @@ from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
 
-from . import az_network, az_network_cli
+from . import az_network, az_network_cli, az_relay
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
 from .readiness import wait_until_usable
@@ -263,7 +263,7 @@ class Cluster:
         layout = self.network.layout
         self.relay = await Child.spawn("az-relay", self.network.relay_command(),
                                        netns=layout.fabric_netns)
-        await self.relay.expect(lambda line: line.strip() or None)
+        await self.relay.expect(az_relay.relaying)
         self.relay.relay_stdout()
         self.network.layout = layout = dataclasses.replace(layout,
                                                            relay_pid=self.relay.process.pid)
@@ -337,7 +337,8 @@ class Cluster:
         return waits[done.pop()]
 
     async def stop(self) -> None:
-        """Brokers before the controller they report to, S3 last."""
+        """Brokers before the controller they report to, S3 and the relay last, then the
+        AZ namespaces."""
         await asyncio.gather(*(child.stop() for node, child in self.brokers.items() if node))
         for child in (self.brokers.get(0), self.s3, self.relay):
             if child is not None:
