@@ -97,8 +97,9 @@ class SecureCluster:
     passwords: dict[str, str]
 
     @classmethod
-    def create(cls, data_dir: Path, protocol: str, brokers: int) -> SecureCluster:
-        ca = create_dev_ca(data_dir / "tls", range(brokers), users=[ADMIN_USER])
+    def create(cls, data_dir: Path, protocol: str, brokers: int,
+               host_names: tuple[str, ...] = ()) -> SecureCluster:
+        ca = create_dev_ca(data_dir / "tls", range(brokers), host_names, users=[ADMIN_USER])
         path = data_dir / "passwords.json"
         if path.exists():
             passwords = json.loads(path.read_text())
@@ -268,6 +269,12 @@ class Cluster:
         self.network.layout = layout = dataclasses.replace(layout,
                                                            relay_pid=self.relay.process.pid)
         layout.save(self.args.data_dir / "network.json")
+        if self.secure is not None:
+            # The brokers' certificates must name their addresses in the AZs (reissued when
+            # the subnet differs from the last run's).
+            self.secure = SecureCluster.create(
+                self.args.data_dir, self.secure.protocol, self.args.brokers,
+                tuple(layout.broker_address(node) for node in layout.brokers))
         print(f"relay: pid={self.relay.process.pid} inter-az-rtt-ms="
               f"{layout.inter_az_rtt_ms:g} region={layout.region_netns} "
               f"state={self.args.data_dir / 'network.json'}", flush=True)
