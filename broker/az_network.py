@@ -188,8 +188,10 @@ def require_root() -> None:
     if os.geteuid() != 0:
         raise NetnsError("--netns needs root (it creates network namespaces): run as root "
                          "or without --netns")
-    if subprocess.run(["ip", "-V"], capture_output=True).returncode != 0:
-        raise NetnsError("--netns needs iproute2's `ip` command")
+    try:
+        subprocess.run(["ip", "-V"], capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        raise NetnsError("--netns needs iproute2's `ip` command") from None
 
 
 def owner_alive(pid: int) -> bool:
@@ -249,6 +251,8 @@ class AzNetwork:
             fcntl.flock(lock, fcntl.LOCK_EX)
             layout = AzLayout(os.getpid(), _free_subnet(), list(azs), dict(brokers),
                               inter_az_rtt_ms, rules_path=str(state_dir / "partitions.json"))
+            # A new cluster starts whole: cuts of an earlier run in this directory are gone.
+            Path(layout.rules_path).unlink(missing_ok=True)
             network = cls(layout)
             try:
                 network._build()
