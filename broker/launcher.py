@@ -22,6 +22,10 @@ start; the brokers check ACLs, with ``admin`` a super user; the launcher writes
 ``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
 bootstrap line (docs/security.md).
 
+With ``--netns`` (root) each AZ is a network namespace of its own, joined to the others by
+a user-space relay that can add a round-trip time and cut paths (``kipper cluster
+partition``); see broker/az_network.py and docs/cluster.md.
+
 The brokers share a cluster secret (``cluster_secret``: brokers prove they hold it before
 they may send each other broker-only requests): ``KIPPER_CLUSTER_SECRET`` if it is set, so
 a broker started by hand with the same variable can join; otherwise a random one per run,
@@ -34,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -53,6 +58,7 @@ from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
 
+from . import az_network, az_network_cli, az_relay
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
 from .readiness import wait_until_usable
@@ -91,8 +97,9 @@ class SecureCluster:
     passwords: dict[str, str]
 
     @classmethod
-    def create(cls, data_dir: Path, protocol: str, brokers: int) -> SecureCluster:
-        ca = create_dev_ca(data_dir / "tls", range(brokers), users=[ADMIN_USER])
+    def create(cls, data_dir: Path, protocol: str, brokers: int,
+               host_names: tuple[str, ...] = ()) -> SecureCluster:
+        ca = create_dev_ca(data_dir / "tls", range(brokers), host_names, users=[ADMIN_USER])
         path = data_dir / "passwords.json"
         if path.exists():
             passwords = json.loads(path.read_text())
@@ -154,12 +161,12 @@ class Child:
 
     @classmethod
     async def spawn(cls, name: str, command: list[str],
-                    env: dict[str, str] | None = None) -> "Child":
+                    env: dict[str, str] | None = None, netns: str | None = None) -> "Child":
         process = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env,
             # Ctrl-C reaches only the launcher, which stops the nodes in order.
-            start_new_session=True, preexec_fn=_stop_with(os.getpid()))
+            start_new_session=True, preexec_fn=_stop_with(os.getpid(), netns))
         child = cls(name, process)
         child._relays.append(asyncio.create_task(child._relay(process.stderr)))
         return child
@@ -214,6 +221,9 @@ class Cluster:
         self.args = args
         self.s3: Child | None = None
         self.brokers: dict[int, Child] = {}
+        # --netns: the AZ namespaces and the relay between them (broker/az_network.py).
+        self.network: az_network.AzNetwork | None = None
+        self.relay: Child | None = None
         self.broker_env = {**os.environ, "KIPPER_CLUSTER_SECRET": os.environ.get(
             "KIPPER_CLUSTER_SECRET") or secrets.token_hex(32)}
         protocol = SECURITY_PROTOCOLS[args.security]
@@ -221,9 +231,13 @@ class Cluster:
                        if protocol != "PLAINTEXT" else None)
 
     async def start(self) -> None:
+        if self.args.netns:
+            await self._start_network()
+        s3_host = self.network.layout.s3_address if self.network else HOST
         self.s3 = await Child.spawn("s3", _python(
-            "storage.objectstore.embedded", "--host", HOST, "--port", "0",
-            "--data-dir", str(self.args.data_dir / "s3")))
+            "storage.objectstore.embedded", "--host", s3_host, "--port", "0",
+            "--data-dir", str(self.args.data_dir / "s3")),
+            netns=self.network.layout.region_netns if self.network else None)
         endpoint = await self.s3.expect(s3_url)
         self.s3.relay_stdout()
         print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)
@@ -238,6 +252,38 @@ class Cluster:
             path = self.secure.write_client_properties(self.args.data_dir, bootstrap)
             print(f"client properties: {path}", flush=True)
         print("bootstrap: " + bootstrap, flush=True)
+
+    async def _start_network(self) -> None:
+        """One namespace per AZ, the relay between them; their names and addresses in
+        DATA_DIR/network.json for `kipper cluster partition`."""
+        brokers = {node: self._rack(node) for node in range(self.args.brokers)}
+        self.args.data_dir.mkdir(parents=True, exist_ok=True)
+        self.network = az_network.AzNetwork.create(
+            list(dict.fromkeys(brokers.values())), brokers, self.args.az_rtt_ms,
+            self.args.data_dir.resolve())
+        layout = self.network.layout
+        self.relay = await Child.spawn("az-relay", self.network.relay_command(),
+                                       netns=layout.fabric_netns)
+        await self.relay.expect(az_relay.relaying)
+        self.relay.relay_stdout()
+        self.network.layout = layout = dataclasses.replace(layout,
+                                                           relay_pid=self.relay.process.pid)
+        layout.save(self.args.data_dir / "network.json")
+        if self.secure is not None:
+            # The brokers' certificates must name their addresses in the AZs (reissued when
+            # the subnet differs from the last run's).
+            self.secure = SecureCluster.create(
+                self.args.data_dir, self.secure.protocol, self.args.brokers,
+                tuple(layout.broker_address(node) for node in layout.brokers))
+        print(f"relay: pid={self.relay.process.pid} inter-az-rtt-ms="
+              f"{layout.inter_az_rtt_ms:g} region={layout.region_netns} "
+              f"state={self.args.data_dir / 'network.json'}", flush=True)
+        for az in layout.azs:
+            print(f"az {az}: netns={layout.netns(az)} clients={layout.client_address(az)}",
+                  flush=True)
+
+    def _rack(self, node: int) -> str:
+        return self.args.racks[node % len(self.args.racks)]
 
     async def _wait_until_usable(self, bootstrap: str) -> None:
         """Brokers listen before every partition has a leader that can answer (a restart
@@ -254,8 +300,9 @@ class Cluster:
 
     async def _start_broker(self, node: int, s3_endpoint: str, controller: str | None) -> str:
         """Start broker `node`, wait until it listens, print its line; return its address."""
-        rack = self.args.racks[node % len(self.args.racks)]
-        address = f"{HOST}:{_port(self.args.base_port, node)}"
+        rack = self._rack(node)
+        host = self.network.layout.broker_address(node) if self.network else HOST
+        address = f"{host}:{_port(self.args.base_port, node)}"
         env = self.broker_env
         listener = ["--listener", address]
         if self.secure is not None:
@@ -275,9 +322,10 @@ class Cluster:
         metrics = self.args.metrics_base_port is not None
         if metrics:
             arguments += ["--metrics-listener",
-                          f"{HOST}:{_port(self.args.metrics_base_port, node)}"]
+                          f"{host}:{_port(self.args.metrics_base_port, node)}"]
         child = self.brokers[node] = await Child.spawn(
-            f"broker-{node}", _python("broker.cli", *arguments), env)
+            f"broker-{node}", _python("broker.cli", *arguments), env,
+            netns=self.network.layout.netns(rack) if self.network else None)
         address = await child.expect(_broker_address)
         summary = f"broker {node}: pid={child.process.pid} rack={rack} address={address}"
         if metrics:
@@ -288,7 +336,7 @@ class Cluster:
 
     async def wait_for_exit(self) -> Child:
         """The first process to exit (none should before we stop them)."""
-        children = [self.s3, *self.brokers.values()]
+        children = [child for child in (self.s3, self.relay, *self.brokers.values()) if child]
         waits = {asyncio.create_task(child.process.wait()): child for child in children}
         done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
@@ -296,21 +344,27 @@ class Cluster:
         return waits[done.pop()]
 
     async def stop(self) -> None:
-        """Brokers before the controller they report to, S3 last."""
+        """Brokers before the controller they report to, S3 and the relay last, then the
+        AZ namespaces."""
         await asyncio.gather(*(child.stop() for node, child in self.brokers.items() if node))
-        for child in (self.brokers.get(0), self.s3):
+        for child in (self.brokers.get(0), self.s3, self.relay):
             if child is not None:
                 await child.stop()
+        if self.network is not None:
+            self.network.remove()
 
 
-def _stop_with(launcher: int) -> Callable[[], None]:
+def _stop_with(launcher: int, netns: str | None = None) -> Callable[[], None]:
     """Run in each child before it starts: the kernel sends it SIGTERM when the launcher
-    dies, so a kill -9 of the launcher does not leave nodes holding the ports (Linux)."""
+    dies, so a kill -9 of the launcher does not leave nodes holding the ports (Linux); with
+    --netns it enters its AZ's (or the region's, the relay's) namespace."""
     def set_parent_death_signal() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != launcher:  # it died before the line above
             os.kill(os.getpid(), signal.SIGTERM)
+        if netns is not None:
+            az_network.enter(netns)
     return set_parent_death_signal
 
 
@@ -324,6 +378,12 @@ def _port(base: int, node: int) -> int:
 
 
 async def _up(args: argparse.Namespace) -> int:
+    if args.netns:
+        try:
+            az_network.require_root()
+        except az_network.NetnsError as error:
+            log.error("%s", error)
+            return 2
     cluster = Cluster(args)
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -387,7 +447,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--security", choices=sorted(SECURITY_PROTOCOLS), default="none",
                     help="sasl-ssl: SASL_SSL listeners, SCRAM-SHA-512 user admin; ssl: mutual "
                          "TLS; both write DATA_DIR/client.properties (default none)")
+    up.add_argument("--netns", action="store_true",
+                    help="each AZ a network namespace, the inter-AZ path through a relay "
+                         "(root only; docs/cluster.md)")
+    up.add_argument("--az-rtt-ms", type=float, default=0.0,
+                    help="with --netns: round-trip time the relay adds between AZs, half each "
+                         "way (default 0)")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))
+    az_network_cli.add_partition_command(commands)
 
 
 def _broker_address(line: str) -> str | None:

@@ -313,6 +313,14 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
     InternalApiKey.DISKLESS_COORDINATOR_APPEND: ApiAuthorization((), note=_BROKER_ONLY),
+    # KIP-848 consumer groups (KafkaApis.handleConsumerGroupHeartbeatRequest / ...Describe).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ApiAuthorization((
+        _rule(_group(Op.READ, "group_id"), scope=Scope.REQUEST),
+    ), note="Kafka also refuses a subscription naming a topic the client may not DESCRIBE "
+            "(TOPIC_AUTHORIZATION_FAILED); kipper does not check that yet."),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ApiAuthorization((
+        _rule(_group(Op.DESCRIBE, "group_ids[]"), scope=Scope.RESOURCE),
+    ), note="include_authorized_operations: each group's authorized operations."),
     # Share groups (KIP-932), Kafka's checks (KafkaApis.handleShareFetchRequest, ...).
     ApiKey.SHARE_GROUP_HEARTBEAT: ApiAuthorization((
         _rule(_group(Op.READ, "group_id"), scope=Scope.REQUEST),

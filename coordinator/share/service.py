@@ -2,8 +2,8 @@
 
 A share group lives where any group with its id lives: on the broker leading the group's
 partition of ``__consumer_offsets`` (``GroupCoordinator`` answers whether this broker serves
-it). A group id names one kind of group: a share heartbeat for the id of a classic group
-gets GROUP_ID_NOT_FOUND, as Kafka answers ("Group … is not a share group").
+it). A group id names one kind of group: a share heartbeat for the id of a classic or consumer
+group gets GROUP_ID_NOT_FOUND, as Kafka answers ("Group … is not a share group").
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ class ShareGroups:
     def serving_error(self, group_id: str) -> ErrorCode | None:
         """Why this broker cannot serve share group ``group_id`` now, if it cannot."""
         error, _ = self.groups.describe_group(group_id)
-        return None if error == ErrorCode.none else error
+        # GROUP_ID_NOT_FOUND: served here, by a group of another kind (``_other_kind``).
+        return None if error in (ErrorCode.none, ErrorCode.group_id_not_found) else error
 
     def _other_kind(self, group_id: str) -> bool:
-        return self.groups.describe_group(group_id)[1] is not None
+        """A classic or consumer group has the id (the group coordinator's kinds)."""
+        return self.groups.kind_of(group_id) is not None
 
     def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
         if (error := self.serving_error(request.group_id)) is not None:

@@ -137,10 +137,14 @@ class BrokerProcess:
 def start_all(nodes: list[BrokerProcess], timeout: float = 30.0) -> None:
     """Start (or restart) processes together: a cluster is up in the time of its slowest
     broker rather than the sum of all."""
-    for node in nodes:
-        node.launch()
-    for node in nodes:
-        node.wait_ready(timeout)
+    try:
+        for node in nodes:
+            node.launch()
+        for node in nodes:
+            node.wait_ready(timeout)
+    except BaseException:
+        stop_all(nodes)  # a failed start leaves no process behind
+        raise
 
 
 def stop_all(nodes: list[BrokerProcess], timeout: float = 20.0) -> None:
@@ -182,10 +186,14 @@ class Cluster:
 
     def start(self, timeout: float = 30.0) -> "Cluster":
         """``timeout``: for each node's ready line (a loaded machine starts them slowly)."""
-        self.controller.start(timeout)
-        for broker in self.brokers:
-            broker.extra_args += ["--controller", self.controller.bootstrap]
-        start_all(self.brokers, timeout)
+        try:
+            self.controller.start(timeout)
+            for broker in self.brokers:
+                broker.extra_args += ["--controller", self.controller.bootstrap]
+            start_all(self.brokers, timeout)
+        except BaseException:
+            self.stop()  # a failed start leaves no process behind
+            raise
         return self
 
     @property

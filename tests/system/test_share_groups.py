@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
@@ -303,6 +303,16 @@ def test_bad_share_group_input_gets_kafkas_error_codes(cluster, topic_name, grou
             return [(g.group_id, g.group_type) for g in response.groups]
         assert (group, "share") in listed() and (group, "share") in listed("share")
         assert listed("no-such-type") == [] and (group, "share") not in listed("classic")
+
+        # A classic group's id is not a share group's (Kafka: GROUP_ID_NOT_FOUND).
+        classic = next(g for g in (f"classic-{i}" for i in range(1000))
+                       if partition_for(g, OFFSETS_PARTITIONS) == partition_for(
+                           group, OFFSETS_PARTITIONS))
+        committer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": classic})
+        committer.commit(offsets=[TopicPartition(topic_name, 0, 1)], asynchronous=False)
+        committer.close()
+        assert _heartbeat(sock, classic, "m1", 0, (topic_name,)).error_code == \
+            ErrorCode.group_id_not_found
     leader = cluster.brokers[cluster.leader_of(topic_name, 0)]
     partition_id = dict(partition_index=0)
 
