@@ -176,6 +176,8 @@ class MetadataImage:
             self.brokers[record["node_id"]].log_dir_offline = record["offline"]
         elif kind in (ACL_RECORD, REMOVE_ACL_RECORD):
             self.acls.apply(record)
+        elif kind == "leader_change":
+            pass  # the quorum's (replication.raft): a new leader's first record
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

@@ -187,6 +187,23 @@ class Transport(Protocol):
         """The whole snapshot from the leader (FetchSnapshot, chunk by chunk)."""
 
 
+@dataclass(frozen=True)
+class VoterState:
+    """A voter as its leader sees it (DescribeQuorum)."""
+
+    node_id: int
+    log_end_offset: int  # -1: not heard from in this epoch
+    seconds_since_fetch: float | None  # None: never, in this epoch
+
+
+@dataclass(frozen=True)
+class QuorumDescription:
+    leader_id: int
+    epoch: int
+    high_watermark: int
+    voters: tuple[VoterState, ...]
+
+
 # The record a new leader appends first: committing it commits everything before it.
 LEADER_CHANGE = "leader_change"
 
@@ -242,6 +259,11 @@ class RaftNode:
     @property
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """The offset of the leader_change record of this leader's epoch (-1: not leader)."""
+        return self._leader.epoch_start if self._leader is not None else -1
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -428,6 +450,21 @@ class RaftNode:
             self._follow(leader_id, epoch)
             return True
         return False
+
+    def describe(self) -> QuorumDescription:
+        """The quorum as this voter sees it; only a leader knows the others' positions."""
+        now = self.clock()
+        leader = self._leader
+        voters = []
+        for voter in sorted(self.voters):
+            if voter == self.node_id:
+                voters.append(VoterState(voter, self.log.log_end_offset, 0.0))
+            elif leader is not None and voter in leader.end_offsets:
+                voters.append(VoterState(voter, leader.end_offsets[voter],
+                                         now - leader.fetched_at[voter]))
+            else:
+                voters.append(VoterState(voter, -1, None))
+        return QuorumDescription(self.leader_id, self.epoch, self.high_watermark, tuple(voters))
 
     # --- the leader's writes ----------------------------------------------------------
 
@@ -641,7 +678,12 @@ class RaftNode:
         log.info("voter %d loads leader %d's snapshot ending at %d", self.node_id, leader,
                  snapshot.end_offset)
         # The lock is held while the snapshot arrives: nothing else changes this log.
-        data = await self.transport.fetch_snapshot(leader, snapshot)
+        try:
+            data = await self.transport.fetch_snapshot(leader, snapshot)
+        except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+            log.warning("voter %d: snapshot not fetched (%s): asking again", self.node_id, e)
+            self._next_fetch_at = self.clock() + self.settings.retry_backoff_s
+            return
         await self.log.install_snapshot(snapshot, data)
         self._notify()
         if snapshot.end_offset > self.high_watermark:
