@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ class LocalCluster:
     metrics: bool = False
     # More `kipper cluster up` arguments, e.g. ["--s3-latency-profile", "s3-standard"].
     extra_args: list[str] = field(default_factory=list)
+    # Environment of the launcher, which its nodes inherit (KIPPER_* settings).
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     bootstrap: str = ""
     # With `--security sasl-ssl|ssl`: the client configuration the launcher wrote.
@@ -43,7 +46,8 @@ class LocalCluster:
         command += self.extra_args
         with open(self.root / "cluster.log", "ab") as log:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
-                                         stdin=subprocess.DEVNULL, text=True)
+                                         stdin=subprocess.DEVNULL, text=True,
+                                         env={**os.environ, **self.env})
         threading.Thread(target=self._read_stdout, daemon=True).start()
         while not self.bootstrap:
             try:
@@ -77,6 +81,13 @@ class LocalCluster:
 
     def broker(self, node_id: int) -> dict[str, str]:
         return self.nodes[f"broker {node_id}"]
+
+    def kill_broker(self, node_id: int) -> None:
+        """kill -9 of one broker; returns once it is gone (the launcher keeps the others)."""
+        pid = int(self.broker(node_id)["pid"])
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.01)
 
     def metrics_json(self, node_id: int) -> dict:
         with urllib.request.urlopen(self.broker(node_id)["metrics"] + "/metrics.json",

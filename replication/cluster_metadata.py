@@ -9,6 +9,8 @@ learn which partitions it leads or follows, so the image lives here, below the c
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -106,6 +108,12 @@ class MetadataImage:
                             "configs": topic.configs})
             records += [partition_record(info) for info in topic.partitions.values()]
         return records + self.acls.snapshot_records()
+
+    def checksum(self) -> str:
+        """A digest of the state (not of how it was reached: a voter that loaded a snapshot
+        and one that replayed the log agree), to compare voters' images."""
+        lines = sorted(json.dumps(record, sort_keys=True) for record in self.snapshot_records())
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
     def snapshot_delta(self, records: list[dict]) -> list[dict]:
         """What turns this image into the one ``records`` (snapshot_records) rebuild: the
