@@ -3,9 +3,9 @@ idempotent acks=all producer, per storage mode: nothing acknowledged lost or dup
 voter ends with the same metadata, and how long writes stop per kill.
 
 Each cycle kills a random broker (recording whether it was the active controller), measures
-how long until a new controller is active (DescribeQuorum) and until every partition accepts
+how long until a new controller is active (its log line) and until every partition accepts
 writes again (the longest gap between two acknowledgements of a partition around the kill),
-then starts the broker again (`kipper cluster start-broker N`) and waits until every
+then, once every partition took writes again, starts the broker again (`kipper cluster start-broker N`) and waits until every
 partition is fully replicated again. At the end every acknowledged record is read back once
 and the voters' metadata images are compared (a checksum of each, rebuilt from its log).
 
@@ -203,6 +203,10 @@ class Producing:
         self._stop.set()
         self._thread.join(180)
 
+    def all_acked_since(self, moment: float) -> bool:
+        return len(self.ack_times) == PARTITIONS and all(
+            times[-1] > moment for times in self.ack_times.values())
+
     def write_stop_around(self, killed_at: float, window: float = 30.0,
                           partitions: set[int] | None = None) -> float:
         """The longest any partition (of ``partitions``, default all) went without an
@@ -317,7 +321,8 @@ def run_cycles(cluster: LocalCluster, mode: str, cycles: int, seed: int = 0) -> 
             if node == quorum.leader_id:
                 new = active_controller(cluster, alive, 30, not_in_epoch=quorum.epoch)
                 after = activated_at(cluster, new.epoch) - killed_at_wall
-            time.sleep(4.0)  # writes resume (or not) meanwhile
+            # Until writes resumed on every partition (the figure measured), then start it.
+            wait_for(lambda: producing.all_acked_since(killed_at), 60, "writes resumed")
             start_broker(cluster, node)
             alive.add(node)
             wait_for(lambda: fully_replicated(cluster.bootstrap, topic), 90, "replicas back")

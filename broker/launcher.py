@@ -1,8 +1,9 @@
 """`kipper cluster up`: a local cluster of N brokers in N AZs plus the embedded S3 server.
 
 Every node is a process of its own, as in a real deployment: the S3 server first, then
-broker 0 (which runs the controller), then brokers 1..N-1 pointing at it. The launcher
-prints one line per process, then, once the cluster is usable (every partition has a
+every broker at once, brokers 0-2 being the controller quorum's voters (KRaft's combined
+mode: each runs a controller, the leader's is active). The launcher prints one line per
+process, then, once the cluster is usable (every partition has a
 leader that answers ListOffsets), the bootstrap string:
 
     s3: pid=4100 endpoint=http://127.0.0.1:41233
@@ -11,14 +12,16 @@ leader that answers ListOffsets), the bootstrap string:
     bootstrap: 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
 
 and relays the processes' logs to its stderr, each line prefixed with ``[broker-1] ``. On
-Ctrl-C or SIGTERM it stops them all (brokers 1..N-1, broker 0, S3: each gets SIGTERM, then
-SIGKILL after a grace period); if one of them dies on its own it stops the others and
-exits with status 1. KIPPER_* environment variables reach every broker.
+Ctrl-C or SIGTERM it stops them all (brokers 3..N-1, the voters, S3: each gets SIGTERM, then
+SIGKILL after a grace period). A broker that dies on its own is reported (which, and how)
+and the others keep running; ``kipper cluster start-broker N`` starts it again (through
+``DATA_DIR/cluster.sock``). If the S3 server dies, it stops the brokers and exits with
+status 1. KIPPER_* environment variables reach every broker.
 
 With ``--security sasl-ssl`` (or ``ssl``) the brokers listen on SASL_SSL (or mutual-TLS SSL)
 only, with certificates of a development CA made under ``DATA_DIR/tls``; an ``admin`` user
-gets a random password and its SCRAM-SHA-512 credential is written by the controller at
-start; the brokers check ACLs, with ``admin`` a super user; the launcher writes
+gets a random password and its SCRAM-SHA-512 credential is written by the first active
+controller (voters authenticate each other with it before, from their bootstrap setting); the brokers check ACLs, with ``admin`` a super user; the launcher writes
 ``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
 bootstrap line (docs/security.md).
 

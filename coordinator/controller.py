@@ -260,9 +260,16 @@ class Controller:
             if self.raft.epoch != epoch or not self.raft.is_leader:
                 return
             await self._wait_for_progress()
-        # Brokers get one session to find this controller before any is fenced.
+        # Brokers get one session to find this controller before any is fenced; but the
+        # leader this voter followed before (one that died, its broker with it: combined
+        # mode) only what is left of its session since this voter last heard from it, so
+        # its partitions move on as soon as a broker dying alone would have them move.
         now = time.monotonic()
         self._last_heartbeat = {node: now for node in self.image.brokers}
+        if self.raft.last_leader_heard is not None:
+            previous, heard_at = self.raft.last_leader_heard
+            if previous in self._last_heartbeat and previous != self.node_id:
+                self._last_heartbeat[previous] = min(now, heard_at)
         self.active = True
         self._fence_task = asyncio.create_task(self._fence_expired_brokers())
         if self.settings.auto_leader_rebalance:

@@ -238,6 +238,9 @@ class RaftNode:
         self.voted_for = -1
         self.leader_id = -1
         self.high_watermark = 0
+        # The leader this voter last followed, and when (clock time) it last answered a
+        # fetch: when it was last known alive.
+        self.last_leader_heard: tuple[int, float] | None = None
         # Called with (leader_id, epoch) whenever either changes.
         self.leader_listeners: list[Callable[[int, int], None]] = []
         # Called with the new high watermark when it moves up.
@@ -644,6 +647,7 @@ class RaftNode:
             self._next_fetch_at = self.clock() + self.settings.retry_backoff_s
             return
         self._deadline = self.clock() + self._fetch_timeout()
+        self.last_leader_heard = (self.leader_id, self.clock())
         if request.fetch_offset != self.log.log_end_offset:
             return  # the log changed since it was asked (cannot while one is in flight)
         if response.diverging is not None:
