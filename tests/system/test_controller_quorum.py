@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -29,6 +30,7 @@ from bench.controller_failover_bench import (
 )
 from bench.local_cluster import LocalCluster
 from support.clients import consume_all
+from support.processes import BrokerProcess, start_all, stop_all
 from support.storage_modes import MODES
 from support.topics import create_topic
 from support.wait import wait_until
@@ -137,3 +139,40 @@ def test_a_paused_controller_steps_down_and_its_stale_writes_are_fenced(cluster,
     cluster.stop()
     checksums = voter_checksums(cluster.root / "data")
     assert len({checksum for _, checksum in checksums.values()}) == 1, checksums
+
+
+@pytest.mark.system
+def test_dedicated_controllers_survive_the_loss_of_the_active_one(tmp_path, topic_name):
+    """`kipper controller` × 3 as the quorum (no broker among them), brokers as observers."""
+    voters = {100 + i: _free_port() for i in range(VOTERS)}
+    quorum = ",".join(f"{node}@127.0.0.1:{port}" for node, port in voters.items())
+    controllers = [BrokerProcess(tmp_path / f"controller-{node}", node_id=node, port=port,
+                                 role="controller", env=CLUSTER_ENV,
+                                 extra_args=["--controller-quorum-voters", quorum])
+                   for node, port in voters.items()]
+    brokers = [BrokerProcess(tmp_path / f"broker-{node}", node_id=node, env=CLUSTER_ENV,
+                             extra_args=["--controller-quorum-voters", quorum,
+                                         "--rack", f"az{node + 1}"])
+               for node in range(2)]
+    try:
+        start_all(controllers + brokers, 90)
+        bootstrap = ",".join(broker.bootstrap for broker in brokers)
+        create_topic(bootstrap, topic_name, replication_factor=2)
+        before = describe_quorum(brokers[0].bootstrap)
+        assert before.leader_id in voters and sorted(before.voter_offsets) == sorted(voters)
+        next(c for c in controllers if c.node_id == before.leader_id).kill()
+        wait_until(lambda: (view := describe_quorum(brokers[0].bootstrap)) is not None
+                   and view.epoch > before.epoch and view.leader_id != before.leader_id, 30)
+        create_topic(bootstrap, f"{topic_name}-after", partitions=2, replication_factor=2)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        producer.produce(f"{topic_name}-after", b"after", partition=0)
+        assert producer.flush(30) == 0
+        assert consume_all(bootstrap, f"{topic_name}-after", 1, timeout=30) == [b"after"]
+    finally:
+        stop_all(brokers + controllers)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
