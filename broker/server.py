@@ -86,6 +86,8 @@ STOP_STEP_TIMEOUT_S = 2.0
 # Kafka's ids of the security protocols, as BrokerRegistration carries them.
 _PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
                  SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3}
+# The id `--controller host:port` leaves its node with (no quorum to name it).
+UNKNOWN_NODE = -1
 # The internal topics whose partition leaders coordinate (groups, transactions).
 COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 
@@ -237,10 +239,12 @@ class Broker:
         # The active controller is found among the voters; without any, at the address
         # given, or this node itself (a quorum of one), on its own inter-broker listener.
         own = self.listeners.listener(self.listeners.inter_broker.name)
-        voters = self.voters or {-1: split_host_port(
-            self.config.controller or f"{own.host or '127.0.0.1'}:{own.port}")}
-        if self.voters == {} and self.controller is not None:
-            voters = {self.config.node_id: voters[-1]}
+        if self.voters:
+            voters = self.voters
+        elif self.controller is not None:
+            voters = {self.config.node_id: (own.host or "127.0.0.1", own.port)}
+        else:  # another node's quorum of one; its id is not known here, nor needed
+            voters = {UNKNOWN_NODE: split_host_port(self.config.controller)}
         self.active_controller = ActiveController(voters)
         controller_connection = self.active_controller.connection(self.nodes)
         self.replicas = ReplicaManager(

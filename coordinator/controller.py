@@ -170,7 +170,7 @@ class ControllerQuorum:
 
     node_id: int = 0
     voters: dict[int, tuple[str, int]] | None = None
-    nodes: NodeClient | None = None
+    nodes: NodeClient | None = None  # how voters reach each other (none for a quorum of one)
     settings: QuorumSettings = QuorumSettings()
 
 

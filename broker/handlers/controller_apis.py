@@ -14,7 +14,7 @@ from coordinator.controller import Controller, ControllerError
 from coordinator.metadata_log import SnapshotId
 from protocol.apis import ApiKey
 from protocol.build import millis
-from replication.acls import AclOperation
+from replication.acls import AclOperation, ResourceType
 from replication.cluster_metadata import METADATA_TOPIC
 from replication.raft import RaftFetchResponse
 from replication.raft.wire import (
@@ -25,6 +25,7 @@ from replication.raft.wire import (
     refusal,
 )
 
+from ..security.authorize import allowed
 from .admin import ClusterGate, handles_on_controller
 from .registry import RequestContext, handles
 
@@ -191,6 +192,10 @@ async def metadata_log_fetch(ctx: RequestContext, request) -> object:
     topic = request.topics[0]
     if len(request.topics) != 1 or len(topic.partitions) != 1 or topic.partitions[0].partition:
         answer = RaftFetchResponse(ErrorCode.invalid_request, -1, -1)
+    elif request.replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC,
+                                                METADATA_TOPIC):
+        # A voter's fetch comes from a broker of the cluster (broker.inter_broker).
+        answer = RaftFetchResponse(ErrorCode.topic_authorization_failed, -1, -1)
     elif controller is None:
         answer = RaftFetchResponse(ErrorCode.not_leader_or_follower, -1, -1)
     else:

@@ -36,10 +36,11 @@ RESIGN_WAIT_S = 0.5
 
 
 class QuorumDriver:
-    """Runs ``raft`` (this node's voter) until stopped; it is the node's Transport."""
+    """Runs ``raft`` (this node's voter) until stopped; it is the node's Transport (``nodes``
+    None: a quorum of one, which sends nothing)."""
 
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], raft_log: RaftLog,
-                 state_path: Path, nodes: NodeClient,
+                 state_path: Path, nodes: NodeClient | None,
                  settings: QuorumSettings = QuorumSettings()) -> None:
         self.addresses = voters
         self.nodes = nodes

@@ -40,7 +40,9 @@ class ActiveController:
 
     def confirmed(self, node: int) -> None:
         if (node, True) != (self.leader_id, self.known):
-            log.info("the active controller is node %d", node)
+            host, port = self.voters[node]
+            log.info("the active controller is %s:%d%s", host, port,
+                     f" (node {node})" if node >= 0 else "")
         self.leader_id, self.known = node, True
 
     def refused(self, node: int, hint: int = -1) -> None:

@@ -129,10 +129,13 @@ def encode_vote_response(answer: VoteResponse) -> object:
             vote_granted=answer.granted),)),))
 
 
+# BeginQuorumEpoch's and EndQuorumEpoch's answers: the schema module and its response.
+_ACKS = {ApiKey.BEGIN_QUORUM_EPOCH: (begin_response, begin_response.BeginQuorumEpochResponse),
+         ApiKey.END_QUORUM_EPOCH: (end_response, end_response.EndQuorumEpochResponse)}
+
+
 def encode_ack(api_key: ApiKey, answer: QuorumAck) -> object:
-    module = begin_response if api_key == ApiKey.BEGIN_QUORUM_EPOCH else end_response
-    response = (module.BeginQuorumEpochResponse if module is begin_response
-                else module.EndQuorumEpochResponse)
+    module, response = _ACKS[api_key]
     return make(response, error_code=ErrorCode.none, topics=(make(
         module.TopicData, topic_name=METADATA_TOPIC, partitions=(make(
             module.PartitionData, partition_index=0, error_code=answer.error,
@@ -143,10 +146,7 @@ def refusal(api_key: ApiKey, error: ErrorCode) -> object:
     """The whole request refused (a node that is not a voter, another partition)."""
     if api_key == ApiKey.VOTE:
         return make(vote_response.VoteResponse, error_code=error, topics=())
-    module = begin_response if api_key == ApiKey.BEGIN_QUORUM_EPOCH else end_response
-    response = (module.BeginQuorumEpochResponse if module is begin_response
-                else module.EndQuorumEpochResponse)
-    return make(response, error_code=error, topics=())
+    return make(_ACKS[api_key][1], error_code=error, topics=())
 
 
 def fetch_partition_fields(answer: RaftFetchResponse) -> dict:
