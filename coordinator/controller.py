@@ -185,7 +185,6 @@ class Controller:
         self.log = MetadataLog(metadata_dir)
         self.image = MetadataImage()
         self.applier = Applier(self.image)
-        self.on_commit: list[Callable[[], None]] = []
         self.node_id = quorum.node_id
         self.quorum = QuorumDriver(quorum.node_id, quorum.voters or {quorum.node_id: ("", 0)},
                                    self.log, metadata_dir / "quorum-state", quorum.nodes,
@@ -309,8 +308,6 @@ class Controller:
                 await asyncio.sleep(0.1)
                 continue
             if self.image.next_offset >= committed:
-                for listener in self.on_commit:
-                    listener()
                 self._maybe_snapshot()
                 self._progressed()
             if self.raft.high_watermark == committed:
