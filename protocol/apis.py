@@ -131,7 +131,7 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.BROKER_HEARTBEAT: (1, 1),
     ApiKey.FETCH_SNAPSHOT: (0, 0),
     # The controller quorum's (KIP-595), between voters; DescribeQuorum for admin tools.
-    ApiKey.VOTE: (0, 0),
+    ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 0),
     ApiKey.END_QUORUM_EPOCH: (0, 0),
     ApiKey.DESCRIBE_QUORUM: (0, 1),

@@ -170,12 +170,12 @@ async def _quorum_request(ctx: RequestContext, request) -> object:
     api_key = ApiKey(ctx.header.api_key)
     controller = ctx.services.controller
     if controller is None:
-        return refusal(api_key, ErrorCode.inconsistent_voter_set)  # not a voter
+        return refusal(api_key, ctx.header.api_version, ErrorCode.inconsistent_voter_set)
     if not _quorum_partition(request):
-        return refusal(api_key, ErrorCode.invalid_request)
+        return refusal(api_key, ctx.header.api_version, ErrorCode.invalid_request)
     answer = await controller.raft.handle(decode_request(api_key, request))
     if api_key == ApiKey.VOTE:
-        return encode_vote_response(answer)
+        return encode_vote_response(answer, ctx.header.api_version)
     return encode_ack(api_key, answer)
 
 

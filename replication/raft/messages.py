@@ -27,6 +27,8 @@ class VoteRequest:
     candidate_id: int
     last_epoch: int  # epoch of the candidate's last record
     end_offset: int  # the candidate's log end offset
+    # KIP-996: "would you vote for me in this epoch?", which changes nothing at the voter.
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,13 @@
 Roles, as KIP-595 names them:
 
 - **unattached / voted**: an epoch with no known leader (having voted, or not, in it); when
-  the election timeout passes, the voter becomes a candidate.
+  the election timeout passes, the voter becomes prospective.
+- **prospective** (KIP-996's pre-vote): asks every voter whether it would win (Vote with
+  ``pre_vote``), changing no epoch; a voter that still hears from its leader says no, so a
+  voter that is only slow or cut off cannot depose a working leader. A majority of yeses
+  makes it a candidate; it keeps fetching from the leader it knows meanwhile.
 - **candidate**: epoch + 1, votes for itself, asks every voter (Vote); a majority of grants
-  makes it leader, otherwise it tries again after a randomised timeout.
+  makes it leader, otherwise it is prospective again after a randomised timeout.
 - **leader**: appends a ``leader_change`` record, tells the voters (BeginQuorumEpoch) and
   answers their fetches. A record is committed once a majority of voters hold it and the
   leader has committed one record of its own epoch: the high watermark. A leader that has
@@ -57,6 +61,7 @@ log = logging.getLogger(__name__)
 class Role(enum.Enum):
     UNATTACHED = "unattached"
     VOTED = "voted"
+    PROSPECTIVE = "prospective"
     CANDIDATE = "candidate"
     FOLLOWER = "follower"
     LEADER = "leader"
@@ -250,6 +255,7 @@ class RaftNode:
         self._lock = asyncio.Lock()
         self._deadline = 0.0  # election (unattached, voted, candidate) or fetch (follower)
         self._votes: set[int] = set()
+        self._prevotes: set[int] = set()
         self._leader: _LeaderState | None = None
         self._fetch_in_flight: RaftFetch | None = None
         self._fetch_sent_at = 0.0
@@ -314,11 +320,12 @@ class RaftNode:
             if now >= self._deadline:
                 if self.role is Role.FOLLOWER:
                     log.warning("voter %d: no fetch answered by leader %d for %.1f s: "
-                                "starting an election", self.node_id, self.leader_id,
+                                "asking the voters for an election", self.node_id,
+                                self.leader_id,
                                 now - self._deadline + self.settings.fetch_timeout_s)
-                await self._stand()
+                await self._prospect()
                 return
-            if self.role is Role.FOLLOWER:
+            if self.role in (Role.FOLLOWER, Role.PROSPECTIVE) and self.leader_id >= 0:
                 self._maybe_fetch(now)
 
     def _leader_tick(self, now: float) -> None:
@@ -391,6 +398,20 @@ class RaftNode:
             log.info("voter %d follows leader %d in epoch %d", self.node_id, leader_id, epoch)
             self._leader_changed()
 
+    async def _prospect(self) -> None:
+        """Ask the voters whether this one would be elected in the next epoch (a pre-vote:
+        no epoch, vote or leader changes)."""
+        if len(self.voters) == 1:
+            await self._stand()
+            return
+        self.role = Role.PROSPECTIVE
+        self._prevotes = {self.node_id}
+        self._deadline = self.clock() + self._election_timeout()
+        request = VoteRequest(self.epoch + 1, self.node_id, self.log.last_epoch(),
+                              self.log.log_end_offset, pre_vote=True)
+        for voter in sorted(self.voters - {self.node_id}):
+            self.transport.send(voter, request)
+
     async def _stand(self) -> None:
         """Become a candidate of the next epoch."""
         self.epoch += 1
@@ -449,7 +470,8 @@ class RaftNode:
                 self._become_unattached(epoch)
             return True
         if (epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id
-                and self.role is not Role.FOLLOWER):
+                and self.role is not Role.FOLLOWER
+                and not (self.role is Role.PROSPECTIVE and leader_id == self.leader_id)):
             self._follow(leader_id, epoch)
             return True
         return False
@@ -510,11 +532,17 @@ class RaftNode:
                                 False)
         if request.epoch < self.epoch:
             return VoteResponse(ErrorCode.fenced_leader_epoch, self.leader_id, self.epoch, False)
+        mine = (self.log.last_epoch(), self.log.log_end_offset)
+        if request.pre_vote:
+            # Changes nothing here. No while this voter leads, or follows a leader that
+            # works (answered a fetch within the fetch timeout).
+            granted = (request.epoch > self.epoch and not self._leader_works()
+                       and (request.last_epoch, request.end_offset) >= mine)
+            return VoteResponse(ErrorCode.none, self.leader_id, self.epoch, granted)
         if request.epoch > self.epoch:
             self._become_unattached(request.epoch)
         granted = False
         if self.leader_id < 0 and self.voted_for in (-1, request.candidate_id):
-            mine = (self.log.last_epoch(), self.log.log_end_offset)
             if (request.last_epoch, request.end_offset) >= mine:
                 granted = True
                 if self.voted_for != request.candidate_id:
@@ -522,6 +550,19 @@ class RaftNode:
                     self._persist()  # before the answer: one vote per epoch, even across a crash
                 self._deadline = self.clock() + self._election_timeout()
         return VoteResponse(ErrorCode.none, self.leader_id, self.epoch, granted)
+
+    def _leader_works(self) -> bool:
+        """This voter leads, or its leader answered a fetch within the fetch timeout (not
+        the jittered one: a follower that timed out asks the others, which heard from the
+        leader as long ago, and they agree at once); one it has not fetched from yet gets
+        its first fetch timeout."""
+        if self.role is Role.LEADER:
+            return True
+        if self.role is not Role.FOLLOWER:
+            return False
+        if self.last_leader_heard is not None and self.last_leader_heard[0] == self.leader_id:
+            return self.clock() - self.last_leader_heard[1] < self.settings.fetch_timeout_s
+        return self.clock() < self._deadline
 
     def _handle_begin(self, request: BeginQuorumEpoch) -> QuorumAck:
         if request.epoch < self.epoch:
@@ -624,6 +665,17 @@ class RaftNode:
 
     async def _on_vote_response(self, source: int, request: VoteRequest,
                                 response: VoteResponse) -> None:
+        if request.pre_vote:
+            # A newer epoch is followed; a leader named in this one is not: the voter still
+            # believes in the leader this one stopped hearing from (it keeps fetching it).
+            if response.epoch > self.epoch:
+                self._observe(response.leader_id, response.epoch)
+            elif (self.role is Role.PROSPECTIVE and request.epoch == self.epoch + 1
+                  and response.granted):
+                self._prevotes.add(source)
+                if len(self._prevotes) >= self.majority:
+                    await self._stand()
+            return
         if self._observe(response.leader_id, response.epoch):
             return
         if (self.role is Role.CANDIDATE and request.epoch == self.epoch
@@ -642,10 +694,12 @@ class RaftNode:
             return
         if self._observe(response.leader_id, response.epoch):
             return
-        if (response.error != ErrorCode.none or self.role is not Role.FOLLOWER
+        if (response.error != ErrorCode.none
+                or self.role not in (Role.FOLLOWER, Role.PROSPECTIVE)
                 or source != self.leader_id or response.epoch != self.epoch):
             self._next_fetch_at = self.clock() + self.settings.retry_backoff_s
             return
+        self.role = Role.FOLLOWER  # a prospective voter's leader answered: it works
         self._deadline = self.clock() + self._fetch_timeout()
         self.last_leader_heard = (self.leader_id, self.clock())
         if request.fetch_offset != self.log.log_end_offset:

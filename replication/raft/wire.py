@@ -1,4 +1,5 @@
-"""The quorum's messages on the Kafka protocol (kio's schemas): Vote (52),
+"""The quorum's messages on the Kafka protocol (kio's schemas): Vote (52; v2 carries
+KIP-996's pre_vote),
 BeginQuorumEpoch (53), EndQuorumEpoch (54) and Fetch v12 of ``__cluster_metadata`` (its
 diverging_epoch, current_leader and snapshot_id fields are KIP-595's and KIP-630's)."""
 
@@ -12,8 +13,9 @@ from kio.schema.end_quorum_epoch.v0 import request as end_request
 from kio.schema.end_quorum_epoch.v0 import response as end_response
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_request
-from kio.schema.vote.v0 import request as vote_request
-from kio.schema.vote.v0 import response as vote_response
+from kio.index import load_payload_module
+from kio.schema.vote.v2 import request as vote_request
+from kio.static.constants import EntityType
 
 from protocol.apis import ApiKey
 from protocol.build import make
@@ -44,8 +46,9 @@ def encode_request(request: object, max_wait_s: float = 0.0) -> object:
         return make(vote_request.VoteRequest, cluster_id=None, topics=(make(
             vote_request.TopicData, topic_name=METADATA_TOPIC, partitions=(make(
                 vote_request.PartitionData, partition_index=0, replica_epoch=request.epoch,
-                replica_id=request.candidate_id, last_offset_epoch=request.last_epoch,
-                last_offset=request.end_offset),)),))
+                replica_id=request.candidate_id, replica_directory_id=None,
+                voter_directory_id=None, last_offset_epoch=request.last_epoch,
+                last_offset=request.end_offset, pre_vote=request.pre_vote),)),))
     if isinstance(request, BeginQuorumEpoch):
         return make(begin_request.BeginQuorumEpochRequest, cluster_id=None, topics=(make(
             begin_request.TopicData, topic_name=METADATA_TOPIC, partitions=(make(
@@ -112,7 +115,8 @@ def decode_request(api_key: ApiKey, request: object) -> object:
     partition = request.topics[0].partitions[0]
     if api_key == ApiKey.VOTE:
         return VoteRequest(partition.replica_epoch, partition.replica_id,
-                           partition.last_offset_epoch, partition.last_offset)
+                           partition.last_offset_epoch, partition.last_offset,
+                           getattr(partition, "pre_vote", False))
     if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
         return BeginQuorumEpoch(partition.leader_id, partition.leader_epoch)
     if api_key == ApiKey.END_QUORUM_EPOCH:
@@ -121,10 +125,12 @@ def decode_request(api_key: ApiKey, request: object) -> object:
     raise TypeError(f"not a quorum API: {api_key!r}")
 
 
-def encode_vote_response(answer: VoteResponse) -> object:
-    return make(vote_response.VoteResponse, error_code=ErrorCode.none, topics=(make(
-        vote_response.TopicData, topic_name=METADATA_TOPIC, partitions=(make(
-            vote_response.PartitionData, partition_index=0, error_code=answer.error,
+def encode_vote_response(answer: VoteResponse, version: int) -> object:
+    """The answer in the request's own version."""
+    module = load_payload_module(ApiKey.VOTE, version, EntityType.response)
+    return make(module.VoteResponse, error_code=ErrorCode.none, topics=(make(
+        module.TopicData, topic_name=METADATA_TOPIC, partitions=(make(
+            module.PartitionData, partition_index=0, error_code=answer.error,
             leader_id=answer.leader_id, leader_epoch=answer.epoch,
             vote_granted=answer.granted),)),))
 
@@ -142,10 +148,11 @@ def encode_ack(api_key: ApiKey, answer: QuorumAck) -> object:
             leader_id=answer.leader_id, leader_epoch=answer.epoch),)),))
 
 
-def refusal(api_key: ApiKey, error: ErrorCode) -> object:
+def refusal(api_key: ApiKey, version: int, error: ErrorCode) -> object:
     """The whole request refused (a node that is not a voter, another partition)."""
     if api_key == ApiKey.VOTE:
-        return make(vote_response.VoteResponse, error_code=error, topics=())
+        module = load_payload_module(ApiKey.VOTE, version, EntityType.response)
+        return make(module.VoteResponse, error_code=error, topics=())
     return make(_ACKS[api_key][1], error_code=error, topics=())
 
 

@@ -91,6 +91,30 @@ async def test_a_stale_leader_is_fenced_and_resigns_without_a_majority():
     assert {"type": "x", "n": "stale"} not in [r for _, r in paused.log.entries]
 
 
+async def test_a_voter_cut_off_for_a_while_cannot_depose_a_working_leader():
+    """Pre-vote (KIP-996): a follower whose fetches go unanswered asks the others whether it
+    would win; they still hear from the leader and say no, so no epoch changes, and once
+    its fetches are answered again it is a follower as before."""
+    net = SimNetwork([0, 1, 2], seed=8)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    cut_off = next(n for n in net.nodes.values() if n is not leader)
+    epoch = leader.epoch
+    for _ in range(30):  # 3 s: three fetch timeouts
+        await net.tick(0.1)
+        for message in list(net.in_flight):
+            if cut_off.node_id in (message.source, message.destination) and \
+                    not isinstance(message.request, VoteRequest):
+                net.in_flight.remove(message)  # its fetches are lost, its pre-votes are not
+        await net.deliver_all()
+    assert cut_off.role is Role.PROSPECTIVE
+    assert leader.is_leader and all(n.epoch == epoch for n in net.nodes.values())
+    for _ in range(30):  # its next fetch (a lost one is asked again) is answered
+        await net.tick(0.1)
+        await net.deliver_all()
+    assert cut_off.role is Role.FOLLOWER and leader.is_leader and leader.epoch == epoch
+
+
 async def test_a_voter_below_the_log_start_loads_the_snapshot():
     net = SimNetwork([0, 1, 2], seed=5)
     await net.start_all()
