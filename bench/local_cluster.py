@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,13 @@ class LocalCluster:
 
     def broker(self, node_id: int) -> dict[str, str]:
         return self.nodes[f"broker {node_id}"]
+
+    def kill_broker(self, node_id: int) -> None:
+        """kill -9 of one broker; returns once it is gone (the launcher keeps the others)."""
+        pid = int(self.broker(node_id)["pid"])
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.01)
 
     def metrics_json(self, node_id: int) -> dict:
         with urllib.request.urlopen(self.broker(node_id)["metrics"] + "/metrics.json",

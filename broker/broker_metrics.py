@@ -287,7 +287,7 @@ class BrokerMetrics(Collector):
             catalog.FAILED_AUTHENTICATIONS: self.failed_authentications.count,
             catalog.RESPONSE_MEMORY_USED: self.response_memory.used,
             catalog.RESPONSE_MEMORY_LIMIT: self.response_memory.limit,
-            catalog.ACTIVE_CONTROLLER: int(self.controller is not None),
+            catalog.ACTIVE_CONTROLLER: int(self.controller is not None and self.controller.active),
             catalog.OFFLINE_PARTITIONS:
                 0 if self.controller is None else offline_partitions(self.controller.image),
             catalog.FETCH_SESSIONS: len(self.fetch_sessions.sessions),

@@ -165,8 +165,21 @@ class BrokerConfig:
         "`/admin/s3-faults`); port 0 = any free port; none = no endpoint.",
         flag=Flag("--metrics-listener", every_node=True))
     controller: str | None = setting(
-        None, "host:port of the controller; none = this process runs it (a quorum of one, "
-        "in broker 0 by default).", flag=Flag("--controller"))
+        None, "host:port of the controller, a quorum of one elsewhere; none (and no "
+        "`controller_quorum_voters`) = this process runs it alone.", flag=Flag("--controller"))
+    controller_quorum_voters: str = setting(
+        "", "The controller quorum (KRaft, Kafka's `controller.quorum.voters`): "
+        "`id@host:port,...`, each voter's inter-broker listener. A node named there runs a "
+        "controller and votes; every node finds the active controller among them. Empty = "
+        "see `controller`.", flag=Flag("--controller-quorum-voters", every_node=True))
+    controller_quorum_fetch_timeout_ms: int = setting(
+        1000, "A voter that heard nothing from the quorum's leader for this long (plus up to "
+        "30 % at random) starts an election (Kafka's `controller.quorum.fetch.timeout.ms`, "
+        "2000 there): with `controller_quorum_election_timeout_ms` it bounds how long the "
+        "cluster has no active controller after the active one dies.")
+    controller_quorum_election_timeout_ms: int = setting(
+        300, "A candidate that did not win tries again after 1-2× this "
+        "(`controller.quorum.election.timeout.ms`).")
     broker_role: bool = setting(
         True, "False for `kipper controller`: a controller-only node serving no partitions "
         "(set by the subcommand).")

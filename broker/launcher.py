@@ -1,8 +1,9 @@
 """`kipper cluster up`: a local cluster of N brokers in N AZs plus the embedded S3 server.
 
 Every node is a process of its own, as in a real deployment: the S3 server first, then
-broker 0 (which runs the controller), then brokers 1..N-1 pointing at it. The launcher
-prints one line per process, then, once the cluster is usable (every partition has a
+every broker at once, brokers 0-2 being the controller quorum's voters (KRaft's combined
+mode: each runs a controller, the leader's is active). The launcher prints one line per
+process, then, once the cluster is usable (every partition has a
 leader that answers ListOffsets), the bootstrap string:
 
     s3: pid=4100 endpoint=http://127.0.0.1:41233
@@ -11,14 +12,16 @@ leader that answers ListOffsets), the bootstrap string:
     bootstrap: 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
 
 and relays the processes' logs to its stderr, each line prefixed with ``[broker-1] ``. On
-Ctrl-C or SIGTERM it stops them all (brokers 1..N-1, broker 0, S3: each gets SIGTERM, then
-SIGKILL after a grace period); if one of them dies on its own it stops the others and
-exits with status 1. KIPPER_* environment variables reach every broker.
+Ctrl-C or SIGTERM it stops them all (brokers 3..N-1, the voters, S3: each gets SIGTERM, then
+SIGKILL after a grace period). A broker that dies on its own is reported (which, and how)
+and the others keep running; ``kipper cluster start-broker N`` starts it again (through
+``DATA_DIR/cluster.sock``). If the S3 server dies, it stops the brokers and exits with
+status 1. KIPPER_* environment variables reach every broker.
 
 With ``--security sasl-ssl`` (or ``ssl``) the brokers listen on SASL_SSL (or mutual-TLS SSL)
 only, with certificates of a development CA made under ``DATA_DIR/tls``; an ``admin`` user
-gets a random password and its SCRAM-SHA-512 credential is written by the controller at
-start; the brokers check ACLs, with ``admin`` a super user; the launcher writes
+gets a random password and its SCRAM-SHA-512 credential is written by the first active
+controller (voters authenticate each other with it before, from their bootstrap setting); the brokers check ACLs, with ``admin`` a super user; the launcher writes
 ``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
 bootstrap line (docs/security.md).
 
@@ -44,6 +47,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +76,9 @@ HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
 STOP_GRACE_S = 20.0
+# Brokers 0..QUORUM_VOTERS-1 are the controller quorum's voters.
+QUORUM_VOTERS = 3
+CONTROL_SOCKET = "cluster.sock"
 
 
 # `kipper cluster up --security`: the listeners' security protocol.
@@ -229,6 +236,9 @@ class Cluster:
         protocol = SECURITY_PROTOCOLS[args.security]
         self.secure = (SecureCluster.create(args.data_dir, protocol, args.brokers)
                        if protocol != "PLAINTEXT" else None)
+        # Every broker keeps its port across restarts (voters are known by address).
+        self.ports = {node: _port(args.base_port, node) for node in range(args.brokers)}
+        self.s3_endpoint = ""
 
     async def start(self) -> None:
         if self.args.netns:
@@ -242,12 +252,12 @@ class Cluster:
         self.s3.relay_stdout()
         print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)
 
-        # Broker 0 runs the controller, which the others need to find first.
-        controller = await self._start_broker(0, endpoint, controller=None)
-        others = await asyncio.gather(*(self._start_broker(node, endpoint, controller)
-                                        for node in range(1, self.args.brokers)))
-        await self._wait_until_usable(controller)
-        bootstrap = ",".join([controller, *others])
+        self.s3_endpoint = endpoint
+        # The voters start together: none is ready before a quorum of them elected a leader.
+        addresses = await asyncio.gather(*(self._start_broker(node)
+                                           for node in range(self.args.brokers)))
+        await self._wait_until_usable(addresses[0])
+        bootstrap = ",".join(addresses)
         if self.secure is not None:
             path = self.secure.write_client_properties(self.args.data_dir, bootstrap)
             print(f"client properties: {path}", flush=True)
@@ -285,6 +295,16 @@ class Cluster:
     def _rack(self, node: int) -> str:
         return self.args.racks[node % len(self.args.racks)]
 
+    def _host(self, node: int) -> str:
+        """Broker ``node``'s address: loopback, or with --netns its address in its AZ."""
+        return self.network.layout.broker_address(node) if self.network else HOST
+
+    @property
+    def voters(self) -> str:
+        """Brokers 0..2 are the controller quorum's voters (combined mode, as KRaft's)."""
+        return ",".join(f"{node}@{self._host(node)}:{self.ports[node]}"
+                        for node in range(min(self.args.brokers, QUORUM_VOTERS)))
+
     async def _wait_until_usable(self, bootstrap: str) -> None:
         """Brokers listen before every partition has a leader that can answer (a restart
         with thousands of partitions): wait, asking as a client would."""
@@ -298,11 +318,10 @@ class Cluster:
         finally:
             await nodes.close()
 
-    async def _start_broker(self, node: int, s3_endpoint: str, controller: str | None) -> str:
+    async def _start_broker(self, node: int) -> str:
         """Start broker `node`, wait until it listens, print its line; return its address."""
         rack = self._rack(node)
-        host = self.network.layout.broker_address(node) if self.network else HOST
-        address = f"{host}:{_port(self.args.base_port, node)}"
+        address = f"{self._host(node)}:{self.ports[node]}"
         env = self.broker_env
         listener = ["--listener", address]
         if self.secure is not None:
@@ -311,18 +330,17 @@ class Cluster:
         arguments = [
             "--log-level", self.args.log_level, "broker", "--node-id", str(node),
             "--rack", rack, *listener,
-            "--data-dir", str(self.args.data_dir / f"broker-{node}"), "--s3-endpoint", s3_endpoint,
+            "--data-dir", str(self.args.data_dir / f"broker-{node}"),
+            "--s3-endpoint", self.s3_endpoint, "--controller-quorum-voters", self.voters,
             "--s3-access-key", S3_ACCESS_KEY, "--s3-secret-key", S3_SECRET_KEY,
             "--s3-latency-profile", self.args.s3_latency_profile,
         ]
-        if controller is not None:
-            arguments += ["--controller", controller]
         if self.args.capture_trace is not None:
             arguments += ["--capture-trace", str(self.args.capture_trace / f"broker-{node}")]
         metrics = self.args.metrics_base_port is not None
         if metrics:
             arguments += ["--metrics-listener",
-                          f"{host}:{_port(self.args.metrics_base_port, node)}"]
+                          f"{self._host(node)}:{_port(self.args.metrics_base_port, node)}"]
         child = self.brokers[node] = await Child.spawn(
             f"broker-{node}", _python("broker.cli", *arguments), env,
             netns=self.network.layout.netns(rack) if self.network else None)
@@ -334,24 +352,56 @@ class Cluster:
         print(summary, flush=True)
         return address
 
-    async def wait_for_exit(self) -> Child:
-        """The first process to exit (none should before we stop them)."""
-        children = [child for child in (self.s3, self.relay, *self.brokers.values()) if child]
-        waits = {asyncio.create_task(child.process.wait()): child for child in children}
-        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        return waits[done.pop()]
+    async def watch(self) -> None:
+        """Until the S3 server (or the --netns relay) exits: a broker that dies is reported
+        (which, and how) and the others keep running; ``kipper cluster start-broker N``
+        starts it again."""
+        waits: dict[asyncio.Task, Child] = {}
+        while True:
+            watched = {id(child) for child in waits.values()}
+            for child in [self.s3, *([self.relay] if self.relay else []), *self.brokers.values()]:
+                if id(child) not in watched and child.process.returncode is None:
+                    waits[asyncio.create_task(child.process.wait())] = child
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                child = waits.pop(task)
+                if child is self.s3 or child is self.relay:
+                    raise ClusterError(f"{child.name} exited with status "
+                                       f"{child.process.returncode}")
+                node = next(n for n, c in self.brokers.items() if c is child)
+                log.error("%s died (%s); the others keep running. Start it again with: "
+                          "kipper cluster start-broker %d --data-dir %s", child.name,
+                          _how_it_ended(child.process.returncode), node, self.args.data_dir)
+
+    async def restart_broker(self, node: int) -> str:
+        """Start broker ``node`` again (it died, or was never started); its new line."""
+        if not 0 <= node < self.args.brokers:
+            raise ClusterError(f"no broker {node} in this cluster (0..{self.args.brokers - 1})")
+        child = self.brokers.get(node)
+        if child is not None and child.process.returncode is None:
+            raise ClusterError(f"broker {node} is running (pid {child.process.pid})")
+        address = await self._start_broker(node)
+        return f"broker {node}: pid={self.brokers[node].process.pid} address={address}"
 
     async def stop(self) -> None:
-        """Brokers before the controller they report to, S3 and the relay last, then the
-        AZ namespaces."""
-        await asyncio.gather(*(child.stop() for node, child in self.brokers.items() if node))
-        for child in (self.brokers.get(0), self.s3, self.relay):
+        """Brokers before the voters they report to, S3 and the relay last, then the AZ
+        namespaces."""
+        voters = min(self.args.brokers, QUORUM_VOTERS)
+        await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
+                               if node >= voters))
+        await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
+                               if node < voters))
+        for child in (self.s3, self.relay):
             if child is not None:
                 await child.stop()
         if self.network is not None:
             self.network.remove()
+
+
+def _how_it_ended(status: int) -> str:
+    if status < 0:
+        return f"killed by {signal.Signals(-status).name}"
+    return f"exited with status {status}"
 
 
 def _stop_with(launcher: int, netns: str | None = None) -> Callable[[], None]:
@@ -368,13 +418,66 @@ def _stop_with(launcher: int, netns: str | None = None) -> Callable[[], None]:
     return set_parent_death_signal
 
 
+class ControlSocket:
+    """``DATA_DIR/cluster.sock``: where ``kipper cluster start-broker N`` asks the running
+    launcher to start broker N again (one line asked, one line answered)."""
+
+    def __init__(self, data_dir: Path, cluster: Cluster) -> None:
+        self.path = data_dir / CONTROL_SOCKET
+        self.cluster = cluster
+        self.server: asyncio.base_events.Server | None = None
+
+    async def __aenter__(self) -> "ControlSocket":
+        self.path.unlink(missing_ok=True)
+        self.server = await asyncio.start_unix_server(self._serve, str(self.path))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+        self.path.unlink(missing_ok=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            words = (await reader.readline()).decode(errors="replace").split()
+            if len(words) == 2 and words[0] == "start-broker" and words[1].isdigit():
+                answer = "ok " + await self.cluster.restart_broker(int(words[1]))
+            else:
+                answer = "error: expected 'start-broker N'"
+        except ClusterError as e:
+            answer = f"error: {e}"
+        writer.write(answer.encode() + b"\n")
+        await writer.drain()
+        writer.close()
+
+
+async def _start_broker_command(args: argparse.Namespace) -> int:
+    """``kipper cluster start-broker N``: ask the launcher running on DATA_DIR."""
+    path = args.data_dir / CONTROL_SOCKET
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+    except OSError as e:
+        print(f"no `kipper cluster up` is running on {args.data_dir} ({e})", file=sys.stderr)
+        return 1
+    writer.write(f"start-broker {args.node}\n".encode())
+    await writer.drain()
+    answer = (await reader.readline()).decode().strip()
+    writer.close()
+    print(answer.removeprefix("ok "), file=sys.stdout if answer.startswith("ok ") else sys.stderr)
+    return 0 if answer.startswith("ok ") else 1
+
+
 def _python(module: str, *arguments: str) -> list[str]:
     return [sys.executable, "-m", module, *arguments]
 
 
 def _port(base: int, node: int) -> int:
-    """Consecutive ports from base; base 0 lets every process pick a free one."""
-    return base + node if base else 0
+    """Consecutive ports from base; base 0: a free one, picked now (voters are named by
+    address before they start, and a restarted broker keeps its address)."""
+    if base:
+        return base + node
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -392,8 +495,8 @@ async def _up(args: argparse.Namespace) -> int:
 
     async def run() -> None:
         await cluster.start()
-        child = await cluster.wait_for_exit()
-        raise ClusterError(f"{child.name} exited with status {child.process.returncode}")
+        async with ControlSocket(args.data_dir, cluster):
+            await cluster.watch()
 
     running = asyncio.create_task(run())
     stopping = asyncio.create_task(stop_requested.wait())
@@ -455,6 +558,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                          "way (default 0)")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))
     az_network_cli.add_partition_command(commands)
+    start_broker = commands.add_parser(
+        "start-broker", help="start broker N of a running `kipper cluster up` again")
+    start_broker.add_argument("node", type=int, help="the broker's id")
+    start_broker.add_argument("--data-dir", type=Path, default=Path("data/cluster"),
+                              help="the data dir the cluster was started with")
+    start_broker.set_defaults(func=lambda args: asyncio.run(_start_broker_command(args)))
 
 
 def _broker_address(line: str) -> str | None:

@@ -1,8 +1,10 @@
 """A broker's link to the controller: registration, heartbeats, and the metadata log.
 
-The broker keeps no metadata of its own: it fetches ``__cluster_metadata`` from the
-controller with ordinary Fetch requests, applies each record to its image
-(coordinator.state_machine) and tells the replica manager, exactly like a KRaft observer.
+The broker keeps no metadata of its own: it fetches ``__cluster_metadata`` from the active
+controller (the quorum's leader, which sends observers committed records only) with
+ordinary Fetch requests, applies each record to its image (coordinator.state_machine) and
+tells the replica manager, exactly like a KRaft observer. Its connections follow the
+active controller when it changes (replication.raft.leader_connection).
 
 Its lifecycle is KRaft's too: it registers, and heartbeats from then on, fenced (leading
 nothing) while it catches up with the metadata, which opens every log it hosts; then it asks
@@ -34,7 +36,8 @@ from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.records import decode_json_records, iter_batches
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
-from replication.node_client import NodeConnection
+from replication.partition import PartitionError
+from replication.raft.leader_connection import LeaderConnection
 
 from .heap import Heap
 
@@ -62,7 +65,8 @@ SNAPSHOT_CHUNK = 4 << 20
 
 
 class MetadataFollower:
-    def __init__(self, node_id: int, controller: NodeConnection, metadata_fetches: NodeConnection,
+    def __init__(self, node_id: int, controller: LeaderConnection,
+                 metadata_fetches: LeaderConnection,
                  image: MetadataImage, listener: Callable[[dict], None],
                  heartbeat_interval_s: float = 0.5,
                  log_dir_full: Callable[[], bool] = lambda: False) -> None:
@@ -166,15 +170,18 @@ class MetadataFollower:
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
             log.warning("controlled shutdown request failed: %s", e)
 
+    def _fetch_request(self, max_wait_ms: int, max_bytes: int) -> FetchRequest:
+        return make(FetchRequest, replica_id=-1, max_wait=max_wait_ms, min_bytes=1,
+                    max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                    forgotten_topics_data=(), rack_id="",
+                    topics=(make(FetchTopic, topic=METADATA_TOPIC, partitions=(
+                        make(FetchPartition, partition=0, current_leader_epoch=-1,
+                             fetch_offset=self.image.next_offset, last_fetched_epoch=-1,
+                             log_start_offset=-1, partition_max_bytes=max_bytes),)),))
+
     async def _fetch_loop(self) -> None:
         while True:
-            request = make(FetchRequest, replica_id=-1, max_wait=FETCH_MAX_WAIT_MS, min_bytes=1,
-                           max_bytes=16 << 20, isolation_level=0, session_id=0,
-                           session_epoch=-1, forgotten_topics_data=(), rack_id="",
-                           topics=(make(FetchTopic, topic=METADATA_TOPIC, partitions=(
-                               make(FetchPartition, partition=0, current_leader_epoch=-1,
-                                    fetch_offset=self.image.next_offset, last_fetched_epoch=-1,
-                                    log_start_offset=-1, partition_max_bytes=16 << 20),)),))
+            request = self._fetch_request(FETCH_MAX_WAIT_MS, 16 << 20)
             try:
                 response = await self.metadata_fetches.call(ApiKey.FETCH, request,
                                                             FETCH_MAX_WAIT_MS / 1000 + 10)
@@ -235,5 +242,8 @@ class MetadataFollower:
 
     async def catch_up(self, timeout: float = 30.0) -> None:
         """Wait until this broker has applied everything the controller has committed."""
-        committed = await self.controller.latest_offset(METADATA_TOPIC, 0, timeout)
-        await self.applier.wait_until_applied(committed, timeout)
+        response = await self.controller.call(ApiKey.FETCH, self._fetch_request(0, 1), timeout)
+        answer = response.responses[0].partitions[0]
+        if answer.error_code != ErrorCode.none:
+            raise PartitionError(answer.error_code, "the active controller's metadata offset")
+        await self.applier.wait_until_applied(answer.high_watermark, timeout)

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable
 
-from coordinator.controller import Controller, ControllerSettings
+from coordinator.controller import Controller, ControllerError, ControllerQuorum, ControllerSettings
 from coordinator.diskless import (
     BatchCoordinator,
     CheckpointSettings,
@@ -36,17 +36,17 @@ from coordinator.transaction_config import TransactionConfig
 from coordinator.group.timer import AsyncioTimer
 from protocol.internal import ClusterCredentials, InternalApiKey
 from replication.active_tiered import BrokerReplicaLink
-from replication.cluster_metadata import (
-    DISKLESS_METADATA_TOPIC,
-    METADATA_TOPIC,
-    MetadataImage,
-    PartitionInfo,
-)
+from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
-from replication.partition import ReplicatedPartition
+from replication.raft import QuorumSettings, parse_voters
+from replication.raft.leader_connection import ActiveController
 from replication.replica_manager import ReplicaManager
-from replication.scram_credentials import ScramCredential, ScramMechanism
+from replication.scram_credentials import (
+    ScramCredential,
+    ScramMechanism,
+    credential_from_password,
+)
 from storage.active_tiered import ActiveTiered
 from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
@@ -93,6 +93,8 @@ STOP_STEP_TIMEOUT_S = 2.0
 # Kafka's ids of the security protocols, as BrokerRegistration carries them.
 _PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
                  SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3}
+# The id `--controller host:port` leaves its node with (no quorum to name it).
+UNKNOWN_NODE = -1
 # The internal topics whose partition leaders coordinate (groups, transactions).
 COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC)
 
@@ -101,28 +103,12 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.controller: Controller | None = None
-        if config.controller is None:
-            self.controller = Controller(config.data_dir, ControllerSettings(
-                default_partitions=config.default_partitions,
-                default_replication_factor=config.default_replication_factor,
-                session_timeout_ms=config.broker_session_timeout_ms,
-                unclean_leader_election=config.unclean_leader_election,
-                default_storage_mode=config.default_storage_mode,
-                auto_leader_rebalance=config.auto_leader_rebalance_enable,
-                leader_imbalance_per_broker_percentage=(
-                    config.leader_imbalance_per_broker_percentage),
-                leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
-                snapshot_max_new_record_bytes=(
-                    config.metadata_log_max_record_bytes_between_snapshots),
-                snapshot_max_interval_s=config.metadata_log_max_snapshot_interval_ms / 1000))
         # What this broker knows of the cluster: applied from the controller's metadata log.
         self.image = MetadataImage()
         # Effective broker configs and topic defaults: static settings under dynamic ones.
         self.dynamic_configs = dynamic_configs(config, self.image)
-        # Peers' racks come from the metadata; a controller-only node has only its own.
-        self.traffic = NetworkTraffic(
-            config.rack, self.image if config.broker_role else self.controller.image)
+        # Peers' racks come from the metadata (a controller-only node's: its controller's).
+        self.traffic = NetworkTraffic(config.rack, self.image)
         if not config.cluster_secret:
             log.info("no cluster_secret (KIPPER_CLUSTER_SECRET) set: node %d accepts "
                      "broker-only requests from itself alone, so no other node can join it",
@@ -134,10 +120,20 @@ class Broker:
         # anything is bound, when a setting is wrong.
         self.listeners = listener_config(config)
         self.failed_authentications = AuthenticationFailures()
+        self._bootstrap_credentials: dict[tuple[str, ScramMechanism], ScramCredential] = {}
         self.listener_securities = listener_securities(
             config, self.listeners, self._scram_credential, self.failed_authentications)
         self.nodes = NodeClient(node_client_id(config.node_id), self.credentials, self.traffic,
                                 inter_broker_security(config, self.listeners))
+        # The controller quorum: the voters named, or a quorum of one (this node, unless
+        # it is given another's address).
+        self.voters = (parse_voters(config.controller_quorum_voters)
+                       if config.controller_quorum_voters else {})
+        self.controller: Controller | None = None
+        if (config.node_id in self.voters) if self.voters else config.controller is None:
+            self.controller = self._controller()
+            if not config.broker_role:
+                self.traffic.image = self.controller.image
         self.metrics: MetricsServer | None = None
         if config.metrics_listener is not None:
             self.metrics = MetricsServer(config.metrics_listener,
@@ -204,6 +200,27 @@ class Broker:
                 self.controller, self.fetch_sessions, self.failed_authentications))
             self.metrics.add_source("log_cleaner", LogCleanerMetrics(self.logs.cleaner.metrics))
 
+    def _controller(self) -> Controller:
+        config = self.config
+        return Controller(config.data_dir, ControllerSettings(
+            default_partitions=config.default_partitions,
+            default_replication_factor=config.default_replication_factor,
+            session_timeout_ms=config.broker_session_timeout_ms,
+            unclean_leader_election=config.unclean_leader_election,
+            default_storage_mode=config.default_storage_mode,
+            auto_leader_rebalance=config.auto_leader_rebalance_enable,
+            leader_imbalance_per_broker_percentage=(
+                config.leader_imbalance_per_broker_percentage),
+            leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
+            snapshot_max_new_record_bytes=(
+                config.metadata_log_max_record_bytes_between_snapshots),
+            snapshot_max_interval_s=config.metadata_log_max_snapshot_interval_ms / 1000),
+            ControllerQuorum(config.node_id, self.voters or None, self.nodes, QuorumSettings(
+                fetch_timeout_s=config.controller_quorum_fetch_timeout_ms / 1000,
+                fetch_jitter_s=0.3 * config.controller_quorum_fetch_timeout_ms / 1000,
+                election_timeout_s=config.controller_quorum_election_timeout_ms / 1000,
+                check_quorum_timeout_s=1.5 * config.controller_quorum_fetch_timeout_ms / 1000)))
+
     async def start(self) -> None:
         if self.object_store is not None:
             await self.object_store.start()
@@ -227,28 +244,36 @@ class Broker:
         # Ports and host names filled in: what is registered and printed.
         self.listeners = self.listeners.with_bound_ports(ports)
         self.bound_port = ports[self.listeners.listeners[0].name]
-        # Without a controller address this node runs the controller: it reaches itself on
-        # its own inter-broker listener, as other nodes do.
+        # The active controller is found among the voters; without any, at the address
+        # given, or this node itself (a quorum of one), on its own inter-broker listener.
         own = self.listeners.listener(self.listeners.inter_broker.name)
-        controller_address = self.config.controller or f"{own.host or '127.0.0.1'}:{own.port}"
-        controller_host, controller_port = split_host_port(controller_address)
-        controller_connection = self.nodes.connection(controller_host, controller_port)
+        if self.voters:
+            voters = self.voters
+        elif self.controller is not None:
+            voters = {self.config.node_id: (own.host or "127.0.0.1", own.port)}
+        else:  # another node's quorum of one; its id is not known here, nor needed
+            voters = {UNKNOWN_NODE: split_host_port(self.config.controller)}
+        self.active_controller = ActiveController(voters)
+        controller_connection = self.active_controller.connection(self.nodes)
         self.replicas = ReplicaManager(
             self.config.node_id, self.image, self.logs, self.dynamic_configs,
             self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
         if self.config.broker_role:
-            metadata_fetches = self.nodes.connection(controller_host, controller_port,
-                                                     "metadata-fetch")
             self.follower = MetadataFollower(
-                self.config.node_id, controller_connection, metadata_fetches, self.image,
+                self.config.node_id, controller_connection,
+                # Long polls get their own connection so heartbeats never queue behind them.
+                self.active_controller.connection(self.nodes, "metadata-fetch"), self.image,
                 self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000,
                 log_dir_full=self.logs.disk_space.is_full)
         self.controller_channel = ControllerChannel(
-            self.controller, self.config.controller, self.nodes, self.follower)
+            self.controller, self.active_controller.connection(self.nodes, "forwarding"),
+            self.follower)
         if self.controller is not None:
             await self.controller.start()
-            await self.controller.bootstrap_scram_users(self.config.sasl_scram_bootstrap_users)
-            self._serve_metadata_log()
+            if self.controller.active:  # a quorum of one: before any client or broker comes
+                await self.controller.bootstrap_scram_users(self.config.sasl_scram_bootstrap_users)
+            else:
+                self._background.append(asyncio.create_task(self._bootstrap_scram_users()))
         if self.config.broker_role and self.object_store is not None:
             self._start_diskless()
         if self.config.broker_role:
@@ -281,7 +306,7 @@ class Broker:
             await self.share.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
-        self._background = [
+        self._background += [
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),
             asyncio.create_task(self.logs.run_flush(self.config.log_flush_interval_ms / 1000)),
@@ -308,7 +333,17 @@ class Broker:
         """A user's SCRAM credential, from the freshest image this node has: the
         controller's own if it runs it (a broker authenticating to it reads nothing before)."""
         image = self.controller.image if self.controller is not None else self.image
-        return image.scram_credentials.lookup(user, mechanism)
+        found = image.scram_credentials.lookup(user, mechanism)
+        if found is None and user in self.config.sasl_scram_bootstrap_users:
+            # Before any controller is active, voters authenticate each other (to elect
+            # one) with the bootstrap users every node is given: Kafka's formatted bootstrap
+            # snapshot plays that part.
+            key = (user, mechanism)
+            if key not in self._bootstrap_credentials:
+                self._bootstrap_credentials[key] = credential_from_password(
+                    mechanism, self.config.sasl_scram_bootstrap_users[user])
+            found = self._bootstrap_credentials[key]
+        return found
 
     def cleaner_io_max_bytes_per_second(self) -> float:
         """The log cleaner's I/O limit, read before each throttling decision (so that the
@@ -420,13 +455,17 @@ class Broker:
             self.transaction_coordinator.on_metadata_change()
             self.share.on_metadata_change()
 
-    def _serve_metadata_log(self) -> None:
-        """Expose the controller's log as partition ``__cluster_metadata-0`` for Fetch."""
-        node = self.config.node_id
-        metadata = ReplicatedPartition(node, self.controller.log.log,
-                             PartitionInfo(METADATA_TOPIC, 0, [node], [node], node))
-        self.replicas.partitions[(METADATA_TOPIC, 0)] = metadata
-        self.controller.on_commit.append(metadata.maybe_advance_high_watermark)
+    async def _bootstrap_scram_users(self) -> None:
+        """The first SCRAM users, written by whichever voter is the first to be active."""
+        users = self.config.sasl_scram_bootstrap_users
+        while users:
+            if self.controller.active:
+                try:
+                    await self.controller.bootstrap_scram_users(users)
+                    return
+                except ControllerError:
+                    pass  # lost the leadership meanwhile: the next active controller writes them
+            await asyncio.sleep(0.1)
 
     def _accepted_tls(self, security: ListenerSecurity, connection: socket.socket) -> None:
         task = asyncio.get_running_loop().create_task(self._handshake(security, connection))

@@ -29,12 +29,12 @@ from protocol.build import make
 from replication.cluster_metadata import MetadataImage
 from replication.dynamic_config import DynamicConfigs
 from replication.fetch_session import FetchSessionCache
-from replication.node_client import NodeClient
+from replication.raft.leader_connection import LeaderConnection
 from replication.replica_manager import ReplicaManager
 
 from .broker_metrics import TopicMetrics
 from .capture import TraceCapture
-from .config import BrokerConfig, split_host_port
+from .config import BrokerConfig
 from .metadata_follower import MetadataFollower
 from .producer_ids import ProducerIdAllocator
 from .security.authorize import configure
@@ -44,21 +44,26 @@ log = logging.getLogger(__name__)
 
 
 class ControllerChannel:
-    """How this node asks the controller for changes: in-process when it runs the controller,
-    over the network otherwise; a change counts once this node's metadata shows it."""
+    """How this node asks the controller for changes: in-process when it is the active
+    controller, over the network to the active one otherwise (``connection`` follows the
+    quorum's leadership); a change counts once this node's metadata shows it."""
 
-    def __init__(self, controller: Controller | None, address: str | None, nodes: NodeClient,
+    def __init__(self, controller: Controller | None, connection: LeaderConnection,
                  follower: MetadataFollower | None) -> None:
         self.controller = controller
-        self.address = address
-        self.nodes = nodes
+        self.connection = connection
         self.follower = follower
+
+    @property
+    def is_local(self) -> bool:
+        """This node is the active controller."""
+        return self.controller is not None and self.controller.active
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None) -> ErrorCode:
         """Create a topic for the broker's own needs (auto-creation, internal topics); return
         the outcome once this broker's metadata shows it."""
-        if self.controller is not None:
+        if self.is_local:
             try:
                 await self.controller.create_topic(name, partitions, replication_factor,
                                                    configs or {})
@@ -71,14 +76,14 @@ class ControllerChannel:
                      replication_factor=replication_factor, assignments=(),
                      configs=tuple(make(CreatableTopicConfig, name=k, value=v)
                                    for k, v in (configs or {}).items())),))
-            response = await self._connection().call(ApiKey.CREATE_TOPICS, request, 60)
+            response = await self.connection.call(ApiKey.CREATE_TOPICS, request, 60)
             error = response.topics[0].error_code
         await self.catch_up()
         return error
 
     async def forward(self, header: Any, request: Any) -> Any:
-        """Send an admin request to the controller node unchanged; return its response."""
-        return await self._connection().call(header.api_key, request, 60, header.api_version)
+        """Send an admin request to the active controller unchanged; return its response."""
+        return await self.connection.call(header.api_key, request, 60, header.api_version)
 
     async def catch_up(self) -> None:
         """Wait until this node has applied the controller's latest metadata (a
@@ -92,9 +97,6 @@ class ControllerChannel:
         except TimeoutError:
             log.warning("answering before this broker applied the latest metadata (still "
                         "applying after the timeout)")
-
-    def _connection(self):
-        return self.nodes.connection(*split_host_port(self.address))
 
 
 @dataclass(slots=True)
@@ -134,6 +136,11 @@ class BrokerServices:
 
     @property
     def controller_id(self) -> int:
-        """What Metadata and DescribeCluster report as the controller."""
+        """What Metadata and DescribeCluster report as the controller: the active one this
+        node knows of (in combined mode a broker, so clients can reach it), else a live
+        broker (every broker forwards controller requests)."""
+        leadership = self.controller_channel.connection.leadership
         live = self.image.live_brokers()
+        if leadership.known and leadership.leader_id in {b.node_id for b in live}:
+            return leadership.leader_id
         return live[0].node_id if live else self.config.node_id

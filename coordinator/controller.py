@@ -1,8 +1,13 @@
-"""The controller: a quorum of one that owns brokers, topics, configs, leaders and ISRs.
+"""The controller: owns brokers, topics, configs, leaders and ISRs, replicated by a quorum
+of voters (KRaft: replication.raft).
 
-Every change is validated, appended to ``__cluster_metadata`` (fsync) and only then
-applied to the image (coordinator.state_machine), so a restart replays exactly what was
-acknowledged. Brokers learn every change by fetching that log.
+Every change is validated against the committed image, appended by the quorum's leader to
+``__cluster_metadata`` and applied only once the quorum has committed it (a majority of
+voters hold it), on every voter alike (``_apply_committed``), so a restart or a new leader
+replays exactly what was acknowledged. Only the leader's controller is *active*: it decides,
+once it has applied everything committed before its epoch; the others answer
+NOT_CONTROLLER. A deposed leader's uncommitted records are truncated by the new one, never
+applied. Brokers learn every change by fetching that log from the leader.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from protocol.records import decode_json_records
 from replication.acls import AclBinding, AclBindingFilter
 from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
 from replication.cluster_metadata import (
@@ -31,6 +37,9 @@ from replication.cluster_metadata import (
     broker_record,
     partition_record,
 )
+from replication.node_client import NodeClient
+from replication.raft import NotLeader, QuorumSettings
+from replication.raft.driver import QuorumDriver
 from replication.scram_credentials import (
     InvalidScramCredential,
     ScramMechanism,
@@ -154,37 +163,67 @@ class ControllerSettings:
     snapshot_max_interval_s: float = 3600.0
 
 
+@dataclass(frozen=True)
+class ControllerQuorum:
+    """The voters of the metadata quorum (``controller_quorum_voters``) and this one's id;
+    the default is a quorum of one, this node alone (nothing goes over the network)."""
+
+    node_id: int = 0
+    voters: dict[int, tuple[str, int]] | None = None
+    nodes: NodeClient | None = None  # how voters reach each other (none for a quorum of one)
+    settings: QuorumSettings = QuorumSettings()
+
+
+# How long start() waits for a quorum of one to lead (it does at once).
+SOLE_VOTER_START_TIMEOUT_S = 30.0
+
+
 class Controller:
-    def __init__(self, metadata_dir: Path, settings: ControllerSettings) -> None:
+    def __init__(self, metadata_dir: Path, settings: ControllerSettings,
+                 quorum: ControllerQuorum = ControllerQuorum()) -> None:
         self.settings = settings
         self.log = MetadataLog(metadata_dir)
         self.image = MetadataImage()
         self.applier = Applier(self.image)
-        self.on_commit: list[Callable[[], None]] = []
+        self.node_id = quorum.node_id
+        self.quorum = QuorumDriver(quorum.node_id, quorum.voters or {quorum.node_id: ("", 0)},
+                                   self.log, metadata_dir / "quorum-state", quorum.nodes,
+                                   quorum.settings)
+        self.raft = self.quorum.raft
+        self.raft.commit_listeners.append(lambda _: self._progressed())
+        self.raft.leader_listeners.append(self._on_leader_change)
+        # The quorum's leader, once it has applied what was committed before its epoch.
+        self.active = False
+        self._progress = asyncio.Event()
         self._last_heartbeat: dict[int, float] = {}
         self._lock = asyncio.Lock()
         self._fence_task: asyncio.Task | None = None
         self._balance_task: asyncio.Task | None = None
+        self._activation: asyncio.Task | None = None
+        self._apply_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._last_snapshot_at = time.monotonic()
         self._bytes_at_last_snapshot = 0
 
     async def start(self) -> None:
+        """Load the newest snapshot, then join the quorum: the log after the snapshot is
+        applied as the quorum commits it (a voter's uncommitted tail may yet be truncated)."""
         state = await self.log.load()
         if state.snapshot is not None:
             self.applier.load_snapshot(state.snapshot.end_offset, state.snapshot_records)
-            log.info("loaded metadata snapshot %s and %d records after it",
+            log.info("loaded metadata snapshot %s; %d records after it await the quorum",
                      state.snapshot.file_name, len(state.tail))
-        self.applier.apply(state.tail)
-        # Brokers known from the log get one session to heartbeat before being fenced.
-        now = time.monotonic()
-        self._last_heartbeat = {node: now for node in self.image.brokers}
-        self._fence_task = asyncio.create_task(self._fence_expired_brokers())
-        if self.settings.auto_leader_rebalance:
-            self._balance_task = asyncio.create_task(self._balance_leaders_periodically())
+        self._apply_task = asyncio.create_task(self._apply_committed())
+        await self.quorum.start()
+        if len(self.raft.voters) == 1:  # it leads at once: usable when start returns
+            async with asyncio.timeout(SOLE_VOTER_START_TIMEOUT_S):
+                while not self.active:
+                    await self._wait_for_progress()
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._fence_task, self._balance_task) if t is not None]
+        self._deactivate()
+        await self.quorum.stop()
+        tasks = [t for t in (self._apply_task, self._activation) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -192,19 +231,122 @@ class Controller:
             await asyncio.gather(self._snapshot_task, return_exceptions=True)
         await self.log.log.close()
 
+    # --- the quorum: leadership and commits ----------------------------------------------
+
+    @property
+    def leader_id(self) -> int:
+        """The active controller as this voter knows it (-1: an election is under way)."""
+        return self.raft.leader_id
+
+    def _progressed(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def _wait_for_progress(self) -> None:
+        await self._progress.wait()
+
+    def _on_leader_change(self, leader_id: int, epoch: int) -> None:
+        self._progressed()
+        self._deactivate()
+        if leader_id == self.node_id:
+            self._activation = asyncio.create_task(self._activate(epoch))
+
+    async def _activate(self, epoch: int) -> None:
+        """Become the active controller of ``epoch`` once everything committed before it
+        (up to this epoch's leader_change record) is applied."""
+        start = self.raft.epoch_start_offset
+        while self.image.next_offset <= start:
+            if self.raft.epoch != epoch or not self.raft.is_leader:
+                return
+            await self._wait_for_progress()
+        # Brokers get one session to find this controller before any is fenced; but the
+        # leader this voter followed before (one that died, its broker with it: combined
+        # mode) only what is left of its session since this voter last heard from it, so
+        # its partitions move on as soon as a broker dying alone would have them move.
+        now = time.monotonic()
+        self._last_heartbeat = {node: now for node in self.image.brokers}
+        if self.raft.last_leader_heard is not None:
+            previous, heard_at = self.raft.last_leader_heard
+            if previous in self._last_heartbeat and previous != self.node_id:
+                self._last_heartbeat[previous] = min(now, heard_at)
+        self.active = True
+        self._fence_task = asyncio.create_task(self._fence_expired_brokers())
+        if self.settings.auto_leader_rebalance:
+            self._balance_task = asyncio.create_task(self._balance_leaders_periodically())
+        log.info("controller %d is active in epoch %d (metadata at offset %d)", self.node_id,
+                 epoch, self.image.next_offset)
+        self._progressed()
+
+    def _deactivate(self) -> None:
+        if self.active:
+            log.info("controller %d is no longer active", self.node_id)
+        self.active = False
+        for task in (self._fence_task, self._balance_task, self._activation):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._fence_task = self._balance_task = self._activation = None
+
+    async def _apply_committed(self) -> None:
+        """Apply what the quorum committed, in log order (on every voter, the leader too); a
+        snapshot the quorum installed in place of the log below it is loaded first."""
+        while True:
+            committed = self.raft.high_watermark
+            try:
+                if self.image.next_offset < self.log.log_start_offset:
+                    await self._load_installed_snapshot()
+                while self.image.next_offset < committed:
+                    offset = self.image.next_offset
+                    data = await self.log.read(offset, 1 << 20, committed)
+                    records = [(o, r) for o, r in decode_json_records(data)
+                               if offset <= o < committed]
+                    if not records:
+                        break
+                    self.applier.apply(records)
+                    await asyncio.sleep(0)
+            except (KafkaStorageError, OSError, ValueError) as e:
+                log.warning("applying committed metadata failed (retrying): %s", e)
+                await asyncio.sleep(0.1)
+                continue
+            if self.image.next_offset >= committed:
+                self._maybe_snapshot()
+                self._progressed()
+            if self.raft.high_watermark == committed:
+                await self.raft.wait_for_change(1.0)
+
+    async def _load_installed_snapshot(self) -> None:
+        snapshot = self.log.latest_snapshot()
+        records = await asyncio.to_thread(self.log.read_snapshot, snapshot)
+        self.applier.load_snapshot(snapshot.end_offset, self.image.snapshot_delta(records))
+        log.info("loaded the leader's metadata snapshot %s", snapshot.file_name)
+
+    def _check_active(self) -> None:
+        if not self.active:
+            raise ControllerError(ErrorCode.not_controller,
+                                  f"node {self.node_id} is not the active controller (leader: "
+                                  f"{self.raft.leader_id})")
+
     async def _commit(self, records: list[dict]) -> int:
-        """Append (committed once fsynced: a quorum of one), then apply."""
+        """Append through the quorum, then wait until it is committed and applied; the
+        caller holds the lock, so what it validated against is still the image."""
+        self._check_active()
         if not records:
             return self.image.next_offset
+        epoch = self.raft.epoch
         try:
-            offset = await self.log.append(records)
+            offset = await self.raft.append(records)
+        except NotLeader as e:
+            raise ControllerError(ErrorCode.not_controller, str(e)) from e
         except KafkaStorageError as e:
             # Nothing was applied: the request that asked for the change fails, not the node.
             raise ControllerError(ErrorCode.kafka_storage_error, str(e)) from e
-        self.applier.apply(enumerate(records, offset))
-        for listener in self.on_commit:
-            listener()
-        self._maybe_snapshot()
+        last = offset + len(records) - 1
+        while self.image.next_offset <= last:
+            if self.raft.epoch != epoch or not self.raft.is_leader:
+                # Never committed by this leader: the next one truncates or commits it.
+                raise ControllerError(ErrorCode.not_controller,
+                                      f"node {self.node_id} lost the leadership of epoch "
+                                      f"{epoch} before the change was committed")
+            await self._wait_for_progress()
         return offset
 
     def _maybe_snapshot(self) -> None:
@@ -218,18 +360,19 @@ class Controller:
                or (interval > 0 and time.monotonic() - self._last_snapshot_at >= interval))
         if not due:
             return
-        snapshot = SnapshotId(self.image.next_offset, 0)  # a quorum of one: epoch 0
+        end_offset = self.image.next_offset
         records = self.image.snapshot_records()
         self._bytes_at_last_snapshot = self.log.appended_bytes
         self._last_snapshot_at = time.monotonic()
-        self._snapshot_task = asyncio.create_task(self._write_snapshot(snapshot, records))
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(end_offset, records))
 
-    async def _write_snapshot(self, snapshot: SnapshotId, records: list[dict]) -> None:
+    async def _write_snapshot(self, end_offset: int, records: list[dict]) -> None:
         started = time.monotonic()
         try:
+            snapshot = SnapshotId(end_offset, await self.log.epoch_at(end_offset - 1))
             await self.log.write_snapshot(snapshot, records)
         except KafkaStorageError as e:
-            log.warning("metadata snapshot %s not written: %s", snapshot.file_name, e)
+            log.warning("metadata snapshot at %d not written: %s", end_offset, e)
             return
         log.info("wrote metadata snapshot %s (%d records, %.0f ms); the log now starts at %d",
                  snapshot.file_name, len(records), (time.monotonic() - started) * 1000,
@@ -252,7 +395,8 @@ class Controller:
             if node_id in self.image.brokers and not self.image.brokers[node_id].fenced:
                 # A restarted broker lost its in-memory state: its leaderships move first.
                 records += self._fence_records(node_id)
-            epoch = self.image.next_offset + len(records)
+            # The registration record's offset: where the quorum appends next.
+            epoch = self.raft.log.log_end_offset + len(records)
             registration = broker_record(BrokerInfo(node_id, host, port, rack, epoch,
                                                     fenced=True, listeners=listeners or {}))
             self._last_heartbeat[node_id] = time.monotonic()
@@ -267,6 +411,7 @@ class Controller:
         takes part in elections) once it no longer asks to stay fenced. ``log_dir_offline``:
         the broker's data directory refuses appends (a full disk)."""
         async with self._lock:
+            self._check_active()
             broker = self.image.brokers.get(node_id)
             if broker is None or broker.epoch != epoch:
                 return ErrorCode.stale_broker_epoch, True
@@ -379,6 +524,7 @@ class Controller:
                               leader_epoch: int, new_isr: list[int],
                               partition_epoch: int) -> tuple[ErrorCode, PartitionInfo | None]:
         async with self._lock:
+            self._check_active()
             topic = self.image.topics_by_id.get(topic_id)
             info = topic.partitions.get(partition) if topic else None
             if info is None:

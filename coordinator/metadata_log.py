@@ -1,6 +1,6 @@
-"""The controller's copy of the cluster metadata log, ``__cluster_metadata-0``: a classic
-log of JSON records, one per batch, appended and fsynced before they are applied; and its
-snapshots (KIP-630).
+"""A voter's copy of the cluster metadata log, ``__cluster_metadata-0``: a classic log of
+JSON records in batches stamped with the quorum epoch that appended them, fsynced before the
+quorum counts them (replication.raft, whose RaftLog this is); and its snapshots (KIP-630).
 
 A snapshot holds the records that rebuild the metadata image as of an offset (its end
 offset), in the log's own format, in a file named as KRaft names them
@@ -20,11 +20,12 @@ from pathlib import Path
 
 from protocol.records import decode_json_records, encode_json_records, iter_batches
 from replication.cluster_metadata import METADATA_TOPIC
+from replication.raft import SnapshotId
 from storage.classic import ClassicLog
 from storage.classic.checkpoint import write_atomically
 from storage.config import LogConfig
 from storage.disk_space import storage_io
-from storage.log import KafkaStorageError
+from storage.log import EpochEndOffset, KafkaStorageError
 
 log = logging.getLogger(__name__)
 # Snapshots kept: the newest, and one before it in case the newest cannot be read.
@@ -34,19 +35,6 @@ SNAPSHOTS_KEPT = 2
 # event loop, instead of one batch taking a tenth of a second.
 RECORDS_PER_BATCH = 500
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
-
-
-@dataclass(frozen=True, order=True)
-class SnapshotId:
-    """KIP-630's snapshot id: the offset its state reaches (exclusive) and the epoch of
-    the record before it."""
-
-    end_offset: int
-    epoch: int
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.end_offset:020d}-{self.epoch:010d}.checkpoint"
 
 
 @dataclass(frozen=True)
@@ -59,7 +47,7 @@ class MetadataState:
 
 
 class MetadataLog:
-    """The controller's copy of ``__cluster_metadata-0`` and its snapshots."""
+    """A voter's copy of ``__cluster_metadata-0`` and its snapshots."""
 
     def __init__(self, directory: Path) -> None:
         config = LogConfig(retention_ms=-1, segment_bytes=64 << 20)
@@ -138,6 +126,61 @@ class MetadataLog:
             await self.log.truncate_to(result.base_offset)
             raise
         return result.base_offset
+
+    # --- the quorum's view (replication.raft.RaftLog) ------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def last_epoch(self) -> int:
+        epoch = self.log.latest_epoch()
+        if epoch >= 0 and self.log.log_end_offset > self.log.log_start_offset:
+            return epoch
+        snapshot = self.latest_snapshot()
+        return snapshot.epoch if snapshot is not None else max(epoch, 0)
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
+        return self.log.end_offset_for_epoch(epoch)
+
+    async def append_as_leader(self, records: list[dict], epoch: int) -> int:
+        return await self.append(records, epoch)
+
+    async def append_as_follower(self, data: bytes) -> None:
+        await self.log.append_as_follower(data)
+        self.appended_bytes += len(data)
+        await self.log.flush()
+
+    async def truncate_to(self, offset: int) -> None:
+        await self.log.truncate_to(offset)
+
+    async def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+        return bytes((await self.log.read(offset, max_bytes, max_offset=max_offset)).records)
+
+    async def epoch_at(self, offset: int) -> int:
+        """The epoch of the record at ``offset`` (a snapshot's id names the one before its
+        end); below the log's start, the newest snapshot's."""
+        if offset >= self.log.log_start_offset:
+            for batch in iter_batches((await self.log.read(offset, 1)).records,
+                                      allow_partial_tail=True):
+                return max(batch.partition_leader_epoch, 0)
+        snapshot = self.latest_snapshot()
+        return snapshot.epoch if snapshot is not None else 0
+
+    async def install_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        """The leader's snapshot, for a voter below its log's start: kept as this voter's
+        newest, and the log starts again, empty, at its end."""
+        def write() -> None:
+            with storage_io(f"write metadata snapshot {snapshot.file_name}"):
+                write_atomically(self.snapshot_path(snapshot), data)
+
+        await asyncio.to_thread(write)
+        self.read_snapshot(snapshot)  # whole and intact, or this raises
+        await self.log.truncate_fully_and_start_at(snapshot.end_offset)
 
     async def write_snapshot(self, snapshot: SnapshotId, records: list[dict]) -> None:
         """Write a snapshot durably (temporary file, fsync, rename), then drop the snapshots

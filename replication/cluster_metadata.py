@@ -9,6 +9,8 @@ learn which partitions it leads or follows, so the image lives here, below the c
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -107,6 +109,12 @@ class MetadataImage:
             records += [partition_record(info) for info in topic.partitions.values()]
         return records + self.acls.snapshot_records()
 
+    def checksum(self) -> str:
+        """A digest of the state (not of how it was reached: a voter that loaded a snapshot
+        and one that replayed the log agree), to compare voters' images."""
+        lines = sorted(json.dumps(record, sort_keys=True) for record in self.snapshot_records())
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
     def snapshot_delta(self, records: list[dict]) -> list[dict]:
         """What turns this image into the one ``records`` (snapshot_records) rebuild: the
         topics, SCRAM credentials and ACLs it no longer has are removed first (a lagging broker's image)."""
@@ -176,6 +184,8 @@ class MetadataImage:
             self.brokers[record["node_id"]].log_dir_offline = record["offline"]
         elif kind in (ACL_RECORD, REMOVE_ACL_RECORD):
             self.acls.apply(record)
+        elif kind == "leader_change":
+            pass  # the quorum's (replication.raft): a new leader's first record
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

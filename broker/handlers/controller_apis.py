@@ -1,23 +1,43 @@
 """The controller's own APIs: broker registration, heartbeats, ISR changes and metadata
-snapshots (KRaft's)."""
+snapshots (KRaft's), answered by the active controller (NOT_CONTROLLER elsewhere); and the
+controller quorum's (KIP-595): Vote, BeginQuorumEpoch, EndQuorumEpoch, the Fetch of
+``__cluster_metadata`` (voters and brokers alike) and DescribeQuorum."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import Controller, ControllerError
 from coordinator.metadata_log import SnapshotId
 from protocol.apis import ApiKey
+from protocol.build import millis
+from replication.acls import AclOperation, ResourceType
 from replication.cluster_metadata import METADATA_TOPIC
+from replication.raft import RaftFetchResponse
+from replication.raft.wire import (
+    decode_request,
+    encode_ack,
+    encode_vote_response,
+    fetch_partition_fields,
+    refusal,
+)
 
+from ..security.authorize import allowed
+from .admin import ClusterGate, handles_on_controller
 from .registry import RequestContext, handles
+
+
+def _active(ctx: RequestContext) -> Controller | None:
+    controller = ctx.services.controller
+    return controller if controller is not None and controller.active else None
 
 
 @handles(ApiKey.BROKER_REGISTRATION)
 async def broker_registration(ctx: RequestContext, request) -> object:
-    controller = ctx.services.controller
+    controller = _active(ctx)
     if controller is None or not request.listeners:
         error = ErrorCode.not_controller if controller is None else ErrorCode.invalid_request
         return ctx.response("BrokerRegistrationResponse", throttle_time=0, error_code=error,
@@ -37,7 +57,7 @@ async def broker_registration(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.BROKER_HEARTBEAT)
 async def broker_heartbeat(ctx: RequestContext, request) -> object:
-    controller = ctx.services.controller
+    controller = _active(ctx)
     if controller is None:
         return ctx.response("BrokerHeartbeatResponse", throttle_time=0,
                             error_code=ErrorCode.not_controller, is_caught_up=False,
@@ -55,7 +75,7 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.ALTER_PARTITION)
 async def alter_partition(ctx: RequestContext, request) -> object:
-    controller = ctx.services.controller
+    controller = _active(ctx)
     if controller is None:
         return ctx.response("AlterPartitionResponse", throttle_time=0,
                             error_code=ErrorCode.not_controller, topics=())
@@ -109,8 +129,8 @@ async def _snapshot_chunk(ctx: RequestContext, controller: Controller, topic: st
             "PartitionSnapshot", index=asked.partition, error_code=error,
             snapshot_id=ctx.response("SnapshotId", end_offset=asked.snapshot_id.end_offset,
                                      epoch=asked.snapshot_id.epoch),
-            current_leader=ctx.response("LeaderIdAndEpoch", leader_id=ctx.services.config.node_id,
-                                        leader_epoch=0),
+            current_leader=ctx.response("LeaderIdAndEpoch", leader_id=controller.leader_id,
+                                        leader_epoch=controller.raft.epoch),
             size=size, position=asked.position, unaligned_records=data)
 
     if topic != METADATA_TOPIC or asked.partition != 0:
@@ -136,3 +156,98 @@ async def _snapshot_chunk(ctx: RequestContext, controller: Controller, topic: st
     if not 0 <= asked.position <= size:
         return answer(ErrorCode.position_out_of_range, size)
     return answer(ErrorCode.none, size, data)
+
+
+# --- the controller quorum (KIP-595) ------------------------------------------------------
+
+def _quorum_partition(request) -> bool:
+    """The request names ``__cluster_metadata-0`` alone (the quorum's one partition)."""
+    return (len(request.topics) == 1 and request.topics[0].topic_name == METADATA_TOPIC
+            and [p.partition_index for p in request.topics[0].partitions] == [0])
+
+
+async def _quorum_request(ctx: RequestContext, request) -> object:
+    api_key = ApiKey(ctx.header.api_key)
+    controller = ctx.services.controller
+    if controller is None:
+        return refusal(api_key, ctx.header.api_version, ErrorCode.inconsistent_voter_set)
+    if not _quorum_partition(request):
+        return refusal(api_key, ctx.header.api_version, ErrorCode.invalid_request)
+    answer = await controller.raft.handle(decode_request(api_key, request))
+    if api_key == ApiKey.VOTE:
+        return encode_vote_response(answer, ctx.header.api_version)
+    return encode_ack(api_key, answer)
+
+
+for _api in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
+    handles(_api)(_quorum_request)
+
+
+async def metadata_log_fetch(ctx: RequestContext, request) -> object:
+    """A Fetch of ``__cluster_metadata``: a voter's (its fetch offset counts towards the
+    high watermark; it may be told where its log diverges) or a broker's (only committed
+    records), long-polled by the leader; any other node answers NOT_LEADER_OR_FOLLOWER
+    naming the leader it knows."""
+    controller = ctx.services.controller
+    topic = request.topics[0]
+    if len(request.topics) != 1 or len(topic.partitions) != 1 or topic.partitions[0].partition:
+        answer = RaftFetchResponse(ErrorCode.invalid_request, -1, -1)
+    elif request.replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC,
+                                                METADATA_TOPIC):
+        # A voter's fetch comes from a broker of the cluster (broker.inter_broker).
+        answer = RaftFetchResponse(ErrorCode.topic_authorization_failed, -1, -1)
+    elif controller is None:
+        answer = RaftFetchResponse(ErrorCode.not_leader_or_follower, -1, -1)
+    else:
+        answer = await controller.raft.long_poll_fetch(
+            decode_request(ApiKey.FETCH, request), millis(request.max_wait) / 1000)
+    fields = fetch_partition_fields(answer)
+    extra = {}
+    if fields["diverging_epoch"] is not None:
+        epoch, end_offset = fields["diverging_epoch"]
+        extra["diverging_epoch"] = ctx.response("EpochEndOffset", epoch=epoch,
+                                                end_offset=end_offset)
+    if fields["snapshot_id"] is not None:
+        end_offset, epoch = fields["snapshot_id"]
+        extra["snapshot_id"] = ctx.response("SnapshotId", end_offset=end_offset, epoch=epoch)
+    leader_id, leader_epoch = fields["current_leader"]
+    entry = ctx.response(
+        "PartitionData", partition_index=0, error_code=fields["error_code"],
+        high_watermark=fields["high_watermark"], last_stable_offset=fields["last_stable_offset"],
+        log_start_offset=fields["log_start_offset"],
+        aborted_transactions=() if request.isolation_level else None,
+        preferred_read_replica=-1, records=fields["records"],
+        current_leader=ctx.response("LeaderIdAndEpoch", leader_id=leader_id,
+                                    leader_epoch=leader_epoch), **extra)
+    return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
+                        session_id=0, responses=(ctx.response(
+                            "FetchableTopicResponse", topic=topic.topic, partitions=(entry,)),))
+
+
+@handles_on_controller(ApiKey.DESCRIBE_QUORUM, ClusterGate(
+    AclOperation.DESCRIBE, lambda ctx: ctx.response(
+        "DescribeQuorumResponse", error_code=ErrorCode.cluster_authorization_failed,
+        topics=())))
+async def describe_quorum(ctx: RequestContext, request) -> object:
+    """The quorum as its leader sees it: leader, epoch, high watermark, each voter's log end
+    offset and last fetch (what ``kafka-metadata-quorum.sh describe`` prints)."""
+    if not _quorum_partition(request):
+        return ctx.response("DescribeQuorumResponse", error_code=ErrorCode.invalid_request,
+                            topics=())
+    quorum = ctx.services.controller.raft.describe()
+    now_ms = int(time.time() * 1000)
+
+    def state(voter) -> object:
+        fetched = (-1 if voter.seconds_since_fetch is None
+                   else now_ms - int(voter.seconds_since_fetch * 1000))
+        caught_up = fetched if voter.log_end_offset >= quorum.high_watermark else -1
+        return ctx.response("ReplicaState", replica_id=voter.node_id,
+                            log_end_offset=voter.log_end_offset, last_fetch_timestamp=fetched,
+                            last_caught_up_timestamp=caught_up)
+
+    return ctx.response("DescribeQuorumResponse", error_code=ErrorCode.none, topics=(
+        ctx.response("TopicData", topic_name=METADATA_TOPIC, partitions=(ctx.response(
+            "PartitionData", partition_index=0, error_code=ErrorCode.none,
+            leader_id=quorum.leader_id, leader_epoch=quorum.epoch,
+            high_watermark=quorum.high_watermark,
+            current_voters=tuple(state(v) for v in quorum.voters), observers=()),)),))

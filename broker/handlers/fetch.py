@@ -6,7 +6,6 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.metadata_log import SnapshotId
 from protocol.apis import ApiKey
 from protocol.build import millis
 from replication.cluster_metadata import METADATA_TOPIC
@@ -27,6 +26,7 @@ from storage.log import KafkaStorageError, OffsetOutOfRange, RecordsLost
 from ..client_az import client_az
 from ..diskless_routing import stable_choice
 from ..security.authorize import allowed
+from .controller_apis import metadata_log_fetch
 from .registry import RequestContext, handles
 
 READ_COMMITTED = 1
@@ -34,8 +34,6 @@ READ_COMMITTED = 1
 READS_BETWEEN_YIELDS = 64
 # Fetch v11 (KIP-392) is the first version whose clients may fetch from followers.
 FOLLOWER_FETCH_MIN_VERSION = 11
-# Fetch v12 (KIP-595) is the first whose answer can name a snapshot to load instead.
-SNAPSHOT_ID_MIN_VERSION = 12
 
 
 class PartitionRead(NamedTuple):
@@ -57,10 +55,6 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     if replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
         return PartitionRead(_entry(ctx, request, index, ErrorCode.topic_authorization_failed),
                              0, None)
-    if (topic == METADATA_TOPIC and ctx.version >= SNAPSHOT_ID_MIN_VERSION
-            and (snapshot := _snapshot_to_load(ctx, fetch)) is not None):
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.none, snapshot=snapshot), 0,
-                             None)
     try:
         partition = ctx.services.replicas.get(topic, index)
         current_epoch = getattr(fetch, "current_leader_epoch", -1)
@@ -129,20 +123,6 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
                          more=not records and fetch.fetch_offset < upper)
 
 
-def _snapshot_to_load(ctx: RequestContext, fetch) -> SnapshotId | None:
-    """The metadata snapshot (KIP-630) a broker fetching ``__cluster_metadata`` from
-    ``fetch.fetch_offset`` loads instead (then it fetches from the snapshot's end): a broker
-    below the log's start must; one starting afresh (offset 0, brokers keep no metadata of
-    their own) loads it rather than replay the whole log."""
-    controller = ctx.services.controller
-    snapshot = controller.log.latest_snapshot() if controller is not None else None
-    if snapshot is None or fetch.fetch_offset >= snapshot.end_offset:
-        return None
-    if fetch.fetch_offset == 0 or fetch.fetch_offset < controller.log.log.log_start_offset:
-        return snapshot
-    return None
-
-
 def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offset: int,
                           records: bytes) -> tuple:
     """The aborted transactions with records in what the fetch returns, which a
@@ -176,17 +156,13 @@ def _preferred_read_replica(ctx: RequestContext, partition: Partition,
 
 def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,
            lso: int = -1, log_start: int = -1, records: bytes = b"", preferred: int = -1,
-           aborted: tuple | None = None, snapshot: SnapshotId | None = None) -> object:
+           aborted: tuple | None = None) -> object:
     if aborted is None and request.isolation_level == READ_COMMITTED:
         aborted = ()
-    extra = {}
-    if snapshot is not None:
-        extra["snapshot_id"] = ctx.response("SnapshotId", end_offset=snapshot.end_offset,
-                                            epoch=snapshot.epoch)
     return ctx.response(
         "PartitionData", partition_index=index, error_code=error, high_watermark=hw,
         last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=aborted,
-        preferred_read_replica=preferred, records=records, **extra)
+        preferred_read_replica=preferred, records=records)
 
 
 def response_bytes_bound(request, fetch_max_bytes: int) -> int:
@@ -288,6 +264,9 @@ def _after_session_read(ctx: RequestContext, session: FetchSession,
 
 @handles(ApiKey.FETCH)
 async def fetch(ctx: RequestContext, request) -> object:
+    if any(topic.topic == METADATA_TOPIC for topic in request.topics):
+        # The metadata log is the controller quorum's, served by its leader (KIP-595).
+        return await metadata_log_fetch(ctx, request)
     received_at = time.monotonic()
     deadline = received_at + millis(request.max_wait) / 1000
     by_replica = getattr(request, "replica_id", -1) >= 0

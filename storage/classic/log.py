@@ -440,6 +440,16 @@ class ClassicLog(PartitionLog):
         with storage_io(f"truncate {self.directory}"):
             self._truncate_to(offset)
 
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every record and restart the log, empty, at ``offset`` (a replica that loads
+        a snapshot in place of the log below it: KIP-630)."""
+        with storage_io(f"truncate {self.directory}"):
+            self._local.truncate_fully_and_start_at(offset)
+            self._epochs.clear()
+            self._set_log_start(offset)
+            self._producers = self._load_producer_state()
+            self._save_producer_state(offset)
+
     def _truncate_to(self, offset: int) -> None:
         if offset < self._log_start:
             self._local.truncate_fully_and_start_at(offset)

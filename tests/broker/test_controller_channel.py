@@ -15,7 +15,7 @@ class _SlowFollower:
 
 
 async def test_a_broker_slow_to_apply_metadata_still_answers(caplog):
-    channel = ControllerChannel(None, None, None, _SlowFollower())
+    channel = ControllerChannel(None, None, _SlowFollower())
     with caplog.at_level(logging.WARNING):
         await channel.catch_up()  # returns: the request's answer goes out
     assert "before this broker applied the latest metadata" in caplog.text

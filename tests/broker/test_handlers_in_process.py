@@ -57,7 +57,7 @@ async def services(tmp_path: Path):
     yield BrokerServices(
         config=config, image=image, replicas=replicas, dynamic_configs=configs,
         controller=None,
-        controller_channel=ControllerChannel(None, None, replicas.nodes, None),
+        controller_channel=ControllerChannel(None, None, None),
         group_coordinator=None, transaction_coordinator=None, batch_coordinator=None,
         producer_ids=ProducerIdAllocator(tmp_path / "producer_ids", NODE), capture=None,
         storage_modes=logs.engines.keys())

@@ -43,8 +43,10 @@ async def busy_controller(tmp_path) -> Controller:
 
 
 def same_image(a: MetadataImage, b: MetadataImage) -> bool:
+    """The same state; a restarted quorum's image is one record further (the new leader's
+    leader_change record, which changes nothing)."""
     return (a.topics == b.topics and a.brokers == b.brokers
-            and a.broker_configs == b.broker_configs and a.next_offset == b.next_offset)
+            and a.broker_configs == b.broker_configs and a.next_offset - b.next_offset in (0, 1))
 
 
 async def test_a_snapshot_rebuilds_the_image(tmp_path):

@@ -1,0 +1,210 @@
+"""The metadata quorum's state machine (replication.raft, KIP-595) on a simulated network:
+elections, fetches, divergence, snapshots, and its safety under loss, reordering,
+duplication and crashes. No sockets, no sleeps: the test owns the clock and the messages."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from replication.raft import NotLeader, RaftFetch, Role, VoteRequest, parse_voters
+from support.raft_sim import SimNetwork
+
+
+async def test_three_voters_elect_one_leader_and_commit_by_majority():
+    net = SimNetwork([0, 1, 2], seed=1)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    offset = await leader.append([{"type": "x", "n": 1}])
+    assert leader.high_watermark <= offset  # not committed before a follower holds it
+    follower = next(n for n in net.nodes.values() if n is not leader)
+    with pytest.raises(NotLeader) as refused:
+        await follower.append([{"type": "x"}])
+    assert refused.value.leader_id == leader.node_id
+    await net.run_until_stable()
+    assert leader.high_watermark == offset + 1
+    assert all(n.log.entries == leader.log.entries for n in net.nodes.values())
+
+
+async def test_a_dead_leader_is_replaced_and_its_uncommitted_tail_truncated():
+    net = SimNetwork([0, 1, 2], seed=2)
+    await net.start_all()
+    old = await net.run_until_stable()
+    await old.append([{"type": "x", "n": 1}])
+    await net.run_until_stable()
+    # Appended, never fetched by anyone: not committed, and gone once another leads.
+    await old.append([{"type": "x", "n": "lost"}])
+    net.in_flight.clear()
+    net.crash(old.node_id)
+    for _ in range(40):
+        await net.tick(0.1)
+        await net.deliver_all()
+    new = net.leader()
+    assert new is not None and new.node_id != old.node_id and new.epoch > old.epoch
+    await net.start(old.node_id)
+    await net.run_until_stable()
+    assert all(n.log.entries == new.log.entries for n in net.nodes.values())
+    assert {"type": "x", "n": "lost"} not in [r for _, r in new.log.entries]
+    assert {"type": "x", "n": 1} in [r for _, r in new.log.entries]
+
+
+async def test_votes_go_to_an_up_to_date_log_once_per_epoch():
+    net = SimNetwork([0, 1, 2], seed=3)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    await leader.append([{"type": "x"}])
+    await net.run_until_stable()
+    voter = next(n for n in net.nodes.values() if n is not leader)
+    behind = VoteRequest(leader.epoch + 1, leader.node_id, 0, 0)
+    answer = await voter.handle(behind)
+    assert not answer.granted  # its log is behind the voter's
+    epoch = voter.epoch + 1
+    current = VoteRequest(epoch, leader.node_id, voter.log.last_epoch(), voter.log.log_end_offset)
+    assert (await voter.handle(current)).granted
+    other = next(n for n in net.nodes.values() if n not in (leader, voter))
+    rival = VoteRequest(epoch, other.node_id, voter.log.last_epoch(), voter.log.log_end_offset)
+    assert not (await voter.handle(rival)).granted  # voted in this epoch already
+    assert net.stores[voter.node_id].state.voted_for == leader.node_id  # before answering
+
+
+async def test_a_stale_leader_is_fenced_and_resigns_without_a_majority():
+    """SIGSTOP of a leader, as the quorum sees it: the others elect a new one; the old one's
+    writes are never committed, its fetch answers are refused as fenced, and it resigns."""
+    net = SimNetwork([0, 1, 2], seed=4)
+    await net.start_all()
+    old = await net.run_until_stable()
+    paused = net.nodes.pop(old.node_id)  # hears nothing, says nothing
+    net.in_flight.clear()
+    for _ in range(40):
+        await net.tick(0.1)
+        await net.deliver_all()
+    new = net.leader()
+    assert new is not None and new.epoch > paused.epoch
+    await paused.append([{"type": "x", "n": "stale"}])  # it still thinks it leads
+    answer = await new.handle(RaftFetch(paused.node_id, paused.epoch, 0, -1))
+    assert answer.error == ErrorCode.fenced_leader_epoch and answer.leader_id == new.node_id
+    await paused.tick()  # check-quorum: no fetch from a majority for long
+    assert paused.role is not Role.LEADER
+    net.nodes[paused.node_id] = paused
+    await net.run_until_stable()
+    assert paused.leader_id == new.node_id
+    assert {"type": "x", "n": "stale"} not in [r for _, r in paused.log.entries]
+
+
+async def test_a_voter_cut_off_for_a_while_cannot_depose_a_working_leader():
+    """Pre-vote (KIP-996): a follower whose fetches go unanswered asks the others whether it
+    would win; they still hear from the leader and say no, so no epoch changes, and once
+    its fetches are answered again it is a follower as before."""
+    net = SimNetwork([0, 1, 2], seed=8)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    cut_off = next(n for n in net.nodes.values() if n is not leader)
+    epoch = leader.epoch
+    for _ in range(30):  # 3 s: three fetch timeouts
+        await net.tick(0.1)
+        for message in list(net.in_flight):
+            if cut_off.node_id in (message.source, message.destination) and \
+                    not isinstance(message.request, VoteRequest):
+                net.in_flight.remove(message)  # its fetches are lost, its pre-votes are not
+        await net.deliver_all()
+    assert cut_off.role is Role.PROSPECTIVE
+    assert leader.is_leader and all(n.epoch == epoch for n in net.nodes.values())
+    for _ in range(30):  # its next fetch (a lost one is asked again) is answered
+        await net.tick(0.1)
+        await net.deliver_all()
+    assert cut_off.role is Role.FOLLOWER and leader.is_leader and leader.epoch == epoch
+
+
+async def test_a_voter_below_the_log_start_loads_the_snapshot():
+    net = SimNetwork([0, 1, 2], seed=5)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    lagging = next(n for n in net.nodes.values() if n is not leader)
+    net.crash(lagging.node_id)
+    for n in range(10):
+        await leader.append([{"type": "x", "n": n}])
+        await net.run_until_stable()
+    leader.log.take_snapshot(leader.high_watermark - 2)
+    await net.start(lagging.node_id)
+    await net.run_until_stable()
+    restarted = net.nodes[lagging.node_id]
+    assert restarted.log.latest_snapshot() == leader.log.latest_snapshot()
+    end = leader.log.log_end_offset
+    assert restarted.log.committed_prefix(end)[-2:] == leader.log.committed_prefix(end)[-2:]
+
+
+async def test_a_single_voter_leads_at_once():
+    net = SimNetwork([0], seed=6)
+    await net.start_all()
+    assert net.nodes[0].is_leader
+    offset = await net.nodes[0].append([{"type": "x"}])
+    assert net.nodes[0].high_watermark == offset + 1
+
+
+def test_voters_are_parsed_in_kafkas_form():
+    assert parse_voters("0@127.0.0.1:9092, 1@localhost:9093") == {
+        0: ("127.0.0.1", 9092), 1: ("localhost", 9093)}
+    for bad in ("0@host", "x@host:1", "0@host:1,0@host:2"):
+        with pytest.raises(ValueError):
+            parse_voters(bad)
+
+
+def _assert_log_matching(net: SimNetwork) -> None:
+    """Two logs holding a record of the same epoch at an offset hold the same records up
+    to it (Raft's log matching)."""
+    logs = list(net.logs.values())
+    for a in logs:
+        for b in logs:
+            common = min(a.log_end_offset, b.log_end_offset)
+            same = [o for o in range(max(a.start, b.start), common)
+                    if a.epoch_at(o) == b.epoch_at(o)]
+            if same:
+                last = same[-1]
+                low = max(a.start, b.start)
+                assert a.entries[low - a.start:last + 1 - a.start] == \
+                    b.entries[low - b.start:last + 1 - b.start]
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_safety_under_loss_reordering_duplication_and_crashes(seed):
+    """Random schedules: one leader per epoch, log matching, and nothing committed is ever
+    lost; once the network heals, all voters converge on one log."""
+    net = SimNetwork([0, 1, 2, 3, 4] if seed % 2 else [0, 1, 2], seed=seed)
+    rng = net.rng
+    await net.start_all()
+    committed: list = []  # the longest committed prefix seen
+    written = 0
+    for _ in range(1500):
+        roll = rng.random()
+        if roll < 0.55 and net.in_flight:
+            message = rng.choice(net.in_flight)  # any order
+            if rng.random() < 0.1:
+                net.in_flight.remove(message)  # lost
+            else:
+                if rng.random() < 0.05:
+                    net.in_flight.append(message)  # duplicated
+                await net.deliver(message)
+        elif roll < 0.75:
+            await net.tick(rng.uniform(0.01, 0.4))
+        elif roll < 0.78 and len(net.nodes) > len(net.voters) // 2 + 1:
+            net.crash(rng.choice(sorted(net.nodes)))
+        elif roll < 0.83 and len(net.nodes) < len(net.voters):
+            await net.start(rng.choice([v for v in net.voters if v not in net.nodes]))
+        elif (leader := net.leader()) is not None:
+            written += 1
+            await leader.append([{"type": "x", "n": written}])
+        _assert_log_matching(net)
+        for node in net.nodes.values():
+            prefix = node.log.committed_prefix(node.high_watermark)
+            shorter, longer = sorted((prefix, committed), key=len)
+            assert longer[:len(shorter)] == shorter, "committed records differ"
+            committed = longer
+        leader = net.leader()
+        if leader is not None:  # a leader holds everything committed
+            assert leader.log.committed_prefix(len(committed)) == committed
+    for voter in net.voters:
+        if voter not in net.nodes:
+            await net.start(voter)
+    leader = await net.run_until_stable(5000)
+    assert leader.log.committed_prefix(len(committed)) == committed
+    assert all(n.log.entries == leader.log.entries for n in net.nodes.values())
