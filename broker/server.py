@@ -225,9 +225,12 @@ class Broker:
         controller_address = self.config.controller or f"{own.host or '127.0.0.1'}:{own.port}"
         controller_host, controller_port = split_host_port(controller_address)
         controller_connection = self.nodes.connection(controller_host, controller_port)
+        # Its own connection: ISR changes queued behind one another must not hold up the
+        # heartbeats (a broker whose heartbeats wait is fenced).
         self.replicas = ReplicaManager(
             self.config.node_id, self.image, self.logs, self.dynamic_configs,
-            self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
+            self.nodes, self.nodes.connection(controller_host, controller_port, "isr-changes"),
+            self.config.replica_lag_time_max_ms)
         if self.config.broker_role:
             metadata_fetches = self.nodes.connection(controller_host, controller_port,
                                                      "metadata-fetch")
@@ -261,7 +264,7 @@ class Broker:
             await self.group_coordinator.start()
             await self.transaction_coordinator.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
-                     len(self.replicas.partitions))
+                     self.replicas.hosted)
         self._background = [
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),
