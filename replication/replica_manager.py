@@ -63,6 +63,8 @@ class ReplicaManager:
         # _on_partition_record), and the task opening them.
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._unopened: dict[tuple[str, int], None] = {}
+        # Of those, the ones this broker followed when it was told of them (ordered set).
+        self._open_first: dict[tuple[str, int], None] = {}
         self._opener: asyncio.Task | None = None
         self._started = False
         self._fetchers: dict[int, LeaderFetcher] = {}
@@ -139,6 +141,12 @@ class ReplicaManager:
         if key in self.partitions or is_internal_topic(info.topic):
             self._apply_partition(info)
         elif self._hosts(info):
+            # Followers first: nothing else opens them, and a leader shrinks the ISR of a
+            # follower that fetches nothing for replica.lag.time.max.ms. What this broker
+            # leads (and a diskless partition) is opened by the first request for it.
+            if (info.leader not in (self.node_id, NO_LEADER)
+                    and self.log_config(info.topic).storage_mode != "diskless"):
+                self._open_first[key] = None
             self._unopened[key] = None
             if self._started:
                 self._open_in_background()
@@ -172,8 +180,16 @@ class ReplicaManager:
             # slice of 16 opens (16-50 ms on a loaded machine) per turn starved it.
             turn_ends = time.perf_counter() + OPEN_SLICE_S
             while self._unopened and time.perf_counter() < turn_ends:
-                self._open(next(iter(self._unopened)))
+                self._open(self._next_to_open())
             await asyncio.sleep(0)
+
+    def _next_to_open(self) -> tuple[str, int]:
+        while self._open_first:
+            key = next(iter(self._open_first))
+            del self._open_first[key]
+            if key in self._unopened:  # else opened or deleted meanwhile
+                return key
+        return next(iter(self._unopened))
 
     def _apply_partition(self, info: PartitionInfo) -> None:
         try:

@@ -23,8 +23,10 @@ TOPIC = "deferred-open"
 PARTITIONS = 40
 
 
-def hosting(data_dir: Path, topic_id: str) -> tuple[ReplicaManager, LogManager]:
-    """A broker's replica manager told of TOPIC (led here), as a restart replays it."""
+def hosting(data_dir: Path, topic_id: str, leader_of=lambda index: NODE
+            ) -> tuple[ReplicaManager, LogManager]:
+    """A broker's replica manager told of TOPIC (replicas: this broker and broker 2; each
+    partition led by ``leader_of(index)``, here by default), as a restart replays it."""
     image = MetadataImage()
     logs = LogManager(data_dir)
     replicas = ReplicaManager(NODE, image, logs,
@@ -32,8 +34,8 @@ def hosting(data_dir: Path, topic_id: str) -> tuple[ReplicaManager, LogManager]:
                               NodeClient("test", ClusterCredentials(NODE, "unused"), traffic=None),
                               None)
     records = [{"type": "topic", "name": TOPIC, "id": topic_id, "configs": {}}] + [
-        {"type": "partition", "topic": TOPIC, "partition": index, "replicas": [NODE],
-         "isr": [NODE], "leader": NODE, "leader_epoch": 0, "partition_epoch": 0}
+        {"type": "partition", "topic": TOPIC, "partition": index, "replicas": [NODE, 2],
+         "isr": [NODE, 2], "leader": leader_of(index), "leader_epoch": 0, "partition_epoch": 0}
         for index in range(PARTITIONS)]
     for offset, record in enumerate(records):
         image.apply(offset, record)
@@ -73,5 +75,23 @@ async def test_a_topic_deleted_before_its_partitions_were_opened_leaves_no_direc
             while any(path.name.startswith(TOPIC) for path in tmp_path.iterdir()):
                 await asyncio.sleep(0.01)
         assert logs.logs() == []
+    finally:
+        await replicas.close()
+
+
+async def test_the_partitions_a_broker_follows_are_opened_first(tmp_path: Path):
+    # Led here, then followed.
+    replicas, logs = hosting(tmp_path, str(uuid.uuid4()),
+                             lambda index: NODE if index < PARTITIONS // 2 else 2)
+    opened = []
+    open_log = logs.open
+    logs.open = lambda topic, partition, config: opened.append(partition) or open_log(
+        topic, partition, config)
+    replicas.start()
+    try:
+        async with asyncio.timeout(10):
+            while len(opened) < PARTITIONS:
+                await asyncio.sleep(0.01)
+        assert opened == list(range(PARTITIONS // 2, PARTITIONS)) + list(range(PARTITIONS // 2))
     finally:
         await replicas.close()
