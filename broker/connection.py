@@ -104,8 +104,11 @@ class Connection:
         max_size = self.config.max_request_bytes
         while not self.writer.is_closing():
             try:
-                first = await asyncio.wait_for(self.reader.readexactly(1), idle_timeout)
-            except asyncio.TimeoutError:
+                # asyncio.timeout rather than wait_for, which ran the read as a task of its
+                # own: a task and a turn of the event loop more per request.
+                async with asyncio.timeout(idle_timeout):
+                    first = await self.reader.readexactly(1)
+            except TimeoutError:
                 log.info("closing %s: idle for %.0f s", self.peer, idle_timeout)
                 return
             except (asyncio.IncompleteReadError, ConnectionError):

@@ -10,8 +10,11 @@ collections scan only what came since.
 
 The price: an object frozen while alive and dropped later in a reference cycle is collected
 only by a collection of everything. A topic deletion gives everything back (``gc.unfreeze``:
-its partitions' cycles must go), and ``full_collection`` (a connection that ended with
-responses unread, see response_memory) collects frozen objects too.
+its partitions' cycles must go), and ``collect_since`` (a connection that ended with
+responses unread, see response_memory) collects frozen objects too if they may hold its
+cycles: only if the heap was frozen while the connection was open (otherwise a collection of
+what is not frozen is enough, and scans thousands of times fewer objects: the full one took
+a tenth of the brokers' CPU while a client produced to 10,000 partitions).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import gc
 
 # Records applied (a partition each, mostly) between two freezes.
 FREEZE_AFTER_RECORDS = 500
+# How many times the heap was frozen so far (freezes()).
+_freezes = 0
 
 
 class Heap:
@@ -36,7 +41,27 @@ class Heap:
         if self._applied >= FREEZE_AFTER_RECORDS:
             self._applied = 0
             gc.collect(1)  # young garbage is collected, not frozen with the rest
-            gc.freeze()
+            _freeze()
+
+
+def freezes() -> int:
+    """How many times the heap was frozen so far: what ``collect_since`` is given."""
+    return _freezes
+
+
+def _freeze() -> None:
+    global _freezes
+    gc.freeze()
+    _freezes += 1
+
+
+def collect_since(freezes_then: int) -> None:
+    """Collect every unreachable object allocated since ``freezes()`` was
+    ``freezes_then``: frozen ones too if a freeze came since (it may have frozen them)."""
+    if freezes_then < _freezes:
+        full_collection()
+    else:
+        gc.collect()
 
 
 def full_collection() -> None:
@@ -45,4 +70,4 @@ def full_collection() -> None:
     gc.unfreeze()
     gc.collect()
     if frozen:
-        gc.freeze()
+        _freeze()

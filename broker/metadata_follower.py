@@ -7,9 +7,10 @@ tells the replica manager, exactly like a KRaft observer. Its connections follow
 active controller when it changes (replication.raft.leader_connection).
 
 Its lifecycle is KRaft's too: it registers, and heartbeats from then on, fenced (leading
-nothing) while it catches up with the metadata, which opens every log it hosts; then it asks
-to be unfenced. Applying yields to the event loop every few records, so heartbeats and
-requests are served while thousands of logs are opened.
+nothing) while it catches up with the metadata (the replica manager notes the partitions it
+hosts and opens their logs later); then it asks to be unfenced. Applying yields to the event
+loop every few records, so heartbeats and requests are served while thousands of partition
+records are applied.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class MetadataFollower:
         self.applier.listeners.append(lambda offset, record, result: self.heap.applied(record))
 
     async def start(self, endpoints: tuple[Endpoint, ...], rack: str | None) -> None:
-        """Register, catch up with the metadata (opening every log this broker hosts), then
+        """Register, catch up with the metadata (noting every partition this broker hosts), then
         get unfenced: from then on it may lead partitions. ``endpoints``: the advertised
         listeners, the inter-broker one first (what other nodes connect to)."""
         self._registration = (endpoints, rack)

@@ -15,7 +15,7 @@ import asyncio
 import ctypes
 import time
 
-from .heap import full_collection
+from . import heap
 
 COLLECT_DELAY_S = 1.0
 COLLECT_INTERVAL_S = 10.0
@@ -30,16 +30,21 @@ class ResponseMemory:
         self._changed = asyncio.Condition()
         self._collected_at = -COLLECT_INTERVAL_S
         self._collection: asyncio.TimerHandle | None = None
+        # heap.freezes() when the oldest connection abandoned since the last collection began.
+        self._abandoned_since: int | None = None
 
     def connection(self, limit: int) -> "ConnectionResponses":
         return ConnectionResponses(self, limit)
 
-    def collect_abandoned(self) -> None:
+    def collect_abandoned(self, freezes_then: int) -> None:
         """A connection ended with responses its client never read. Its streams, transport
         and the exception that ended them form reference cycles that keep those buffers
         until a full garbage collection, which Python may not run for a long while: run one
         soon (connections that go together share it), at most every COLLECT_INTERVAL_S, as
-        it pauses the event loop briefly."""
+        it pauses the event loop briefly. ``freezes_then``: heap.freezes() when the connection
+        began (its cycles are frozen only if the heap was frozen since)."""
+        self._abandoned_since = min(freezes_then, self._abandoned_since
+                                    if self._abandoned_since is not None else freezes_then)
         if self._collection is None:
             delay = max(COLLECT_DELAY_S,
                         self._collected_at + COLLECT_INTERVAL_S - time.monotonic())
@@ -48,7 +53,8 @@ class ResponseMemory:
     def _collect(self) -> None:
         self._collection = None
         self._collected_at = time.monotonic()
-        full_collection()
+        since, self._abandoned_since = self._abandoned_since, None
+        heap.collect_since(since)
 
 
 class ConnectionResponses:
@@ -58,6 +64,7 @@ class ConnectionResponses:
         self._memory = memory
         self.limit = limit
         self.used = 0
+        self._freezes_at_start = heap.freezes()
 
     def _has_room(self, nbytes: int) -> bool:
         return self.used == 0 or (self.used + nbytes <= self.limit
@@ -85,7 +92,7 @@ class ConnectionResponses:
         abandoned = abandoned or self.used > 0
         await self.release(self.used)
         if abandoned:
-            self._memory.collect_abandoned()
+            self._memory.collect_abandoned(self._freezes_at_start)
 
     def _add(self, nbytes: int) -> None:
         self.used += nbytes

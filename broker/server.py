@@ -255,9 +255,12 @@ class Broker:
             voters = {UNKNOWN_NODE: split_host_port(self.config.controller)}
         self.active_controller = ActiveController(voters)
         controller_connection = self.active_controller.connection(self.nodes)
+        # ISR changes have a connection of their own: ISR changes queued behind one another
+        # must not hold up the heartbeats (a broker whose heartbeats wait is fenced).
         self.replicas = ReplicaManager(
             self.config.node_id, self.image, self.logs, self.dynamic_configs,
-            self.nodes, controller_connection, self.config.replica_lag_time_max_ms)
+            self.nodes, self.active_controller.connection(self.nodes, "isr-changes"),
+            self.config.replica_lag_time_max_ms)
         if self.config.broker_role:
             self.follower = MetadataFollower(
                 self.config.node_id, controller_connection,
@@ -305,7 +308,7 @@ class Broker:
             await self.transaction_coordinator.start()
             await self.share.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
-                     len(self.replicas.partitions))
+                     self.replicas.hosted)
         self._background += [
             asyncio.create_task(self.logs.run_retention(
                 self.config.log_retention_check_interval_ms / 1000)),

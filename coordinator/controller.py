@@ -142,6 +142,16 @@ def _list_defaults(definitions: Iterable[ConfigDef | BrokerConfigDef]) -> dict[s
     return {d.name: d.default or "" for d in definitions if d.kind == "list"}
 
 
+@dataclass(frozen=True)
+class IsrChange:
+    """One partition's ISR change, as its leader proposes it (AlterPartition)."""
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    new_isr: list[int]
+    partition_epoch: int
+
+
 @dataclass
 class ControllerSettings:
     default_partitions: int = 1
@@ -523,26 +533,43 @@ class Controller:
     async def alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int,
                               leader_epoch: int, new_isr: list[int],
                               partition_epoch: int) -> tuple[ErrorCode, PartitionInfo | None]:
+        (result,) = await self.alter_partitions(broker_id, [IsrChange(
+            topic_id, partition, leader_epoch, list(new_isr), partition_epoch)])
+        return result
+
+    async def alter_partitions(self, broker_id: int, changes: Sequence[IsrChange]
+                               ) -> list[tuple[ErrorCode, PartitionInfo | None]]:
+        """AlterPartition: each ISR change checked, the accepted ones committed together
+        (one append and fsync for a request of hundreds: a restarted leader proposes
+        thousands at once); per change, the error and the partition as it is now."""
         async with self._lock:
             self._check_active()
-            topic = self.image.topics_by_id.get(topic_id)
-            info = topic.partitions.get(partition) if topic else None
-            if info is None:
-                return ErrorCode.unknown_topic_or_partition, None
-            if info.leader != broker_id:
-                return ErrorCode.not_leader_or_follower, info
-            if leader_epoch != info.leader_epoch:
-                return ErrorCode.fenced_leader_epoch, info
-            if partition_epoch != info.partition_epoch:
-                return ErrorCode.invalid_update_version, info
             live = {b.node_id for b in self.image.live_brokers()}
-            if broker_id not in new_isr or any(r not in live or r not in info.replicas
-                                               for r in new_isr):
-                return ErrorCode.ineligible_replica, info
-            # The ISR change may complete a reassignment (all its target replicas in sync).
-            await self._commit([_partition_change(info, _complete_reassignment_if_caught_up(
-                replace(info, isr=list(new_isr)), live))])
-            return ErrorCode.none, self.image.topics[info.topic].partitions[partition]
+            checked = [self._checked_isr_change(broker_id, change, live) for change in changes]
+            records = [record for _, _, record in checked if record is not None]
+            if records:
+                await self._commit(records)
+            return [(error, self.image.topics[info.topic].partitions[info.partition]
+                     if record is not None else info) for error, info, record in checked]
+
+    def _checked_isr_change(self, broker_id: int, change: IsrChange, live: set[int]
+                            ) -> tuple[ErrorCode, PartitionInfo | None, dict | None]:
+        topic = self.image.topics_by_id.get(change.topic_id)
+        info = topic.partitions.get(change.partition) if topic else None
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, None, None
+        if info.leader != broker_id:
+            return ErrorCode.not_leader_or_follower, info, None
+        if change.leader_epoch != info.leader_epoch:
+            return ErrorCode.fenced_leader_epoch, info, None
+        if change.partition_epoch != info.partition_epoch:
+            return ErrorCode.invalid_update_version, info, None
+        if broker_id not in change.new_isr or any(r not in live or r not in info.replicas
+                                                  for r in change.new_isr):
+            return ErrorCode.ineligible_replica, info, None
+        # The ISR change may complete a reassignment (all its target replicas in sync).
+        return ErrorCode.none, info, _partition_change(info, _complete_reassignment_if_caught_up(
+            replace(info, isr=list(change.new_isr)), live))
 
     # --- configs ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ type and max timestamp, which are covered by the CRC and so force a re-checksum)
 from __future__ import annotations
 
 import datetime
+import gc
 import io
 import json
 import struct
@@ -332,11 +333,40 @@ def encode_json_records(records: list[dict]) -> bytearray:
 
 
 def decode_json_records(data: bytes) -> list[tuple[int, dict]]:
-    """(offset, record) for every record in whole uncompressed batches of ``data``."""
+    """(offset, record) for every record in whole uncompressed batches of ``data``.
+
+    A metadata log of 10,000 partitions holds hundreds of thousands of records, which the
+    controller and every broker decode when they start: each batch's values are parsed by
+    one ``json.loads`` of them joined as an array, and only the record fields before the
+    value are decoded (a generic record reader took 60 µs a record). The garbage
+    collector is paused meanwhile: the decoded values hold no reference cycles, and the
+    collections their allocations set off, each scanning all that was decoded so far,
+    took three quarters of the time."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode_json_records(data)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _decode_json_records(data: bytes) -> list[tuple[int, dict]]:
     out = []
     for header in iter_batches(data, allow_partial_tail=True):
-        batch, _ = read_batch(data, header.position)
-        out += [(record.offset, json.loads(record.value)) for record in batch.records]
+        offsets, values = [], []
+        position = header.position + HEADER_SIZE
+        for _ in range(header.record_count):
+            length, start = _varint(data, position)
+            # attributes (int8), timestampDelta (varlong), offsetDelta (varint), key, value
+            _, cursor = _varint(data, start + 1)
+            offset_delta, cursor = _varint(data, cursor)
+            key_length, cursor = _varint(data, cursor)
+            value_length, cursor = _varint(data, cursor + max(key_length, 0))
+            offsets.append(header.base_offset + offset_delta)
+            values.append(data[cursor:cursor + value_length])
+            position = start + length
+        out += zip(offsets, json.loads(b"[" + b",".join(values) + b"]"))
     return out
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+from dataclasses import dataclass
 
 from kio.schema.alter_partition.v3.request import (
     AlterPartitionRequest,
@@ -20,7 +22,7 @@ from replication.cluster_metadata import NO_LEADER, MetadataImage, PartitionInfo
 from replication.fetcher import LeaderFetcher
 from storage.config import InvalidConfig, LogConfig
 from storage.log import KafkaStorageError, Leadership, PartitionLog
-from storage.manager import LogManager
+from storage.manager import LogManager, is_internal_topic
 
 from .dynamic_config import DynamicConfigs
 from .leaderless_partition import LeaderlessPartition
@@ -29,6 +31,19 @@ from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartitio
 from .throttle import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, lists_replica, throttled_rate
 
 log = logging.getLogger(__name__)
+# ISR changes one AlterPartition carries (the controller commits them one by one), and how
+# long its answer may take.
+ISR_PROPOSALS_PER_REQUEST = 500
+ALTER_PARTITION_TIMEOUT_S = 30.0
+# How long the background opener opens logs before it yields to the event loop.
+OPEN_SLICE_S = 0.002
+
+
+@dataclass
+class IsrProposal:
+    partition: ReplicatedPartition
+    new_isr: list[int]
+    answered: asyncio.Future
 
 
 class ReplicaManager:
@@ -44,11 +59,21 @@ class ReplicaManager:
         self.nodes = nodes
         self.controller = controller
         self.replica_lag_time_max_s = replica_lag_time_max_ms / 1000
+        # The partitions hosted and opened; those hosted but not opened yet (an ordered set:
+        # _on_partition_record), and the task opening them.
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._unopened: dict[tuple[str, int], None] = {}
+        # Of those, the ones this broker followed when it was told of them (ordered set).
+        self._open_first: dict[tuple[str, int], None] = {}
+        self._opener: asyncio.Task | None = None
+        self._started = False
         self._fetchers: dict[int, LeaderFetcher] = {}
         # Log deletions and fetcher shutdowns under way, awaited by close().
         self._cleanups: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
+        # ISR changes waiting to be sent (_propose_isr), and the task sending them.
+        self._isr_proposals: dict[tuple[str, int], IsrProposal] = {}
+        self._isr_sender: asyncio.Task | None = None
         self.broker_epoch = -1
         self.isr_changes = IsrChanges()
         # When each follower broker last fetched from this one (time.monotonic()).
@@ -59,7 +84,12 @@ class ReplicaManager:
         self.follower_quota = ReplicationQuota(lambda: throttled_rate(configs, FOLLOWER_RATE))
 
     def start(self) -> None:
+        """Once the broker has caught up with the metadata: from now on what it hosts is
+        opened in the background (until then, only what a request asks for: the
+        background opener would take turns of the event loop from catching up)."""
         self._isr_task = asyncio.create_task(self._shrink_isr_loop())
+        self._started = True
+        self._open_in_background()
 
     def log_config(self, topic: str) -> LogConfig:
         return self.configs.log_config(self.image.topics[topic])
@@ -78,21 +108,88 @@ class ReplicaManager:
         """Called after ``record`` was applied to the image."""
         kind = record["type"]
         if kind == "partition":
-            self._apply_partition(self.image.topics[record["topic"]].partitions[record["partition"]])
+            self._on_partition_record(
+                self.image.topics[record["topic"]].partitions[record["partition"]])
         elif kind == "config":
             self._reconfigure(record["topic"])
         elif kind == "remove_topic":
             keys = [k for k in self.partitions if k[0] == record["name"]]
             for key in keys:
                 self._stop_serving(key)
+            unopened = [k for k in self._unopened if k[0] == record["name"]]
+            for key in unopened:
+                del self._unopened[key]
             # One task deletes them one after another: thousands of deletions started at
             # once would all run their first step in one turn of the event loop.
             self._clean_up(self._delete_logs([log_ for key in keys
-                                              if (log_ := self.logs.detach(*key)) is not None]))
+                                              if (log_ := self.logs.detach(*key)) is not None],
+                                             unopened))
         elif kind == "broker" and record["node_id"] in self._fetchers:
             # The leader moved to a new address (restart): reconnect its fetcher.
             for partition in list(self._fetchers[record["node_id"]].partitions.values()):
                 self._follow(partition)
+
+    def _on_partition_record(self, info: PartitionInfo) -> None:
+        """A partition this broker starts hosting is opened later: on first use (``get``)
+        or by the background opener (once started), for 2 ms at a time between turns of
+        the event loop. Opening a log reads its directory and files (about a millisecond): a
+        broker restarting with 10,000 partitions caught up with the metadata, and so was
+        unfenced, only once it had opened all of them, and creating thousands of
+        partitions stalled the event loop. Internal topics' partitions (the coordinators
+        watch their leadership) are opened at once."""
+        key = (info.topic, info.partition)
+        if key in self.partitions or is_internal_topic(info.topic):
+            self._apply_partition(info)
+        elif self._hosts(info):
+            # Followers first: nothing else opens them, and a leader shrinks the ISR of a
+            # follower that fetches nothing for replica.lag.time.max.ms. What this broker
+            # leads (and a diskless partition) is opened by the first request for it.
+            if (info.leader not in (self.node_id, NO_LEADER)
+                    and self.log_config(info.topic).storage_mode != "diskless"):
+                self._open_first[key] = None
+            self._unopened[key] = None
+            if self._started:
+                self._open_in_background()
+        elif key in self._unopened:
+            del self._unopened[key]
+            log.info("%s-%d no longer has a replica here: deleting it", *key)
+            self._clean_up(self.logs.delete_partition(*key))
+
+    def _hosts(self, info: PartitionInfo) -> bool:
+        # Leaderless: every broker serves every diskless partition, replica or not.
+        return self.node_id in info.replicas or self.log_config(info.topic).storage_mode == "diskless"
+
+    def _open(self, key: tuple[str, int]) -> None:
+        """Host the unopened partition ``key`` as the image has it now."""
+        if key not in self._unopened:
+            return
+        del self._unopened[key]
+        topic = self.image.topics.get(key[0])
+        info = topic.partitions.get(key[1]) if topic is not None else None
+        if info is not None:
+            self._apply_partition(info)
+
+    def _open_in_background(self) -> None:
+        if self._opener is None or self._opener.done():
+            self._opener = asyncio.create_task(self._open_unopened())
+
+    async def _open_unopened(self) -> None:
+        while self._unopened:
+            # A slice of time, not of partitions: the metadata being applied meanwhile (a
+            # topic of thousands of partitions created) gets the turns in between, and a
+            # slice of 16 opens (16-50 ms on a loaded machine) per turn starved it.
+            turn_ends = time.perf_counter() + OPEN_SLICE_S
+            while self._unopened and time.perf_counter() < turn_ends:
+                self._open(self._next_to_open())
+            await asyncio.sleep(0)
+
+    def _next_to_open(self) -> tuple[str, int]:
+        while self._open_first:
+            key = next(iter(self._open_first))
+            del self._open_first[key]
+            if key in self._unopened:  # else opened or deleted meanwhile
+                return key
+        return next(iter(self._unopened))
 
     def _apply_partition(self, info: PartitionInfo) -> None:
         try:
@@ -143,9 +240,12 @@ class ReplicaManager:
         partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
         partition.notify_waiters()
 
-    async def _delete_logs(self, logs: list[PartitionLog]) -> None:
+    async def _delete_logs(self, logs: list[PartitionLog],
+                           unopened: list[tuple[str, int]]) -> None:
         for log_ in logs:
             await self.logs.delete_detached(log_)
+        for key in unopened:
+            await self.logs.delete_partition(*key)
 
     def follower_fetched(self, replica_id: int) -> None:
         self._follower_fetches[replica_id] = time.monotonic()
@@ -186,33 +286,76 @@ class ReplicaManager:
             fetcher.remove(topic, index)
 
     async def _propose_isr(self, partition: ReplicatedPartition, new_isr: list[int]) -> None:
-        """Send an ISR change to the controller (KIP-497 AlterPartition)."""
+        """Propose an ISR change to the controller (KIP-497 AlterPartition); return once
+        its answer is applied. Proposals are sent together, one AlterPartition in flight
+        (Kafka's AlterPartitionManager): after a restart the leader of thousands of
+        partitions takes every follower back into their ISRs at once, and one request per
+        partition queued thousands of round trips on the controller."""
         if self.controller is None:
             return
-        topic = self.image.topics.get(partition.topic)
-        if topic is None:
+        answered = asyncio.get_running_loop().create_future()
+        self._isr_proposals[(partition.topic, partition.index)] = IsrProposal(
+            partition, new_isr, answered)
+        if self._isr_sender is None or self._isr_sender.done():
+            self._isr_sender = asyncio.create_task(self._send_isr_proposals())
+        await answered
+
+    async def _send_isr_proposals(self) -> None:
+        while self._isr_proposals:
+            keys = list(self._isr_proposals)[:ISR_PROPOSALS_PER_REQUEST]
+            proposals = [self._isr_proposals.pop(key) for key in keys]
+            try:
+                await self._alter_partitions(proposals)
+            except Exception:
+                log.exception("AlterPartition of %d partitions failed", len(proposals))
+            finally:
+                for proposal in proposals:
+                    if not proposal.answered.done():
+                        proposal.answered.set_result(None)
+
+    async def _alter_partitions(self, proposals: list[IsrProposal]) -> None:
+        by_topic: dict[uuid.UUID, list[IsrProposal]] = {}
+        for proposal in proposals:
+            topic = self.image.topics.get(proposal.partition.topic)
+            if topic is not None:
+                by_topic.setdefault(topic.topic_id, []).append(proposal)
+        if not by_topic:
             return
         request = make(AlterPartitionRequest, broker_id=self.node_id, broker_epoch=self.broker_epoch,
-                       topics=(make(AlterTopicData, topic_id=topic.topic_id, partitions=(make(
-                           AlterPartitionData, partition_index=partition.index,
-                           leader_epoch=partition.leader_epoch,
-                           new_isr_with_epochs=tuple(make(BrokerState, broker_id=r, broker_epoch=-1)
-                                                     for r in new_isr),
-                           leader_recovery_state=0,
-                           partition_epoch=partition.partition_epoch),)),))
+                       topics=tuple(make(AlterTopicData, topic_id=topic_id, partitions=tuple(
+                           make(AlterPartitionData, partition_index=p.partition.index,
+                                leader_epoch=p.partition.leader_epoch,
+                                new_isr_with_epochs=tuple(make(BrokerState, broker_id=r,
+                                                               broker_epoch=-1)
+                                                          for r in p.new_isr),
+                                leader_recovery_state=0,
+                                partition_epoch=p.partition.partition_epoch)
+                           for p in asked)) for topic_id, asked in by_topic.items()))
         try:
-            response = await self.controller.call(ApiKey.ALTER_PARTITION, request, 10)
+            response = await self.controller.call(ApiKey.ALTER_PARTITION, request,
+                                                  ALTER_PARTITION_TIMEOUT_S)
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
-            log.warning("ISR change for %s-%d not sent: %s", partition.topic, partition.index, e)
+            log.warning("ISR changes of %d partitions not sent: %s", len(proposals), e)
             return
-        result = response.topics[0].partitions[0] if response.topics else None
-        if result is not None and result.error_code == ErrorCode.none:
+        if response.error_code != ErrorCode.none:
+            log.warning("ISR changes of %d partitions refused: %s", len(proposals),
+                        response.error_code.name)
+            return
+        for topic in response.topics:
+            asked = {p.partition.index: p.partition for p in by_topic.get(topic.topic_id, ())}
+            for result in topic.partitions:
+                partition = asked.get(result.partition_index)
+                if partition is not None:
+                    self._apply_isr_answer(partition, result)
+
+    def _apply_isr_answer(self, partition: ReplicatedPartition, result) -> None:
+        if result.error_code == ErrorCode.none:
             log.info("ISR of %s-%d is now %s", partition.topic, partition.index, list(result.isr))
             # Apply now rather than when the metadata log brings it: acks=all may be waiting.
             partition.update_info(PartitionInfo(
                 partition.topic, partition.index, partition.replicas, list(result.isr),
                 result.leader_id, result.leader_epoch, result.partition_epoch))
-        elif result is not None:
+        else:
             log.info("ISR change for %s-%d refused: %s", partition.topic, partition.index,
                      result.error_code.name)
 
@@ -229,7 +372,15 @@ class ReplicaManager:
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
+    @property
+    def hosted(self) -> int:
+        """How many partitions this broker hosts, opened or not."""
+        return len(self.partitions) + len(self._unopened)
+
     def get(self, topic: str, partition: int) -> Partition:
+        """The hosted partition, opened now if it was not yet."""
+        if (topic, partition) in self._unopened:
+            self._open((topic, partition))
         found = self.partitions.get((topic, partition))
         if found is None:
             raise PartitionError(ErrorCode.unknown_topic_or_partition,
@@ -237,8 +388,9 @@ class ReplicaManager:
         return found
 
     async def close(self) -> None:
-        if self._isr_task is not None:
-            self._isr_task.cancel()
+        for task in (self._isr_task, self._isr_sender, self._opener):
+            if task is not None:
+                task.cancel()
         await asyncio.gather(*(f.stop() for f in self._fetchers.values()),
                              *self._cleanups, return_exceptions=True)
         for partition in self.partitions.values():

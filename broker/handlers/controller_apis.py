@@ -10,7 +10,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.controller import Controller, ControllerError
+from coordinator.controller import Controller, ControllerError, IsrChange
 from coordinator.metadata_log import SnapshotId
 from protocol.apis import ApiKey
 from protocol.build import millis
@@ -79,17 +79,18 @@ async def alter_partition(ctx: RequestContext, request) -> object:
     if controller is None:
         return ctx.response("AlterPartitionResponse", throttle_time=0,
                             error_code=ErrorCode.not_controller, topics=())
+    changes = [IsrChange(topic.topic_id, asked.partition_index, asked.leader_epoch,
+                         [b.broker_id for b in asked.new_isr_with_epochs], asked.partition_epoch)
+               for topic in request.topics for asked in topic.partitions]
+    try:
+        outcomes = iter(await controller.alter_partitions(request.broker_id, changes))
+    except ControllerError as e:
+        outcomes = iter([(e.error_code, None)] * len(changes))
     topics = []
     for topic in request.topics:
         results = []
         for asked in topic.partitions:
-            try:
-                error, info = await controller.alter_partition(
-                    request.broker_id, topic.topic_id, asked.partition_index,
-                    asked.leader_epoch, [b.broker_id for b in asked.new_isr_with_epochs],
-                    asked.partition_epoch)
-            except ControllerError as e:
-                error, info = e.error_code, None
+            error, info = next(outcomes)
             results.append(ctx.response(
                 "PartitionData", partition_index=asked.partition_index, error_code=error,
                 leader_id=info.leader if info else -1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -23,6 +24,7 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
+ANSWERS_BETWEEN_YIELDS = 64
 
 
 async def _list_offset(ctx: RequestContext, request, topic: str, asked,
@@ -61,9 +63,15 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked,
 async def list_offsets(ctx: RequestContext, request) -> object:
     received_at = time.monotonic()
     topics = []
+    answered = 0
     for topic in request.topics:
-        entries = [await _list_offset(ctx, request, topic.name, p, received_at)
-                   for p in topic.partitions]
+        entries = []
+        for asked in topic.partitions:
+            entries.append(await _list_offset(ctx, request, topic.name, asked, received_at))
+            answered += 1
+            if answered % ANSWERS_BETWEEN_YIELDS == 0:
+                # Thousands of partitions, each maybe opened now (ReplicaManager.get).
+                await asyncio.sleep(0)
         topics.append(ctx.response("ListOffsetsTopicResponse", name=topic.name,
                                    partitions=tuple(entries)))
     return ctx.response("ListOffsetsResponse", throttle_time=0, topics=tuple(topics))

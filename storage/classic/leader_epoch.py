@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..log import EpochEndOffset, KafkaStorageError
-from .checkpoint import write_atomically
+from .checkpoint import read_small_file, write_atomically
 
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -109,10 +109,10 @@ class LeaderEpochCache:
 
     def _read(self) -> list[EpochEntry]:
         try:
-            lines = self.path.read_text(encoding="ascii").splitlines()
-        except FileNotFoundError:
-            return []
-        try:
+            text = read_small_file(self.path)
+            if text is None:
+                return []
+            lines = text.splitlines()
             version, count = int(lines[0]), int(lines[1])
             entries = [EpochEntry(*map(int, line.split())) for line in lines[2:2 + count]]
         except (IndexError, ValueError, TypeError):

@@ -52,7 +52,7 @@ from ..producer_state import (
     ProducerEntry,
     ProducerState,
 )
-from .checkpoint import read_offset, write_atomically, write_offset
+from .checkpoint import read_offset, read_small_file, write_atomically, write_offset
 from .cleaner import CleaningPlan, SegmentView, max_index_entries
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from .local_log import LocalLog
@@ -179,13 +179,13 @@ class ClassicLog(PartitionLog):
         """The last snapshot plus the batches after it (all of them without a usable one)."""
         state, offset = ProducerState(), self._log_start
         try:
-            snapshot_offset, encoded = self._producer_snapshot_file.read_text("ascii").split()
-            if int(snapshot_offset) <= self._local.next_offset:  # else the log lost its tail
-                state = ProducerState.restore(base64.b64decode(encoded, validate=True))
-                offset = max(int(snapshot_offset), self._log_start)
-                self._snapshot_offset = int(snapshot_offset)
-        except FileNotFoundError:
-            pass
+            snapshot = read_small_file(self._producer_snapshot_file)
+            if snapshot is not None:
+                snapshot_offset, encoded = snapshot.split()
+                if int(snapshot_offset) <= self._local.next_offset:  # else the log lost its tail
+                    state = ProducerState.restore(base64.b64decode(encoded, validate=True))
+                    offset = max(int(snapshot_offset), self._log_start)
+                    self._snapshot_offset = int(snapshot_offset)
         except (ValueError, binascii.Error, CorruptSnapshot) as e:
             log.warning("%s: rebuilding producer state from the log: %s", self.directory, e)
         while offset < self._local.next_offset:

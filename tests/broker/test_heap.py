@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from broker.heap import FREEZE_AFTER_RECORDS, Heap, full_collection
+from broker.heap import FREEZE_AFTER_RECORDS, Heap, collect_since, freezes, full_collection
 
 
 class _Cycle:
@@ -37,5 +37,30 @@ def test_a_full_collection_reaches_frozen_cycles_and_keeps_the_rest_frozen():
             gc.callbacks.pop()
         assert sum(collected) >= 1
         assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_a_collection_since_a_connection_began_reaches_frozen_cycles_only_after_a_freeze():
+    heap = Heap()
+    try:
+        for index in range(FREEZE_AFTER_RECORDS):  # the heap frozen before the connection
+            heap.applied({"type": "partition", "topic": "t", "partition": index})
+        began = freezes()
+        frozen = gc.get_freeze_count()
+        collect_since(began)  # nothing frozen since: the frozen objects stay out of sight
+        assert gc.get_freeze_count() == frozen
+        for index in range(FREEZE_AFTER_RECORDS):  # frozen again while it was open
+            heap.applied({"type": "partition", "topic": "t", "partition": index})
+        cycle = _Cycle()
+        gc.freeze()
+        del cycle
+        collected = []
+        gc.callbacks.append(lambda phase, info: collected.append(info.get("collected", 0)))
+        try:
+            collect_since(began)
+        finally:
+            gc.callbacks.pop()
+        assert sum(collected) >= 1
     finally:
         gc.unfreeze()

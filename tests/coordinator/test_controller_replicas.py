@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.controller import Controller, ControllerError, ControllerSettings, Election
+from coordinator.controller import (
+    Controller,
+    ControllerError,
+    ControllerSettings,
+    Election,
+    IsrChange,
+)
 from replication.cluster_metadata import NO_LEADER
 
 
@@ -223,3 +229,29 @@ async def test_elections_over_many_partitions_commit_in_batches(controller, monk
     results = await controller.elect_leaders(Election.PREFERRED, None)
     assert [r.error for r in results] == [ErrorCode.none] * 5
     assert commits == [2, 2, 1]
+
+
+async def test_isr_changes_of_one_request_commit_together_and_each_gets_its_answer(
+        controller, monkeypatch):
+    await controller.create_topic("t", -1, -1, {}, assignments=[(p, [1, 0]) for p in range(4)])
+    await fence(controller, 0)
+    await unfence(controller, 0)
+    topic_id = controller.image.topics["t"].topic_id
+    commits = []
+    commit = controller._commit
+
+    async def counting_commit(records):
+        commits.append(len(records))
+        return await commit(records)
+
+    monkeypatch.setattr(controller, "_commit", counting_commit)
+    changes = [IsrChange(topic_id, p, partition(controller, "t", p).leader_epoch, [1, 0],
+                         partition(controller, "t", p).partition_epoch) for p in range(3)]
+    changes.append(IsrChange(topic_id, 3, partition(controller, "t", 3).leader_epoch, [1, 0],
+                             partition(controller, "t", 3).partition_epoch + 5))
+    results = await controller.alter_partitions(1, changes)
+    assert commits == [3]
+    assert [error for error, _ in results] == [ErrorCode.none] * 3 + [
+        ErrorCode.invalid_update_version]
+    assert all(info.isr == [1, 0] for _, info in results[:3])
+    assert partition(controller, "t", 3).isr == [1]

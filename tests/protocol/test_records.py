@@ -8,9 +8,12 @@ from protocol.records import (
     UnsupportedMagic,
     assign_offsets,
     build_marker_batch,
+    decode_json_records,
+    encode_json_records,
     iter_batches,
     read_header,
     read_marker,
+    rebase,
     validate_produce_records,
 )
 from support.batches import build_batch as build_values_batch
@@ -96,3 +99,16 @@ def test_a_marker_reads_back_and_clients_may_not_produce_one():
     assert read_marker(batch, header) == marker
     with pytest.raises(InvalidRecordBatch, match="control"):
         validate_produce_records(bytes(batch))
+
+
+def test_json_records_decode_with_their_offsets_keys_skipped_and_a_torn_tail_ignored():
+    first = encode_json_records([{"type": "topic", "name": "t"}, {"type": "partition", "n": 1}])
+    rebase(first, 0, 10)
+    # A client-built batch (keys, headers) of JSON values, at offset 12.
+    second = bytearray(build_values_batch([b'{"a": [1, 2]}', b'"s"'], keys=[b"k0", b"k1"],
+                                          headers=[("h", b"x")]))
+    rebase(second, 0, 12)
+    data = bytes(first + second)
+    assert decode_json_records(data + second[:30]) == [
+        (10, {"type": "topic", "name": "t"}), (11, {"type": "partition", "n": 1}),
+        (12, {"a": [1, 2]}), (13, "s")]
