@@ -71,10 +71,14 @@ def _analyze(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from bench.compare import CompareOptions, compare
+    if args.netns and not args.master.startswith("local"):
+        print("--netns runs the replay's clients inside the AZ namespaces of this machine: "
+              "it needs a local Spark master", file=sys.stderr)
+        return 2
     options = CompareOptions(
         trace=args.trace, modes=args.modes.split(","), peers=args.peer, out=args.out,
         speedup=args.speedup, master=args.master, quick=args.quick,
-        retention_hours=args.retention_hours)
+        retention_hours=args.retention_hours, netns=args.netns, az_rtt_ms=args.az_rtt_ms)
     report = compare(options)
     print(f"wrote {args.out / 'report.html'} and report.json in {report['wall_s']:.0f} s")
     for name, run in report["modes"].items():
@@ -137,6 +141,11 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
                          help="a small synthetic trace (20 s): the whole run in minutes")
     compare.add_argument("--retention-hours", type=float, default=168.0,
                          help="how long produced data is kept, for the storage cost")
+    compare.add_argument("--netns", action="store_true",
+                         help="each AZ a network namespace (root, local Spark master): the "
+                              "kernel's inter-AZ bytes reported next to kipper's")
+    compare.add_argument("--az-rtt-ms", type=float, default=0.0,
+                         help="with --netns: round trip added between AZs (default 0)")
 
     report = commands.add_parser("report", help="redraw report.html from a run's report.json")
     report.add_argument("--run", type=Path, required=True)

@@ -7,6 +7,12 @@ the analysis job, and the cost model fed with what the brokers counted during th
 code here: one this build cannot create topics for is reported as "unavailable: <why>" and
 the run goes on. A peer (Tansu) gets the same replay on its own single broker; it has no AZ
 or object-store counters, so those figures are n/a.
+
+With ``netns`` (root, a local Spark master) each mode's cluster runs with `cluster up --netns`:
+every AZ a network namespace, its brokers and the replay's clients of that AZ inside it, the
+inter-AZ path through the relay (``az_rtt_ms`` of round trip added). The kernel's counters of
+every inter-AZ link are read before and after the replay too and reported per AZ pair next to
+kipper's own counts (bench/az_links.py).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.analyze import analyze
+from bench.az_links import link_figures
 from bench.cost import (
     cost_breakdown,
     cross_az_bytes,
@@ -36,6 +43,7 @@ from bench.spark import DEFAULT_MASTER, spark_session
 from bench.synth import SynthParams, synthesize
 from bench.tansu import TansuBroker
 from bench.trace import TraceSummary, validate_trace
+from broker.az_network import inter_az_bytes
 from storage.objectstore.names import REGIONAL, bucket_az
 
 log = logging.getLogger(__name__)
@@ -62,6 +70,9 @@ class CompareOptions:
     retention_hours: float = 168.0
     # Where clusters and replay results go; a temporary directory (removed) by default.
     work_dir: Path | None = None
+    # Each AZ a network namespace, the kernel's inter-AZ bytes next to kipper's.
+    netns: bool = False
+    az_rtt_ms: float = 0.0
 
 
 def compare(options: CompareOptions) -> dict:
@@ -85,7 +96,8 @@ def compare(options: CompareOptions) -> dict:
             "options": {"modes": options.modes, "peers": options.peers,
                         "speedup": options.speedup, "quick": options.quick,
                         "master": options.master, "retention_hours": options.retention_hours,
-                        "brokers": BROKERS, "replication_factor": REPLICATION_FACTOR},
+                        "brokers": BROKERS, "replication_factor": REPLICATION_FACTOR,
+                        "netns": options.netns, "az_rtt_ms": options.az_rtt_ms},
             "modes": {},
         }
         runs = [(mode, run_mode) for mode in options.modes]
@@ -104,7 +116,9 @@ def compare(options: CompareOptions) -> dict:
 
 def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
              options: CompareOptions) -> dict:
-    cluster = LocalCluster(work / "cluster", brokers=BROKERS, metrics=True).start()
+    cluster = LocalCluster(work / "cluster", brokers=BROKERS, metrics=True, netns=options.netns,
+                           az_rtt_ms=options.az_rtt_ms).start()
+    layout = cluster.layout() if options.netns else None
     try:
         try:
             create_topics(cluster.bootstrap, summary.topics, REPLICATION_FACTOR,
@@ -112,15 +126,20 @@ def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
         except TopicCreationError as e:
             return {"status": f"unavailable: CreateTopics with kipper.storage.mode={mode}: {e}"}
         before = [cluster.metrics_json(node) for node in range(BROKERS)]
+        kernel_before = inter_az_bytes(layout) if layout else None
         result = replay(spark, trace, cluster.bootstrap, work / "run", speedup=options.speedup,
-                        azs=AZS, label=mode)
+                        azs=AZS, label=mode,
+                        netns={az: layout.netns(az) for az in layout.azs} if layout else None)
+        kernel_after = inter_az_bytes(layout) if layout else None
         after = [cluster.metrics_json(node) for node in range(BROKERS)]
         stored = stored_bytes(cluster, summary.topics)
     finally:
         cluster.stop()
     figures = analyze(spark, work / "run")
+    links = ({"az_links": link_figures(before, after, kernel_before, kernel_after)}
+             if layout else {})
     return {"status": "ok", **figures, "replay_wall_s": result.wall_s,
-            **run_costs(before, after, stored, options.retention_hours)}
+            **run_costs(before, after, stored, options.retention_hours), **links}
 
 
 def run_tansu(spark, name: str, trace: Path, summary: TraceSummary, work: Path,

@@ -102,7 +102,7 @@ OBJECT_STORE_SOURCES = ("objectstore", "object_store")
 CATEGORIES = ("cross_az_transfer", "object_store_requests", "storage")
 
 
-def _server_rows(metrics: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+def server_rows(metrics: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
     # The server side counts every byte between kipper nodes and clients exactly once.
     for document in metrics:
         yield from document.get("network", {}).get("server", [])
@@ -111,7 +111,7 @@ def _server_rows(metrics: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, 
 def cross_az_bytes(metrics: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Bytes between two different, known AZs, by traffic class."""
     totals: dict[str, int] = defaultdict(int)
-    for row in _server_rows(metrics):
+    for row in server_rows(metrics):
         if "unknown" not in (row["local_az"], row["peer_az"]) and row["local_az"] != row["peer_az"]:
             totals[row["class"]] += row["bytes"]
     return dict(sorted(totals.items()))
@@ -119,7 +119,7 @@ def cross_az_bytes(metrics: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 
 def produce_request_bytes(metrics: Iterable[Mapping[str, Any]]) -> int:
     """Produce-request bytes the brokers received: the data produced, as it came in."""
-    return sum(row["bytes"] for row in _server_rows(metrics)
+    return sum(row["bytes"] for row in server_rows(metrics)
                if row["class"] == "produce" and row["direction"] == "in")
 
 

@@ -15,8 +15,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# "broker 1: pid=4101 rack=az2 address=127.0.0.1:9093 metrics=http://..." or "s3: pid=..."
-NODE_LINE = re.compile(r"(s3|broker \d+): (.*)")
+from broker.az_network import AzLayout, cluster_namespaces, remove_namespaces
+
+# "broker 1: pid=4101 rack=az2 address=127.0.0.1:9093 metrics=http://...", "s3: pid=...";
+# with --netns also "relay: pid=..." and "az az1: netns=... clients=...".
+NODE_LINE = re.compile(r"(s3|broker \d+|relay|az \S+): (.*)")
 
 
 @dataclass
@@ -26,7 +29,11 @@ class LocalCluster:
     metrics: bool = False
     # More `kipper cluster up` arguments, e.g. ["--s3-latency-profile", "s3-standard"].
     extra_args: list[str] = field(default_factory=list)
-    # Environment of the launcher, which its nodes inherit (KIPPER_* settings).
+    # Each AZ a network namespace (`cluster up --netns`); a round trip of that many ms
+    # between AZs.
+    netns: bool = False
+    az_rtt_ms: float = 0.0
+    # Environment of the launcher (its KIPPER_* reach every broker) on top of ours.
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     bootstrap: str = ""
@@ -43,6 +50,8 @@ class LocalCluster:
                    "--data-dir", str(self.root / "data")]
         if self.metrics:
             command += ["--metrics-base-port", "0"]
+        if self.netns:
+            command += ["--netns", "--az-rtt-ms", str(self.az_rtt_ms)]
         command += self.extra_args
         with open(self.root / "cluster.log", "ab") as log:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
@@ -77,7 +86,11 @@ class LocalCluster:
         return dict(line.split("=", 1) for line in lines if "=" in line)
 
     def pids(self) -> list[int]:
-        return [int(node["pid"]) for node in self.nodes.values()]
+        return [int(node["pid"]) for name, node in self.nodes.items() if "pid" in node]
+
+    def layout(self) -> AzLayout:
+        """With ``netns``: the namespaces, addresses and relay of the cluster."""
+        return AzLayout.load(self.root / "data" / "network.json")
 
     def broker(self, node_id: int) -> dict[str, str]:
         return self.nodes[f"broker {node_id}"]
@@ -121,11 +134,13 @@ class LocalCluster:
         return None if self.proc is None else self.proc.returncode
 
     def stop(self) -> None:
-        """Terminate, and kill whatever the launcher left behind."""
+        """Terminate, and kill whatever the launcher left behind (and its namespaces)."""
         self.terminate()
         for pid in self.pids():
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        if self.netns and self.proc is not None:
+            remove_namespaces(cluster_namespaces().get(self.proc.pid, []))
 
 
 def pid_alive(pid: int) -> bool:

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,6 +38,7 @@ E2E = "e2e.parquet"
 # repeat each other (a codec would otherwise find the repeats and shrink "random" data).
 PAYLOAD_POOL_BYTES = 4 << 20
 SEND_TIME = struct.Struct(">q")
+T = TypeVar("T")
 
 REQUEST_FIELDS = [
     ("client_id", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -65,6 +66,8 @@ class ReplayPlan:
     speedup: float = 1.0
     producer_config: tuple[tuple[str, str], ...] = ()
     flush_timeout_s: float = 120.0
+    # AZ -> network namespace (`cluster up --netns`): a producer of that AZ runs inside it.
+    netns: tuple[tuple[str, str], ...] = ()
 
     def due_us(self, timestamp_us: int) -> int:
         return self.start_at_us + int((timestamp_us - self.trace_start_us) / self.speedup)
@@ -122,7 +125,7 @@ def replay_rows(rows: Iterable, plan: ReplayPlan) -> Iterator[tuple]:
         key = (row["client_id"], row["acks"], row["compression"])
         if key not in producers:
             client_id = row["client_id"] + (f" az={row['client_az']}" if row["client_az"] else "")
-            producers[key] = Producer({
+            producers[key] = in_az_namespace(dict(plan.netns), row["client_az"], Producer, {
                 "bootstrap.servers": plan.bootstrap, "client.id": client_id,
                 "acks": str(row["acks"]), "compression.type": row["compression"],
                 "enable.idempotence": False, **dict(plan.producer_config)})
@@ -159,6 +162,16 @@ def replay_rows(rows: Iterable, plan: ReplayPlan) -> Iterator[tuple]:
         yield request.result()
 
 
+def in_az_namespace(netns: dict[str, str], az: str | None, make: Callable[..., T],
+                    *args) -> T:
+    """``make(*args)`` inside the AZ's network namespace if it has one, so the client it
+    makes (and librdkafka's threads) talk from there; else here."""
+    if az in netns:
+        from broker.az_network import call_in
+        return call_in(netns[az], make, *args)
+    return make(*args)
+
+
 @dataclass
 class Consumers:
     """One consumer per AZ in driver threads; partition i is read from AZ i mod #AZs."""
@@ -168,6 +181,7 @@ class Consumers:
     azs: list[str]
     progress: Progress | None = None
     task_id: int | None = None
+    netns: dict[str, str] = field(default_factory=dict)
     counts: Counter = field(default_factory=Counter)
     _columns: list[list] = field(default_factory=lambda: [[] for _ in E2E_SCHEMA.names])
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -194,7 +208,7 @@ class Consumers:
     def _run(self, index: int, az: str, ready: threading.Event) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({
+        consumer = in_az_namespace(self.netns, az, Consumer, {
             "bootstrap.servers": self.bootstrap, "group.id": f"bench-e2e-{az}",
             "client.id": f"bench-consumer az={az}", "client.rack": az,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -271,8 +285,10 @@ class ReplayResult:
 def replay(spark, trace: Path, bootstrap: str, out: Path, *, speedup: float = 1.0,
            azs: list[str] | None = None, lead_s: float = 3.0,
            producer_config: dict[str, str] | None = None, show_progress: bool = True,
-           label: str = "replay") -> ReplayResult:
-    """Replay ``trace`` against ``bootstrap`` (topics must exist); results under ``out``."""
+           label: str = "replay", netns: dict[str, str] | None = None) -> ReplayResult:
+    """Replay ``trace`` against ``bootstrap`` (topics must exist); results under ``out``.
+    With ``netns`` (AZ -> namespace, a local Spark master only) each client of an AZ runs
+    inside that AZ's namespace."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import (ByteType, IntegerType, LongType, StringType, StructField,
                                    StructType)
@@ -289,7 +305,8 @@ def replay(spark, trace: Path, bootstrap: str, out: Path, *, speedup: float = 1.
     # Shuffle before the clock starts, so that the replay job's tasks only have to start.
     by_producer.count()
     plan = ReplayPlan(bootstrap, summary.start_us, now_us() + int(lead_s * 1e6), speedup,
-                      tuple(sorted((producer_config or {}).items())))
+                      tuple(sorted((producer_config or {}).items())),
+                      netns=tuple(sorted((netns or {}).items())))
     spark_types = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64(): LongType(),
                    pa.int8(): ByteType()}
     schema = StructType([StructField(name, spark_types[kind]) for name, kind in REQUEST_FIELDS])
@@ -302,7 +319,8 @@ def replay(spark, trace: Path, bootstrap: str, out: Path, *, speedup: float = 1.
                   TextColumn("records consumed"), TimeElapsedColumn(),
                   disable=not show_progress) as progress:
         task_id = progress.add_task(label, total=summary.records)
-        consumers = Consumers(bootstrap, summary.topics, azs, progress, task_id).start()
+        consumers = Consumers(bootstrap, summary.topics, azs, progress, task_id,
+                              netns or {}).start()
         try:
             results.write.mode("overwrite").parquet(str(out / REQUESTS))
             totals = spark.read.parquet(str(out / REQUESTS)).agg(

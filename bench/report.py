@@ -138,6 +138,20 @@ def summary_rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def az_link_rows(report: dict) -> list[list[str]]:
+    """With --netns: per mode and AZ pair, the kernel's bytes on the link (all, frames, less
+    66 bytes of headers per frame) next to kipper's count."""
+    rows = []
+    for name, run in _ok(report).items():
+        for link in run.get("az_links", []):
+            difference = link["difference"]
+            rows.append([html.escape(name), html.escape(link["azs"]), _fmt(link["kernel_bytes"]),
+                         _fmt(link["kernel_frames"]), _fmt(link["kernel_tcp_payload"]),
+                         _fmt(link["kipper_bytes"]),
+                         "n/a" if difference is None else f"{difference:+.2%}"])
+    return rows
+
+
 def write_report(report: dict, out: Path) -> Path:
     """Write the PNGs and report.html next to report.json in ``out``."""
     out = Path(out)
@@ -149,6 +163,14 @@ def write_report(report: dict, out: Path) -> Path:
               "produce P50 / P99 / P99.9 ms", "end-to-end P50 / P99 / P99.9 ms",
               "cross-AZ GB per produced GB", "S3 requests", "$ per TB",
               "$/TB: cross-AZ / S3 requests / storage"]
+    links = az_link_rows(report)
+    links_table = "" if not links else (
+        "<h2>Cross-AZ bytes per AZ pair: the kernel's link counters and kipper's</h2>"
+        f"<p>Each AZ a network namespace, inter-AZ round trip +{options.get('az_rtt_ms', 0):g} ms"
+        " (docs/cluster.md). The kernel counts Ethernet frames; less 66 bytes of Ethernet, IP "
+        "and TCP headers per frame it should match kipper's count of Kafka frames.</p>"
+        + _table(["mode", "AZs", "kernel bytes", "frames", "kernel less headers",
+                  "kipper bytes", "difference"], links))
     images = "".join(f'<h2>{html.escape(caption)}</h2><img src="{name}" alt="{name}">'
                      for name, caption in PLOTS.items())
     page = f"""<!doctype html>
@@ -165,6 +187,7 @@ records, {trace["bytes"]:,} bytes, {trace["producers"]} producers over
 {html.escape(options["master"])}. Storage is priced for keeping what the run stored for
 {options["retention_hours"]:g} hours. Every figure is in <a href="report.json">report.json</a>.</p>
 {_table(header, summary_rows(report))}
+{links_table}
 {images}
 </body></html>
 """

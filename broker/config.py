@@ -390,9 +390,50 @@ class BrokerConfig:
         100 * 1024 * 1024, "`segment.bytes` of `__consumer_offsets` when it is created "
         "(`offsets.topic.segment.bytes`): the log cleaner compacts it segment by segment, "
         "never the active one.")
+    group_consumer_heartbeat_interval_ms: int = setting(
+        5_000, "How often a member of a KIP-848 consumer group heartbeats "
+        "(`group.consumer.heartbeat.interval.ms`): it learns of partitions to revoke or take "
+        "at its next heartbeat.")
+    group_consumer_reconciling_heartbeat_interval_ms: int = setting(
+        500, "kipper's own: the heartbeat interval a KIP-848 consumer group member is given "
+        "while it still has partitions to revoke or to take, so a partition that changes "
+        "member pauses about this long, not a whole heartbeat interval (set it to "
+        "`group_consumer_heartbeat_interval_ms` for Kafka's behaviour).")
+    group_consumer_session_timeout_ms: int = setting(
+        45_000, "A KIP-848 consumer group member silent this long is removed and its "
+        "partitions reassigned (`group.consumer.session.timeout.ms`).")
+    group_consumer_assignors: str = setting(
+        "uniform,range", "The server-side assignors KIP-848 consumer groups may ask for "
+        "(`group.consumer.assignors`, comma-separated: `uniform`, `range`); the first is the "
+        "default. Both are rack-aware when members set `client.rack`.")
     transaction_state_log_segment_bytes: int = setting(
         100 * 1024 * 1024, "`segment.bytes` of `__transaction_state` when it is created "
         "(`transaction.state.log.segment.bytes`).")
+    # Share groups (KIP-932, docs/share-groups.md).
+    group_share_record_lock_duration_ms: int = setting(
+        30_000, "How long a share group member holds the records it was given before they "
+        "go back for redelivery (`group.share.record.lock.duration.ms`).")
+    group_share_delivery_count_limit: int = setting(
+        5, "Deliveries of a record to share group members after which it is archived, not "
+        "redelivered (`group.share.delivery.count.limit`).")
+    group_share_partition_max_record_locks: int = setting(
+        2000, "Records of one share partition in flight at most "
+        "(`group.share.partition.max.record.locks`).")
+    group_share_session_timeout_ms: int = setting(
+        45_000, "A share group member that does not heartbeat for this long is removed "
+        "(`group.share.session.timeout.ms`).")
+    group_share_heartbeat_interval_ms: int = setting(
+        5000, "Heartbeat interval given to share group members "
+        "(`group.share.heartbeat.interval.ms`).")
+    group_share_max_size: int = setting(
+        200, "Members of one share group at most (`group.share.max.size`).")
+    group_share_auto_offset_reset: str = setting(
+        "latest", "Where a share group starts reading a partition it has no state for: "
+        "`latest` or `earliest` (Kafka's `share.auto.offset.reset` group config, here for "
+        "every share group).")
+    share_coordinator_state_topic_num_partitions: int = setting(
+        10, "Partitions of `__share_group_state`, created when a share group first fetches "
+        "(`share.coordinator.state.topic.num.partitions`; Kafka's default is 50).")
     capture_trace_dir: Path | None = setting(
         None, "Directory where the produce traffic received is written as a bench trace "
         "(bench/README.md); none = off.", flag=Flag("--capture-trace", metavar="DIR"))

@@ -25,6 +25,10 @@ controller (voters authenticate each other with it before, from their bootstrap 
 ``DATA_DIR/client.properties`` for clients (librdkafka names) and prints its path before the
 bootstrap line (docs/security.md).
 
+With ``--netns`` (root) each AZ is a network namespace of its own, joined to the others by
+a user-space relay that can add a round-trip time and cut paths (``kipper cluster
+partition``); see broker/az_network.py and docs/cluster.md.
+
 The brokers share a cluster secret (``cluster_secret``: brokers prove they hold it before
 they may send each other broker-only requests): ``KIPPER_CLUSTER_SECRET`` if it is set, so
 a broker started by hand with the same variable can join; otherwise a random one per run,
@@ -37,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -57,6 +62,7 @@ from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
 
+from . import az_network, az_network_cli, az_relay
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
 from .readiness import wait_until_usable
@@ -98,8 +104,9 @@ class SecureCluster:
     passwords: dict[str, str]
 
     @classmethod
-    def create(cls, data_dir: Path, protocol: str, brokers: int) -> SecureCluster:
-        ca = create_dev_ca(data_dir / "tls", range(brokers), users=[ADMIN_USER])
+    def create(cls, data_dir: Path, protocol: str, brokers: int,
+               host_names: tuple[str, ...] = ()) -> SecureCluster:
+        ca = create_dev_ca(data_dir / "tls", range(brokers), host_names, users=[ADMIN_USER])
         path = data_dir / "passwords.json"
         if path.exists():
             passwords = json.loads(path.read_text())
@@ -161,12 +168,12 @@ class Child:
 
     @classmethod
     async def spawn(cls, name: str, command: list[str],
-                    env: dict[str, str] | None = None) -> "Child":
+                    env: dict[str, str] | None = None, netns: str | None = None) -> "Child":
         process = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env,
             # Ctrl-C reaches only the launcher, which stops the nodes in order.
-            start_new_session=True, preexec_fn=_stop_with(os.getpid()))
+            start_new_session=True, preexec_fn=_stop_with(os.getpid(), netns))
         child = cls(name, process)
         child._relays.append(asyncio.create_task(child._relay(process.stderr)))
         return child
@@ -221,6 +228,9 @@ class Cluster:
         self.args = args
         self.s3: Child | None = None
         self.brokers: dict[int, Child] = {}
+        # --netns: the AZ namespaces and the relay between them (broker/az_network.py).
+        self.network: az_network.AzNetwork | None = None
+        self.relay: Child | None = None
         self.broker_env = {**os.environ, "KIPPER_CLUSTER_SECRET": os.environ.get(
             "KIPPER_CLUSTER_SECRET") or secrets.token_hex(32)}
         protocol = SECURITY_PROTOCOLS[args.security]
@@ -228,20 +238,25 @@ class Cluster:
                        if protocol != "PLAINTEXT" else None)
         # Every broker keeps its port across restarts (voters are known by address).
         self.ports = {node: _port(args.base_port, node) for node in range(args.brokers)}
-        # Brokers 0..2 are the controller quorum's voters (combined mode, as KRaft's).
-        self.voters = ",".join(f"{node}@{HOST}:{self.ports[node]}"
-                               for node in range(min(args.brokers, QUORUM_VOTERS)))
+        self.voters = ""  # known once the AZs' addresses are (start)
         self.s3_endpoint = ""
 
     async def start(self) -> None:
+        if self.args.netns:
+            await self._start_network()
+        s3_host = self.network.layout.s3_address if self.network else HOST
         self.s3 = await Child.spawn("s3", _python(
-            "storage.objectstore.embedded", "--host", HOST, "--port", "0",
-            "--data-dir", str(self.args.data_dir / "s3")))
+            "storage.objectstore.embedded", "--host", s3_host, "--port", "0",
+            "--data-dir", str(self.args.data_dir / "s3")),
+            netns=self.network.layout.region_netns if self.network else None)
         endpoint = await self.s3.expect(s3_url)
         self.s3.relay_stdout()
         print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)
 
         self.s3_endpoint = endpoint
+        # Brokers 0..2 are the controller quorum's voters (combined mode, as KRaft's).
+        self.voters = ",".join(f"{node}@{self._host(node)}:{self.ports[node]}"
+                               for node in range(min(self.args.brokers, QUORUM_VOTERS)))
         # The voters start together: none is ready before a quorum of them elected a leader.
         addresses = await asyncio.gather(*(self._start_broker(node)
                                            for node in range(self.args.brokers)))
@@ -251,6 +266,42 @@ class Cluster:
             path = self.secure.write_client_properties(self.args.data_dir, bootstrap)
             print(f"client properties: {path}", flush=True)
         print("bootstrap: " + bootstrap, flush=True)
+
+    async def _start_network(self) -> None:
+        """One namespace per AZ, the relay between them; their names and addresses in
+        DATA_DIR/network.json for `kipper cluster partition`."""
+        brokers = {node: self._rack(node) for node in range(self.args.brokers)}
+        self.args.data_dir.mkdir(parents=True, exist_ok=True)
+        self.network = az_network.AzNetwork.create(
+            list(dict.fromkeys(brokers.values())), brokers, self.args.az_rtt_ms,
+            self.args.data_dir.resolve())
+        layout = self.network.layout
+        self.relay = await Child.spawn("az-relay", self.network.relay_command(),
+                                       netns=layout.fabric_netns)
+        await self.relay.expect(az_relay.relaying)
+        self.relay.relay_stdout()
+        self.network.layout = layout = dataclasses.replace(layout,
+                                                           relay_pid=self.relay.process.pid)
+        layout.save(self.args.data_dir / "network.json")
+        if self.secure is not None:
+            # The brokers' certificates must name their addresses in the AZs (reissued when
+            # the subnet differs from the last run's).
+            self.secure = SecureCluster.create(
+                self.args.data_dir, self.secure.protocol, self.args.brokers,
+                tuple(layout.broker_address(node) for node in layout.brokers))
+        print(f"relay: pid={self.relay.process.pid} inter-az-rtt-ms="
+              f"{layout.inter_az_rtt_ms:g} region={layout.region_netns} "
+              f"state={self.args.data_dir / 'network.json'}", flush=True)
+        for az in layout.azs:
+            print(f"az {az}: netns={layout.netns(az)} clients={layout.client_address(az)}",
+                  flush=True)
+
+    def _rack(self, node: int) -> str:
+        return self.args.racks[node % len(self.args.racks)]
+
+    def _host(self, node: int) -> str:
+        """Broker ``node``'s address: in its AZ's namespace with --netns."""
+        return self.network.layout.broker_address(node) if self.network else HOST
 
     async def _wait_until_usable(self, bootstrap: str) -> None:
         """Brokers listen before every partition has a leader that can answer (a restart
@@ -267,8 +318,9 @@ class Cluster:
 
     async def _start_broker(self, node: int) -> str:
         """Start broker `node`, wait until it listens, print its line; return its address."""
-        rack = self.args.racks[node % len(self.args.racks)]
-        address = f"{HOST}:{self.ports[node]}"
+        rack = self._rack(node)
+        host = self._host(node)
+        address = f"{host}:{self.ports[node]}"
         env = self.broker_env
         listener = ["--listener", address]
         if self.secure is not None:
@@ -287,9 +339,10 @@ class Cluster:
         metrics = self.args.metrics_base_port is not None
         if metrics:
             arguments += ["--metrics-listener",
-                          f"{HOST}:{_port(self.args.metrics_base_port, node)}"]
+                          f"{host}:{_port(self.args.metrics_base_port, node)}"]
         child = self.brokers[node] = await Child.spawn(
-            f"broker-{node}", _python("broker.cli", *arguments), env)
+            f"broker-{node}", _python("broker.cli", *arguments), env,
+            netns=self.network.layout.netns(rack) if self.network else None)
         address = await child.expect(_broker_address)
         summary = f"broker {node}: pid={child.process.pid} rack={rack} address={address}"
         if metrics:
@@ -299,19 +352,21 @@ class Cluster:
         return address
 
     async def watch(self) -> None:
-        """Until the S3 server exits: a broker that dies is reported (which, and how) and
+        """Until the S3 server (or the AZ relay) exits: a broker that dies is reported (which, and how) and
         the others keep running; ``kipper cluster start-broker N`` starts it again."""
         waits: dict[asyncio.Task, Child] = {}
         while True:
             watched = {id(child) for child in waits.values()}
-            for child in [self.s3, *self.brokers.values()]:
-                if id(child) not in watched and child.process.returncode is None:
+            for child in [self.s3, self.relay, *self.brokers.values()]:
+                if child is not None and id(child) not in watched \
+                        and child.process.returncode is None:
                     waits[asyncio.create_task(child.process.wait())] = child
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 child = waits.pop(task)
-                if child is self.s3:
-                    raise ClusterError(f"s3 exited with status {child.process.returncode}")
+                if child is self.s3 or child is self.relay:
+                    raise ClusterError(f"{child.name} exited with status "
+                                       f"{child.process.returncode}")
                 node = next(n for n, c in self.brokers.items() if c is child)
                 log.error("%s died (%s); the others keep running. Start it again with: "
                           "kipper cluster start-broker %d --data-dir %s", child.name,
@@ -328,14 +383,18 @@ class Cluster:
         return f"broker {node}: pid={self.brokers[node].process.pid} address={address}"
 
     async def stop(self) -> None:
-        """Brokers before the voters they report to, S3 last."""
+        """Brokers before the voters they report to, S3 and the relay last, then the AZ
+        namespaces."""
         voters = min(self.args.brokers, QUORUM_VOTERS)
         await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
                                if node >= voters))
         await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
                                if node < voters))
-        if self.s3 is not None:
-            await self.s3.stop()
+        for child in (self.s3, self.relay):
+            if child is not None:
+                await child.stop()
+        if self.network is not None:
+            self.network.remove()
 
 
 def _how_it_ended(status: int) -> str:
@@ -344,14 +403,17 @@ def _how_it_ended(status: int) -> str:
     return f"exited with status {status}"
 
 
-def _stop_with(launcher: int) -> Callable[[], None]:
+def _stop_with(launcher: int, netns: str | None = None) -> Callable[[], None]:
     """Run in each child before it starts: the kernel sends it SIGTERM when the launcher
-    dies, so a kill -9 of the launcher does not leave nodes holding the ports (Linux)."""
+    dies, so a kill -9 of the launcher does not leave nodes holding the ports (Linux); with
+    --netns it enters its AZ's (or the region's, the relay's) namespace."""
     def set_parent_death_signal() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != launcher:  # it died before the line above
             os.kill(os.getpid(), signal.SIGTERM)
+        if netns is not None:
+            az_network.enter(netns)
     return set_parent_death_signal
 
 
@@ -418,6 +480,12 @@ def _port(base: int, node: int) -> int:
 
 
 async def _up(args: argparse.Namespace) -> int:
+    if args.netns:
+        try:
+            az_network.require_root()
+        except az_network.NetnsError as error:
+            log.error("%s", error)
+            return 2
     cluster = Cluster(args)
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -481,6 +549,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--security", choices=sorted(SECURITY_PROTOCOLS), default="none",
                     help="sasl-ssl: SASL_SSL listeners, SCRAM-SHA-512 user admin; ssl: mutual "
                          "TLS; both write DATA_DIR/client.properties (default none)")
+    up.add_argument("--netns", action="store_true",
+                    help="each AZ a network namespace, the inter-AZ path through a relay "
+                         "(root only; docs/cluster.md)")
+    up.add_argument("--az-rtt-ms", type=float, default=0.0,
+                    help="with --netns: round-trip time the relay adds between AZs, half each "
+                         "way (default 0)")
     up.set_defaults(func=lambda args: uvloop.run(_up(args)))
     start_broker = commands.add_parser(
         "start-broker", help="start broker N of a running `kipper cluster up` again")
@@ -488,6 +562,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     start_broker.add_argument("--data-dir", type=Path, default=Path("data/cluster"),
                               help="the data dir the cluster was started with")
     start_broker.set_defaults(func=lambda args: asyncio.run(_start_broker_command(args)))
+    az_network_cli.add_partition_command(commands)
 
 
 def _broker_address(line: str) -> str | None:

@@ -20,9 +20,15 @@ from coordinator.diskless import (
     Housekeeping,
     HousekeepingSettings,
 )
+from coordinator.group.rack_aware import ClusterTopics
 from coordinator.group.service import GroupCoordinator
 from coordinator.group_config import GroupConfig
-from coordinator.internal_topic import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, InternalTopicLog
+from coordinator.internal_topic import (
+    OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    InternalTopicLog,
+)
 from coordinator.transaction.markers import MarkerWriter, marker_sender
 from coordinator.transaction.partition_adder import TransactionPartitionAdder
 from coordinator.transaction.service import TransactionCoordinator
@@ -77,6 +83,7 @@ from .security.listener_security import (
 from .security.listeners import SecurityProtocol
 from .security.tls import PrincipalMappingError, peer_principal
 from .services import BrokerServices, ControllerChannel
+from .share_groups import ShareGroupParts, share_group_parts
 from .static_configs import dynamic_configs
 from .traffic import NetworkTraffic, node_client_id
 
@@ -89,7 +96,7 @@ _PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
 # The id `--controller host:port` leaves its node with (no quorum to name it).
 UNKNOWN_NODE = -1
 # The internal topics whose partition leaders coordinate (groups, transactions).
-COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+COORDINATOR_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC)
 
 
 class Broker:
@@ -166,6 +173,7 @@ class Broker:
         self.follower: MetadataFollower | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        self.share: ShareGroupParts | None = None
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
                                                 config.node_id)
         self.controller_channel: ControllerChannel | None = None
@@ -270,11 +278,21 @@ class Broker:
             self._start_diskless()
         if self.config.broker_role:
             group_config = GroupConfig(
-                offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes)
+                offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes,
+                consumer_heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+                consumer_reconciling_heartbeat_interval_ms=(
+                    self.config.group_consumer_reconciling_heartbeat_interval_ms),
+                consumer_session_timeout_ms=self.config.group_consumer_session_timeout_ms,
+                consumer_assignors=tuple(
+                    a.strip() for a in self.config.group_consumer_assignors.split(",")))
             self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
                 self.image, self.controller_channel.create_topic, self.replicas,
-                group_config.offsets_topic()))
+                group_config.offsets_topic()), topics=ClusterTopics(
+                    self.image, lambda topic: self.replicas.log_config(topic).storage_mode))
             self.transaction_coordinator = self._transaction_coordinator()
+            self.share = share_group_parts(self.config, self.image, self.replicas,
+                                           self.controller_channel.create_topic, self.nodes,
+                                           self.group_coordinator)
         self._serve_requests()
         if self.config.broker_role:
             await self.follower.start(self._endpoints(), self.config.rack)
@@ -285,6 +303,7 @@ class Broker:
                     self.replicas, self.image, self.nodes, self.controller_channel.create_topic))
             await self.group_coordinator.start()
             await self.transaction_coordinator.start()
+            await self.share.start()
             log.info("broker %d joined with %d partitions", self.config.node_id,
                      len(self.replicas.partitions))
         self._background += [
@@ -343,7 +362,7 @@ class Broker:
             batch_coordinator=self.batch_coordinator,
             producer_ids=self.producer_ids, capture=self.capture,
             storage_modes=self.logs.engines.keys(), topic_metrics=self.topic_metrics,
-            fetch_sessions=self.fetch_sessions,
+            fetch_sessions=self.fetch_sessions, share=self.share,
             transaction_partitions=None if self.transaction_coordinator is None
             else TransactionPartitionAdder(self.transaction_coordinator, self.nodes,
                                            self.config.node_id))
@@ -434,6 +453,7 @@ class Broker:
         if record["type"] != "partition" or record["topic"] in COORDINATOR_TOPICS:
             self.group_coordinator.on_metadata_change()
             self.transaction_coordinator.on_metadata_change()
+            self.share.on_metadata_change()
 
     async def _bootstrap_scram_users(self) -> None:
         """The first SCRAM users, written by whichever voter is the first to be active."""
@@ -523,6 +543,8 @@ class Broker:
             await _bounded("the group coordinator", self.group_coordinator.stop())
         if self.transaction_coordinator is not None:
             await _bounded("the transaction coordinator", self.transaction_coordinator.stop())
+        if self.share is not None:
+            await _bounded("the share coordinator", self.share.stop())
         if self.metrics is not None:
             await _bounded("the metrics listener", self.metrics.stop())
         if self.active_tiered is not None:

@@ -38,6 +38,7 @@ from .config import BrokerConfig
 from .metadata_follower import MetadataFollower
 from .producer_ids import ProducerIdAllocator
 from .security.authorize import configure
+from .share_groups import ShareGroupParts
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,8 @@ class BrokerServices:
     # How this broker, as a partition leader, adds partitions to transactions of producers
     # on transaction protocol version 2 (Produce v12+, TxnOffsetCommit v5+).
     transaction_partitions: TransactionPartitionAdder | None = None
+    # Share groups (KIP-932): membership, share partitions' owner, share sessions.
+    share: ShareGroupParts | None = None
 
     def __post_init__(self) -> None:
         # The ACLs arrive through the metadata; what they mean here is this node's setting.

@@ -76,6 +76,8 @@ def classify(api_key: int, body: Any) -> str:
             return METADATA  # a broker reading KIP-1176's WAL metadata topic
         # Fetch v15+ would carry the id in replica_state; kipper stops at v12.
         return REPLICATION if body.replica_id >= 0 else FETCH_CONSUMER
+    if api_key == ApiKey.SHARE_FETCH:
+        return FETCH_CONSUMER  # a share group member's records (KIP-932)
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
         # v2 has no replica id: only consumers send it (followers use kipper's v4).
         return REPLICATION if getattr(body, "replica_id", -1) >= 0 else OTHER

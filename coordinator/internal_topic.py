@@ -45,6 +45,8 @@ from .coordinator_log import (
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+# KIP-932: the share coordinator's log of share-partition state (coordinator.share).
+SHARE_GROUP_STATE_TOPIC = "__share_group_state"
 _READ_BYTES = 1 << 20
 # Group metadata and offset commits must wait for every in-sync replica, as in Kafka.
 _ACKS_ALL = -1

@@ -9,6 +9,7 @@ fields (a count, then per field its tag, size and bytes).
 from __future__ import annotations
 
 import struct
+import uuid
 
 _INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
@@ -64,6 +65,13 @@ class RecordWriter:
         raw = value.encode()
         self.unsigned_varint(len(raw) + 1)
         self.out += raw
+        return self
+
+    def compact_nullable_string(self, value: str | None) -> RecordWriter:
+        return self.unsigned_varint(0) if value is None else self.compact_string(value)
+
+    def uuid(self, value: uuid.UUID) -> RecordWriter:
+        self.out += value.bytes
         return self
 
     def array_length(self, length: int, compact: bool) -> RecordWriter:
@@ -150,6 +158,13 @@ class RecordReader:
         if size < 0:
             raise self.error("null where a string is required")
         return self._decode(self._raw(size))
+
+    def compact_nullable_string(self) -> str | None:
+        size = self.unsigned_varint() - 1
+        return None if size < 0 else self._decode(self._raw(size))
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._raw(16))
 
     def array_length(self, compact: bool) -> int:
         """An array's element count; -1 for a null array."""

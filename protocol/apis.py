@@ -64,6 +64,16 @@ class ApiKey(enum.IntEnum):
     FETCH_SNAPSHOT = 59
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    # Share groups (KIP-932, broker/handlers/share.py).
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 # librdkafka before 2.10 turns gzip/snappy/lz4 off unless Produce v2 is advertised and lz4
@@ -76,7 +86,8 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
-    ApiKey.OFFSET_COMMIT: (2, 8),
+    # OffsetCommit v9: the generation of a KIP-848 consumer group's member is its member epoch.
+    ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 9),
@@ -117,6 +128,9 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.DELETE_GROUPS: (0, 2),
+    # KIP-848 consumer groups (v1: the client makes up its member id, KIP-1082).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     # SASL (answered by the connection on SASL listeners; ILLEGAL_SASL_STATE elsewhere) and
@@ -135,4 +149,14 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 0),
     ApiKey.END_QUORUM_EPOCH: (0, 0),
     ApiKey.DESCRIBE_QUORUM: (0, 1),
+    # Share groups (KIP-932): the versions librdkafka 2.16's ShareConsumer speaks (v1 of
+    # the heartbeat, fetch and acknowledge is KIP-932's GA); ShareFetch/ShareAcknowledge v2
+    # (renew acknowledgements, KIP-1222) are not served.
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }

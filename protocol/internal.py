@@ -32,6 +32,11 @@ class InternalApiKey(enum.IntEnum):
     # the proof is an HMAC of it keyed by the cluster secret, so the secret never travels.
     BROKER_CHALLENGE = 9001
     BROKER_PROOF = 9002
+    # A call to the owner of a share partition (KIP-932: acquire, acknowledge, release, and
+    # the share-group offset admin calls; broker/share_owners.py), from the broker serving
+    # the consumer's ShareFetch / ShareAcknowledge or the group's coordinator. Sent to the
+    # leader of the share partition's __share_group_state partition.
+    SHARE_PARTITION_CALL = 9003
 
 
 @dataclass(frozen=True, slots=True)

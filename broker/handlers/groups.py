@@ -22,6 +22,7 @@ from replication.acls import AclOperation, ResourceType
 
 from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
 from .registry import RequestContext, handles
+from .share import listed_share_groups
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -336,27 +337,25 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
                                      for topic, partitions in by_topic.items()))
 
 
-# Every group kipper's coordinator runs speaks the classic protocol (KIP-848's "consumer"
-# groups and KIP-932's "share" groups are not implemented): ListGroups v5 names this type.
-CLASSIC_GROUP_TYPE = "classic"
-
-
 @handles(ApiKey.LIST_GROUPS)
 async def list_groups(ctx: RequestContext, request) -> object:
-    # v4+ filters by state, v5+ by type; both case-insensitive, as Kafka's parsers are.
+    # v4+ filters by state, v5+ by type (classic, consumer); both case-insensitive, as
+    # Kafka's parsers are.
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     error, groups = _coordinator(ctx).list_groups()
-    if types and CLASSIC_GROUP_TYPE not in types:
-        groups = []
+    groups = [g for g in groups if (not types or g.group_type in types)
+              and (not states or g.state.lower() in states)]
     if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
         denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
                               (g.group_id for g in groups))
         groups = [g for g in groups if g.group_id not in denied]
-    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error, groups=tuple(
-        ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type or "",
-                     group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
-        for g in groups if not states or g.state.value.lower() in states))
+    listed = [ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
+                           group_state=g.state, group_type=g.group_type)
+              for g in groups]
+    listed += listed_share_groups(ctx, states, types)  # KIP-932, broker/handlers/share.py
+    return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error,
+                        groups=tuple(listed))
 
 
 @handles(ApiKey.DESCRIBE_GROUPS)

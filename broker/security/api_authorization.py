@@ -313,6 +313,34 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster_only(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster_only(Op.ALTER),
     InternalApiKey.DISKLESS_COORDINATOR_APPEND: ApiAuthorization((), note=_BROKER_ONLY),
+    # Share groups (KIP-932), Kafka's checks (KafkaApis.handleShareFetchRequest, ...).
+    ApiKey.SHARE_GROUP_HEARTBEAT: ApiAuthorization((
+        _rule(_group(Op.READ, "group_id"), scope=Scope.REQUEST),
+    )),
+    ApiKey.SHARE_GROUP_DESCRIBE: ApiAuthorization((
+        _rule(_group(Op.DESCRIBE, "group_ids[]"), scope=Scope.RESOURCE),
+    ), note="include_authorized_operations: each group's authorized operations."),
+    ApiKey.SHARE_FETCH: ApiAuthorization((
+        _rule(_group(Op.READ, "group_id"), scope=Scope.REQUEST),
+        _rule(_topic(Op.READ, "topics[].topic_id"), scope=Scope.RESOURCE),
+    )),
+    ApiKey.SHARE_ACKNOWLEDGE: ApiAuthorization((
+        _rule(_group(Op.READ, "group_id"), scope=Scope.REQUEST),
+        _rule(_topic(Op.READ, "topics[].topic_id"), scope=Scope.RESOURCE),
+    )),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ApiAuthorization((
+        _rule(_group(Op.DESCRIBE, "groups[].group_id"), scope=Scope.RESOURCE),
+        _rule(_topic(Op.DESCRIBE, "groups[].topics[].topic_name"), scope=Scope.RESOURCE),
+    )),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: ApiAuthorization((
+        _rule(_group(Op.READ, "group_id"), scope=Scope.REQUEST),
+        _rule(_topic(Op.READ, "topics[].topic_name"), scope=Scope.RESOURCE),
+    )),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: ApiAuthorization((
+        _rule(_group(Op.DELETE, "group_id"), scope=Scope.REQUEST),
+        _rule(_topic(Op.READ, "topics[].topic_name"), scope=Scope.RESOURCE),
+    )),
+    InternalApiKey.SHARE_PARTITION_CALL: ApiAuthorization((), note=_BROKER_ONLY),
     InternalApiKey.BROKER_CHALLENGE: ApiAuthorization((), note="The membership proof itself."),
     InternalApiKey.BROKER_PROOF: ApiAuthorization((), note="The membership proof itself."),
 }

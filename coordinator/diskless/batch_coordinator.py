@@ -77,6 +77,8 @@ from .checkpoints import (
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5)
 COMMIT_TIMEOUT_S = 30.0
+# How often a call to a remote coordinator looks whether the metadata still names it.
+LEADERSHIP_CHECK_S = 0.2
 # How often the writable coordinator looks whether a checkpoint is due.
 CHECKPOINT_POLL_S = 1.0
 
@@ -261,14 +263,31 @@ class BatchCoordinator(RecordControlPlane):
         coordinator = self._remote_coordinator()
         if coordinator is None:
             return await self.append(request, timeout_s)
-        response = await self._call_node(*coordinator, JsonBody({"record": request.to_wire()}),
-                                         timeout_s)
+        response = await self._call_coordinator(
+            coordinator, JsonBody({"record": request.to_wire()}), timeout_s)
         error = response.value["error_code"]
         if error == ErrorCode.invalid_request:
             raise RecordRejected(response.value.get("error_message", "record rejected"))
         if error != ErrorCode.none:
             raise NotCoordinator(response.value.get("error_message", "not the coordinator"))
         return request.RESULT.from_wire(response.value["result"])
+
+    async def _call_coordinator(self, coordinator: tuple[str, int], body: JsonBody,
+                                timeout_s: float) -> Any:
+        """The call, abandoned (NotCoordinator) once the metadata no longer names that
+        coordinator: cut off by a network partition, its connection stays open and the
+        answer never comes, so without this the commit would wait out COMMIT_TIMEOUT_S
+        while another broker already leads (tests/system/test_netns_partitions.py)."""
+        call = asyncio.ensure_future(self._call_node(*coordinator, body, timeout_s))
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=LEADERSHIP_CHECK_S)
+                if done:
+                    return call.result()
+                if self._remote_coordinator() != coordinator:
+                    raise NotCoordinator(f"{DISKLESS_METADATA_TOPIC}-0 moved")
+        finally:
+            call.cancel()
 
     def _remote_coordinator(self) -> tuple[str, int] | None:
         """The address of the writable coordinator, None if it is this broker; raises

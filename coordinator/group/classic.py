@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -33,8 +34,12 @@ from .records import (
     encode_group_key,
     encode_group_value,
 )
+from .kind import ListedGroup
 from .state import Group, GroupState, Member
 from .timer import Timer
+
+if TYPE_CHECKING:
+    from .loader import LoadedPartition
 
 log = logging.getLogger(__name__)
 # Kafka expires a new member that never completes its first join after 5 minutes.
@@ -45,6 +50,7 @@ PREPARING = GroupState.PREPARING_REBALANCE
 COMPLETING = GroupState.COMPLETING_REBALANCE
 STABLE = GroupState.STABLE
 DEAD = GroupState.DEAD
+CLASSIC_GROUP_TYPE = "classic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,28 @@ class ClassicGroupManager:
         self.timer = timer
         self.spawn = spawn
         self.groups: dict[str, Group] = {}
+
+    # -- the group kind (``kind.GroupKind``) ---------------------------------------------------
+
+    group_type = CLASSIC_GROUP_TYPE
+
+    def owns(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def listed(self) -> Iterable[ListedGroup]:
+        return [ListedGroup(g.group_id, CLASSIC_GROUP_TYPE, g.protocol_type or "", g.state.value)
+                for g in self.groups.values()]
+
+    def restore(self, loaded: LoadedPartition) -> None:
+        for group_id, value in loaded.groups.items():
+            self.restore_group(group_id, value)
+
+    def deletion_error(self, group_id: str) -> ErrorCode | None:
+        return None if self.groups[group_id].in_state(EMPTY) else ErrorCode.non_empty_group
+
+    def delete(self, group_id: str) -> list[LogRecord]:
+        self.kill(self.groups[group_id])
+        return [LogRecord(encode_group_key(GroupKey(group_id)), None)]
 
     # -- loading and unloading --------------------------------------------------------------
 

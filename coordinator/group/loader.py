@@ -17,6 +17,9 @@ from protocol.records import NO_PRODUCER_ID
 
 from ..coordinator_log import CoordinatorLog, LoggedMarker, LoggedRecord
 from ..partition_loader import replay_into
+from ..record_format import RecordReader
+from . import consumer_records
+from .consumer_records import LoadedConsumerGroups
 from .records import (
     GroupValue,
     MalformedGroupRecord,
@@ -43,6 +46,7 @@ class LoadedPartition:
     offsets: dict[OffsetSlot, CommittedOffset] = field(default_factory=dict)
     # Offsets of transactions without a marker yet, by producer id.
     pending: dict[int, dict[OffsetSlot, CommittedOffset]] = field(default_factory=dict)
+    consumer_groups: LoadedConsumerGroups = field(default_factory=LoadedConsumerGroups)
     next_offset: int = 0
 
     def apply(self, offset: int, record: LoggedRecord | LoggedMarker) -> None:
@@ -51,6 +55,12 @@ class LoadedPartition:
             self._end_transaction(record.producer_id, record.commit)
             return
         try:
+            reader = RecordReader(record.key or b"", MalformedGroupRecord)
+            version = reader.int16()
+            if version in consumer_records.KEY_VERSIONS:
+                self.consumer_groups.apply(consumer_records.decode_key(version, reader),
+                                           record.value)
+                return
             decoded = decode_key(record.key or b"")
             if isinstance(decoded, OffsetKey):
                 slot = (decoded.group_id, decoded.topic, decoded.partition)
@@ -84,7 +94,8 @@ class LoadedPartition:
 async def replay(topic_log: CoordinatorLog, partition: int) -> LoadedPartition:
     """The partition's records, replayed from its start."""
     loaded = await replay_into(topic_log, partition, LoadedPartition(partition))
-    if loaded.groups or loaded.offsets:
-        log.info("loaded %d groups and %d offsets of __consumer_offsets-%d", len(loaded.groups),
+    groups = len(loaded.groups) + len(loaded.consumer_groups.groups)
+    if groups or loaded.offsets:
+        log.info("loaded %d groups and %d offsets of __consumer_offsets-%d", groups,
                  len(loaded.offsets), partition)
     return loaded

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from .classic import ClassicGroupManager
+from .consumer import ConsumerGroupManager
+from .consumer_group import ConsumerGroup
 from .loader import OffsetSlot
 from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LogRecord, TxnProducer
 from .records import (
-    GroupKey,
     OffsetKey,
     OffsetValue,
-    encode_group_key,
     encode_offset_key,
     encode_offset_value,
 )
@@ -55,27 +55,37 @@ class _TxnWrite:
 
 
 class OffsetManager:
-    def __init__(self, classic: ClassicGroupManager, topic_log: CoordinatorLog,
-                 timer: Timer) -> None:
+    def __init__(self, classic: ClassicGroupManager, consumer: ConsumerGroupManager,
+                 topic_log: CoordinatorLog, timer: Timer) -> None:
         self.classic = classic
+        self.consumer = consumer
         self.topic_log = topic_log
         self.timer = timer
         # Producer id -> the groups it has pending offsets in (some may be gone since).
         self._open_transactions: dict[int, set[str]] = {}
         self._txn_writes: list[_TxnWrite] = []
 
+    def _group(self, group_id: str) -> Group | ConsumerGroup | None:
+        """The group of either protocol (an id names one group only)."""
+        return self.consumer.groups.get(group_id) or self.classic.groups.get(group_id)
+
+    def _group_or_new(self, group_id: str) -> Group | ConsumerGroup:
+        """Offsets of a group nobody runs belong to a new, empty classic group (Kafka's
+        "simple" group)."""
+        return self._group(group_id) or self.classic.group_or_new(group_id)
+
     def restore(self, offsets: dict[OffsetSlot, CommittedOffset],
                 pending: dict[int, dict[OffsetSlot, CommittedOffset]]) -> None:
         """Take over the offsets and open transactions' offsets a loaded partition holds."""
         for (group_id, topic, index), committed in offsets.items():
-            self.classic.group_or_new(group_id).offsets[(topic, index)] = committed
+            self._group_or_new(group_id).offsets[(topic, index)] = committed
         for producer_id, slots in pending.items():
             for (group_id, topic, index), committed in slots.items():
-                self._add_pending(self.classic.group_or_new(group_id), producer_id,
+                self._add_pending(self._group_or_new(group_id), producer_id,
                                   (topic, index), committed)
 
-    def _add_pending(self, group: Group, producer_id: int, topic_partition: TopicPartition,
-                     committed: CommittedOffset) -> None:
+    def _add_pending(self, group: Group | ConsumerGroup, producer_id: int,
+                     topic_partition: TopicPartition, committed: CommittedOffset) -> None:
         keep_later(group.pending_offsets.setdefault(producer_id, {}), topic_partition,
                    committed)
         self._open_transactions.setdefault(producer_id, set()).add(group.group_id)
@@ -87,20 +97,26 @@ class OffsetManager:
                              ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit, or with ``transaction`` TxnOffsetCommit: the offsets stay pending
         until ``complete_transaction``."""
-        group = self.classic.groups.get(group_id)
+        group = self._group(group_id)
         if group is None and generation_id >= 0:
             # A member of a generation this coordinator does not know (or no longer has).
             return dict.fromkeys(offsets, ErrorCode.illegal_generation)
-        if group is None:
-            group = self.classic.group_or_new(group_id)
-        error = self._commit_error(group, generation_id, member_id, group_instance_id,
-                                   transactional=transaction is not None)
-        if error is not None:
-            self.classic.forget_if_unused(group)
-            return dict.fromkeys(offsets, error)
-        member = group.members.get(member_id)
-        if member is not None and transaction is None:
-            self.classic.expect_heartbeat(group, member, member.session_timeout_ms)
+        if isinstance(group, ConsumerGroup):
+            # For a consumer group the "generation" is the member epoch.
+            error = ConsumerGroupManager.commit_error(group, member_id, generation_id)
+            if error is not None:
+                return dict.fromkeys(offsets, error)
+        else:
+            if group is None:
+                group = self.classic.group_or_new(group_id)
+            error = self._commit_error(group, generation_id, member_id, group_instance_id,
+                                       transactional=transaction is not None)
+            if error is not None:
+                self.classic.forget_if_unused(group)
+                return dict.fromkeys(offsets, error)
+            member = group.members.get(member_id)
+            if member is not None and transaction is None:
+                self.classic.expect_heartbeat(group, member, member.session_timeout_ms)
         now = self.timer.now_ms()
         records = [LogRecord(encode_offset_key(OffsetKey(group_id, topic, index)),
                                  encode_offset_value(OffsetValue(c.offset, c.leader_epoch,
@@ -120,7 +136,7 @@ class OffsetManager:
                 self._txn_writes.remove(write)
         # The records are durable: whatever happened to the group meanwhile, memory
         # follows the log, as a reload would.
-        target = self.classic.group_or_new(group_id)
+        target = self._group_or_new(group_id)
         for key, c in offsets.items():
             committed = CommittedOffset(c.offset, c.leader_epoch, c.metadata, now, last)
             if write is None or write.commit:
@@ -164,7 +180,7 @@ class OffsetManager:
         groups = self._open_transactions.get(producer_id, set())
         for group_id in [g for g in groups if self.topic_log.partition_for(g) == partition]:
             groups.discard(group_id)
-            group = self.classic.groups.get(group_id)
+            group = self._group(group_id)
             pending = group.pending_offsets.pop(producer_id, {}) if group is not None else {}
             if commit:
                 for topic_partition, committed in pending.items():
@@ -175,7 +191,7 @@ class OffsetManager:
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> dict[TopicPartition, CommittedOffset | None]:
         """Committed offsets of ``partitions`` (None: every partition the group has)."""
-        group = self.classic.groups.get(group_id)
+        group = self._group(group_id)
         committed = group.offsets if group is not None else {}
         if partitions is None:
             return dict(committed)
@@ -183,18 +199,23 @@ class OffsetManager:
 
     def pending_partitions(self, group_id: str) -> set[TopicPartition]:
         """The group's partitions with offsets of a transaction not decided yet."""
-        group = self.classic.groups.get(group_id)
+        group = self._group(group_id)
         return group.pending_partitions() if group is not None else set()
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        group = self.classic.groups.get(group_id)
+        group = self._group(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
-        if not group.in_state(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        if isinstance(group, ConsumerGroup):
+            subscribed = set(self.consumer.subscribed_topics(group))
+        elif (not group.in_state(GroupState.EMPTY)
+              and group.protocol_type != CONSUMER_PROTOCOL_TYPE):
             return ErrorCode.non_empty_group, {}
-        # A consumer group with members keeps the offsets of the topics it consumes.
-        subscribed = set() if group.in_state(GroupState.EMPTY) else group.subscribed_topics()
+        else:
+            # A consumer group with members keeps the offsets of the topics it consumes.
+            subscribed = (set() if group.in_state(GroupState.EMPTY)
+                          else group.subscribed_topics())
         results = {tp: ErrorCode.none if subscribed is not None and tp[0] not in subscribed
                    else ErrorCode.group_subscribed_to_topic for tp in partitions}
         # As Kafka, a pending transactional offset is deleted too (and stays so if its
@@ -202,21 +223,25 @@ class OffsetManager:
         stored = group.offset_partitions()
         removed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in stored]
         if removed:
-            write_error = await self.write_tombstones(group_id, removed, with_group=False)
+            write_error = await self.write_tombstones(group_id, removed)
             if write_error is not None:
                 return write_error, {}
             for tp in removed:
                 group.delete_offset(tp)
         return ErrorCode.none, results
 
+    def group_offset_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions with a committed or pending offset of the group."""
+        group = self._group(group_id)
+        return group.offset_partitions() if group is not None else set()
+
     async def write_tombstones(self, group_id: str, partitions: list[TopicPartition],
-                               with_group: bool) -> ErrorCode | None:
-        """Delete the offsets of ``partitions`` and, ``with_group``, the group's metadata, in
-        one batch."""
+                               group_tombstones: list[LogRecord] = ()) -> ErrorCode | None:
+        """Delete the offsets of ``partitions`` and, with ``group_tombstones``, the group's
+        own records, in one batch."""
         records = [LogRecord(encode_offset_key(OffsetKey(group_id, topic, index)), None)
                    for topic, index in partitions]
-        if with_group:
-            records.append(LogRecord(encode_group_key(GroupKey(group_id)), None))
+        records += group_tombstones
         try:
             await self.topic_log.append(self.topic_log.partition_for(group_id), records,
                                           self.timer.now_ms())

@@ -2,10 +2,16 @@
 
 It answers whether this broker coordinates a group at all (active, leading the group's
 partition of ``__consumer_offsets``, done loading it) and hands the request to the part
-that runs it: ``classic`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) or ``offsets``
-(OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, and the transaction markers that
-decide transactional commits). ``loader`` follows leadership of the partitions.
-The writes it starts in the background finish before ``stop`` returns.
+that runs it: ``classic`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), ``consumer``
+(ConsumerGroupHeartbeat, KIP-848) or ``offsets`` (OffsetCommit, TxnOffsetCommit,
+OffsetFetch, OffsetDelete, and the transaction markers that decide transactional commits).
+``loader`` follows leadership of the partitions.
+
+The group kinds (``kind.GroupKind``: classic, consumer) sit in one registry, ``kinds``: a
+group id belongs to one of them, and listing, loading, unloading and deleting go through
+it, so another kind plugs in by joining it. An empty group changes kind when a member of
+the other protocol arrives, keeping its offsets (Kafka's upgrade and downgrade of empty
+groups). The writes it starts in the background finish before ``stop`` returns.
 """
 
 from __future__ import annotations
@@ -21,9 +27,13 @@ from ..group_config import GroupConfig
 from ..internal_topic import OFFSETS_TOPIC
 from .classic import ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from ..partition_loader import PartitionLoader
+from .consumer import ConsumerGroupManager, HeartbeatRequest, HeartbeatResult
+from .consumer_group import ConsumerGroup, JOIN_EPOCH
+from .kind import GroupKind, ListedGroup
 from .loader import LoadedPartition, replay
 from .offsets import OffsetCommit, OffsetManager, TopicPartition
-from ..coordinator_log import CoordinatorLog, TxnProducer
+from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LogRecord, TxnProducer
+from .rack_aware import NoTopics, TopicsView
 from .state import CommittedOffset, Group, GroupState
 from .timer import AsyncioTimer, Timer
 
@@ -31,18 +41,21 @@ log = logging.getLogger(__name__)
 
 
 class GroupCoordinator:
-    def __init__(self, config: GroupConfig, store: CoordinatorLog, timer: Timer | None = None
-                 ) -> None:
+    def __init__(self, config: GroupConfig, store: CoordinatorLog, timer: Timer | None = None,
+                 topics: TopicsView | None = None) -> None:
         self.config = config
         self.store = store
         self._background: set[asyncio.Task] = set()
         self._active = False
-        timer = timer or AsyncioTimer()
+        self.timer = timer = timer or AsyncioTimer()
+        self.topics = topics or NoTopics()
         self.classic = ClassicGroupManager(config, store, timer, self._spawn)
-        self.offsets = OffsetManager(self.classic, store, timer)
+        self.consumer = ConsumerGroupManager(config, store, timer, self._spawn, self.topics)
+        self.kinds: tuple[GroupKind, ...] = (self.classic, self.consumer)
+        self.offsets = OffsetManager(self.classic, self.consumer, store, timer)
         self.loader: PartitionLoader[LoadedPartition] = PartitionLoader(
             OFFSETS_TOPIC, store, self._spawn, lambda partition: replay(store, partition),
-            self._on_loaded, self.classic.unload_partition)
+            self._on_loaded, self._unload)
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -67,10 +80,17 @@ class GroupCoordinator:
         if self._active:
             self.loader.sync()
 
+    def _unload(self, partition: int) -> None:
+        for kind in self.kinds:
+            kind.unload_partition(partition)
+
     def _on_loaded(self, partition: int, loaded: LoadedPartition) -> None:
-        for group_id, value in loaded.groups.items():
-            self.classic.restore_group(group_id, value)
+        for kind in self.kinds:
+            kind.restore(loaded)
         self.offsets.restore(loaded.offsets, loaded.pending)
+
+    def kind_of(self, group_id: str) -> GroupKind | None:
+        return next((kind for kind in self.kinds if kind.owns(group_id)), None)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.ensure_future(coroutine)
@@ -88,9 +108,62 @@ class GroupCoordinator:
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
         error = self._group_error(request.group_id)
+        if error is None and self.consumer.owns(request.group_id):
+            error = await self._downgrade(request.group_id)
         if error is not None:
             return JoinResult(error, request.member_id)
         return await self.classic.join_group(request)
+
+    async def _downgrade(self, group_id: str) -> ErrorCode | None:
+        """A classic member joins a consumer group: an empty one becomes a classic group
+        with its offsets; kipper does not convert groups with members (Kafka's online
+        migration), they answer INCONSISTENT_GROUP_PROTOCOL as Kafka's do without it."""
+        group = self.consumer.groups[group_id]
+        if group.members:
+            return ErrorCode.inconsistent_group_protocol
+        tombstones = self.consumer.delete(group_id)
+        classic = self.classic.group_or_new(group_id)
+        classic.offsets, classic.pending_offsets = group.offsets, group.pending_offsets
+        log.info("group %s downgraded from the consumer to the classic protocol", group_id)
+        return await self._append(group_id, tombstones)
+
+    async def _append(self, group_id: str, records: list[LogRecord]) -> ErrorCode | None:
+        try:
+            await self.store.append(self.store.partition_for(group_id), records,
+                                    self.timer.now_ms())
+        except CoordinatorLogError as e:
+            log.warning("writing to group %s failed: %s", group_id, e)
+            return e.error_code
+        return None
+
+    # -- the consumer group protocol (KIP-848) ----------------------------------------------
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        error = self._group_error(request.group_id)
+        if error is not None:
+            return HeartbeatResult(error)
+        classic = self.classic.groups.get(request.group_id)
+        if classic is None:
+            return await self.consumer.heartbeat(request)
+        refused = self.consumer.request_error(request)
+        if refused is not None:
+            return refused
+        if request.member_epoch != JOIN_EPOCH or not classic.in_state(GroupState.EMPTY):
+            # Kafka converts a classic group with members online; kipper does not.
+            return HeartbeatResult(ErrorCode.group_id_not_found,
+                                   f"Group {request.group_id} is not a consumer group.")
+        # An empty classic group becomes a consumer group, keeping its offsets.
+        tombstones = self.classic.delete(request.group_id)
+        return await self.consumer.heartbeat(request, classic, tombstones)
+
+    def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, ConsumerGroup | None]:
+        """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND unless a consumer group has the id."""
+        error = self._group_error(group_id)
+        if error is not None:
+            return error, None
+        group = self.consumer.groups.get(group_id)
+        return (ErrorCode.none, group) if group is not None else (
+            ErrorCode.group_id_not_found, None)
 
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
                          group_instance_id: str | None, protocol_type: str | None,
@@ -166,36 +239,39 @@ class GroupCoordinator:
 
     # -- administration ---------------------------------------------------------------------
 
-    def list_groups(self) -> tuple[ErrorCode, list[Group]]:
+    def list_groups(self) -> tuple[ErrorCode, list[ListedGroup]]:
         if not self._active:
             return ErrorCode.coordinator_not_available, []
         error = (ErrorCode.coordinator_load_in_progress if self.loader.is_loading
                  else ErrorCode.none)
-        return error, list(self.groups.values())
+        return error, [group for kind in self.kinds for group in kind.listed()]
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+        """DescribeGroups, of classic groups: GROUP_ID_NOT_FOUND for a group of another
+        kind (as Kafka: "not a classic group")."""
         error = self._group_error(group_id)
+        if error is None and self.kind_of(group_id) not in (None, self.classic):
+            error = ErrorCode.group_id_not_found
         return (error, None) if error is not None else (ErrorCode.none, self.groups.get(group_id))
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         results: dict[str, ErrorCode] = {}
-        deleted: list[Group] = []
+        deleted: list[tuple[str, list[TopicPartition], list[LogRecord]]] = []
         for group_id in group_ids:
             error = self._group_error(group_id)
-            group = self.groups.get(group_id)
-            if error is None and group is None:
+            kind = self.kind_of(group_id)
+            if error is None and kind is None:
                 error = ErrorCode.group_id_not_found
-            elif error is None and not group.in_state(GroupState.EMPTY):
-                error = ErrorCode.non_empty_group
+            elif error is None:
+                error = kind.deletion_error(group_id)
             if error is None:
-                self.classic.kill(group)
-                deleted.append(group)
+                offsets = sorted(self.offsets.group_offset_partitions(group_id))
+                deleted.append((group_id, offsets, kind.delete(group_id)))
             results[group_id] = error or ErrorCode.none
-        for group in deleted:
-            error = await self.offsets.write_tombstones(
-                group.group_id, sorted(group.offset_partitions()), with_group=True)
+        for group_id, offsets, tombstones in deleted:
+            error = await self.offsets.write_tombstones(group_id, offsets, tombstones)
             if error is not None:
-                results[group.group_id] = error
+                results[group_id] = error
             else:
-                log.info("deleted group %s", group.group_id)
+                log.info("deleted group %s", group_id)
         return results

@@ -113,8 +113,34 @@ def keep_later(offsets: dict[Key, CommittedOffset], key: Key, committed: Committ
         offsets[key] = committed
 
 
+@dataclass(eq=False, kw_only=True)
+class GroupOffsets:
+    """A group's committed offsets, whatever its protocol (classic or consumer groups)."""
+
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # Offsets committed in transactions not decided yet (TxnOffsetCommit), by producer id:
+    # committed at the transaction's commit marker, dropped at its abort marker.
+    pending_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(
+        default_factory=dict)
+
+    def pending_partitions(self) -> set[tuple[str, int]]:
+        """Partitions with offsets committed in a transaction not decided yet."""
+        return {tp for pending in self.pending_offsets.values() for tp in pending}
+
+    def offset_partitions(self) -> set[tuple[str, int]]:
+        """Partitions with a committed or pending offset: what deleting the group deletes."""
+        return set(self.offsets) | self.pending_partitions()
+
+    def delete_offset(self, topic_partition: tuple[str, int]) -> None:
+        """Forget the partition's committed offset and its pending ones, as its tombstone
+        does on replay."""
+        self.offsets.pop(topic_partition, None)
+        for pending in self.pending_offsets.values():
+            pending.pop(topic_partition, None)
+
+
 @dataclass(eq=False)
-class Group:
+class Group(GroupOffsets):
     group_id: str
     state: GroupState = GroupState.EMPTY
     generation_id: int = 0
@@ -129,11 +155,6 @@ class Group:
     pending_members: dict[str, Scheduled] = field(default_factory=dict)
     # Members of the current generation that have not sent their SyncGroup yet.
     pending_sync: set[str] = field(default_factory=set)
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    # Offsets committed in transactions not decided yet (TxnOffsetCommit), by producer id:
-    # committed at the transaction's commit marker, dropped at its abort marker.
-    pending_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(
-        default_factory=dict)
     # A member joined a brand-new group during the initial rebalance delay.
     new_member_added: bool = False
     join_timer: Scheduled | None = None
@@ -261,21 +282,6 @@ class Group:
                 return None
             topics |= parsed
         return topics
-
-    def pending_partitions(self) -> set[tuple[str, int]]:
-        """Partitions with offsets committed in a transaction not decided yet."""
-        return {tp for pending in self.pending_offsets.values() for tp in pending}
-
-    def offset_partitions(self) -> set[tuple[str, int]]:
-        """Partitions with a committed or pending offset: what deleting the group deletes."""
-        return set(self.offsets) | self.pending_partitions()
-
-    def delete_offset(self, topic_partition: tuple[str, int]) -> None:
-        """Forget the partition's committed offset and its pending ones, as its tombstone
-        does on replay."""
-        self.offsets.pop(topic_partition, None)
-        for pending in self.pending_offsets.values():
-            pending.pop(topic_partition, None)
 
     def cancel_timers(self) -> None:
         for timer in (self.join_timer, self.sync_timer, *self.pending_members.values()):

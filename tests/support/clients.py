@@ -62,12 +62,14 @@ class AckedProducer(threading.Thread):
     """An idempotent acks=all producer sending "v<i>" until stopped; keeps every ack with
     the time it arrived."""
 
-    def __init__(self, bootstrap: str, topic: str, az: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, az: str,
+                 config: dict[str, str | int] | None = None) -> None:
         from confluent_kafka import Producer
         super().__init__(daemon=True)
         self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": f"writer az={az}",
                                   "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                                  "metadata.max.age.ms": 1000, "topic.metadata.refresh.interval.ms": 1000})
+                                  "metadata.max.age.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
+                                  **(config or {})})
         self.topic = topic
         self.acked: list[tuple[float, int, bytes]] = []
         self.errors: list = []  # confluent_kafka.KafkaError of each failed delivery

@@ -15,6 +15,7 @@ The harness (groups.harness) reads these lines; tests/js/group_member.mjs is the
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import sys
 
@@ -88,14 +89,19 @@ def run_aiokafka(bootstrap: str, topic: str, group: str, name: str) -> None:
     asyncio.run(consume())
 
 
-def run_confluent_kafka(bootstrap: str, topic: str, group: str, name: str) -> None:
+def run_confluent_kafka(bootstrap: str, topic: str, group: str, name: str,
+                        rack: str | None = None, group_protocol: str = "classic") -> None:
     from confluent_kafka import Consumer
 
     stopping = stop_on_sigterm()
+    # With the KIP-848 protocol the broker sets the heartbeat interval and session timeout.
+    timeouts = ({"heartbeat.interval.ms": HEARTBEAT_MS, "session.timeout.ms": SESSION_MS}
+                if group_protocol == "classic" else {})
+    # A member in an AZ says so to the group (rack-aware assignment) and to the brokers.
+    location = {} if rack is None else {"client.rack": rack, "client.id": f"{name},az={rack}"}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
                          "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                         "heartbeat.interval.ms": HEARTBEAT_MS,
-                         "session.timeout.ms": SESSION_MS})
+                         "group.protocol": group_protocol, **timeouts, **location})
     consumer.subscribe([topic], on_assign=lambda _, partitions: assigned(
         tp.partition for tp in partitions))
     while not stopping[0]:
@@ -106,7 +112,10 @@ def run_confluent_kafka(bootstrap: str, topic: str, group: str, name: str) -> No
 
 
 CLIENTS = {"kafka-python": run_kafka_python, "aiokafka": run_aiokafka,
-           "confluent-kafka": run_confluent_kafka}
+           "confluent-kafka": run_confluent_kafka,
+           # KIP-848: group.protocol=consumer, the broker assigns.
+           "confluent-kafka-consumer-protocol": functools.partial(run_confluent_kafka,
+                                                                  group_protocol="consumer")}
 
 if __name__ == "__main__":
     client, *args = sys.argv[1:]

@@ -90,9 +90,12 @@ class Member:
 Spawn = Callable[[str], Member]
 
 
-def python_member(client: str, bootstrap: str, topic: str, group: str, log_dir: Path) -> Spawn:
+def python_member(client: str, bootstrap: str, topic: str, group: str, log_dir: Path,
+                  rack: str | None = None) -> Spawn:
+    """Members of ``client`` (group_member.py); with ``rack``, in that AZ (confluent-kafka)."""
+    location = [] if rack is None else [rack]
     return lambda name: Member(name, [sys.executable, str(HERE / "group_member.py"), client,
-                                      bootstrap, topic, group, name], log_dir)
+                                      bootstrap, topic, group, name, *location], log_dir)
 
 
 def kafkajs_member(bootstrap: str, topic: str, group: str, log_dir: Path) -> Spawn:

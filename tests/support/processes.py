@@ -180,11 +180,12 @@ class Cluster:
                                       extra_args=[*broker_args, "--rack", f"az{i + 1}"])
                         for i in range(brokers)]
 
-    def start(self) -> "Cluster":
-        self.controller.start()
+    def start(self, timeout: float = 30.0) -> "Cluster":
+        """``timeout``: for each node's ready line (a loaded machine starts them slowly)."""
+        self.controller.start(timeout)
         for broker in self.brokers:
             broker.extra_args += ["--controller", self.controller.bootstrap]
-        start_all(self.brokers)
+        start_all(self.brokers, timeout)
         return self
 
     @property

@@ -1,0 +1,203 @@
+"""Share group membership on the group coordinator (KIP-932; Kafka's
+GroupMetadataManager.shareGroupHeartbeat and ShareGroup).
+
+A member joins with epoch 0 and the member id it generated, heartbeats with the epoch it
+was last given, and leaves with epoch -1. The group epoch moves whenever membership or a
+subscription changes; the assignment is then computed again (``assignor``) and, as share
+groups revoke nothing (a partition may be shared), each member takes its new assignment at
+once with the group's epoch as its member epoch. A heartbeat with another epoch than the
+member's is fenced (FENCED_MEMBER_EPOCH); one from a member the group does not know gets
+UNKNOWN_MEMBER_ID, and the member joins again with epoch 0. A member that stops
+heartbeating for ``session_timeout_ms`` is removed.
+
+Membership is kept in memory by the broker coordinating the group (the leader of its
+``__consumer_offsets`` partition): after a coordinator change, members heartbeat to the new
+one, are told UNKNOWN_MEMBER_ID and join again, which costs one heartbeat; what they
+acknowledged lives in ``__share_group_state`` (``coordinator.share.coordinator``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..group.timer import Scheduled, Timer
+from .assignor import MemberSubscription, ServingRacks, TopicPartition, assign
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+
+
+class ShareGroupState(enum.Enum):
+    """What ShareGroupDescribe and ListGroups report (Kafka's ShareGroup.ShareGroupState)."""
+    EMPTY = "Empty"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(slots=True)
+class ShareMember:
+    member_id: str
+    member_epoch: int
+    rack: str | None
+    client_id: str
+    client_host: str
+    subscribed_topics: frozenset[str]
+    assignment: frozenset[TopicPartition] = frozenset()
+    session_timer: Scheduled | None = None
+
+
+@dataclass(slots=True)
+class ShareGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ShareMember] = field(default_factory=dict)
+    # The partition count of each subscribed topic the assignment was computed for.
+    partition_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def state(self) -> ShareGroupState:
+        return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed_topics}
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack: str | None
+    subscribed_topics: tuple[str, ...] | None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    member_id: str = ""
+    member_epoch: int = -1
+    # None: unchanged since the member's last heartbeat (the response leaves it out).
+    assignment: frozenset[TopicPartition] | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMembershipSettings:
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_size: int
+
+
+class ShareGroupManager:
+    def __init__(self, settings: ShareMembershipSettings, timer: Timer,
+                 partitions_of: Callable[[str], int | None], serving_racks: ServingRacks
+                 ) -> None:
+        """``partitions_of``: a topic's partition count, None when it does not exist."""
+        self.settings = settings
+        self.timer = timer
+        self.partitions_of = partitions_of
+        self.serving_racks = serving_racks
+        self.groups: dict[str, ShareGroup] = {}
+
+    def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+        if not request.member_id:
+            return HeartbeatResult(ErrorCode.invalid_request,
+                                   message="MemberId can't be empty.")
+        group = self.groups.get(request.group_id)
+        if request.member_epoch == LEAVE_EPOCH:
+            if group is not None and request.member_id in group.members:
+                self._remove(group, request.member_id)
+            return HeartbeatResult(ErrorCode.none, request.member_id, LEAVE_EPOCH)
+        if request.member_epoch == JOIN_EPOCH:
+            if request.subscribed_topics is None:
+                return HeartbeatResult(ErrorCode.invalid_request, message=(
+                    "SubscribedTopicNames must be set in first request."))
+            group = self.groups.setdefault(request.group_id, ShareGroup(request.group_id))
+            member = group.members.get(request.member_id)
+            if member is None:
+                if len(group.members) >= self.settings.max_size:
+                    return HeartbeatResult(ErrorCode.group_max_size_reached, message=(
+                        f"The share group has reached its maximum capacity of "
+                        f"{self.settings.max_size} members."))
+                member = group.members[request.member_id] = ShareMember(
+                    request.member_id, JOIN_EPOCH, request.rack, request.client_id,
+                    request.client_host, frozenset(request.subscribed_topics))
+                group.group_epoch += 1
+        else:
+            member = group.members.get(request.member_id) if group is not None else None
+            if member is None:
+                return HeartbeatResult(ErrorCode.unknown_member_id, message=(
+                    f"Member {request.member_id} is not a member of share group "
+                    f"{request.group_id}."))
+            if request.member_epoch != member.member_epoch:
+                return HeartbeatResult(ErrorCode.fenced_member_epoch, message=(
+                    f"The share group member has a member epoch ({request.member_epoch}) "
+                    f"different from the one known by the coordinator "
+                    f"({member.member_epoch})."))
+        changed = False
+        if request.rack is not None and request.rack != member.rack:
+            member.rack, changed = request.rack, True
+        if (request.subscribed_topics is not None
+                and frozenset(request.subscribed_topics) != member.subscribed_topics):
+            member.subscribed_topics, changed = frozenset(request.subscribed_topics), True
+        if changed:
+            group.group_epoch += 1
+        known = None if request.member_epoch == JOIN_EPOCH else member.assignment
+        self._reassign_if_needed(group)
+        self._schedule_session_timeout(group, member)
+        return HeartbeatResult(
+            ErrorCode.none, member.member_id, member.member_epoch,
+            None if member.assignment == known else member.assignment)
+
+    def _reassign_if_needed(self, group: ShareGroup) -> None:
+        """A new target assignment when the group epoch moved or a subscribed topic's
+        partition count changed (created, deleted, partitions added); members take it at
+        once, as there is nothing to revoke."""
+        counts = {t: n for t in sorted(group.subscribed_topics())
+                  if (n := self.partitions_of(t)) is not None}
+        if counts != group.partition_counts and group.assignment_epoch == group.group_epoch:
+            group.group_epoch += 1
+        if group.assignment_epoch == group.group_epoch:
+            return
+        group.partition_counts = counts
+        subscriptions = {m.member_id: MemberSubscription(m.rack, m.subscribed_topics)
+                         for m in group.members.values()}
+        target = assign(subscriptions, counts, self.serving_racks)
+        for member in group.members.values():
+            member.assignment = frozenset(target.get(member.member_id, ()))
+            member.member_epoch = group.group_epoch
+        group.assignment_epoch = group.group_epoch
+
+    def _schedule_session_timeout(self, group: ShareGroup, member: ShareMember) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+        member.session_timer = self.timer.schedule(
+            self.settings.session_timeout_ms, self._expire, group.group_id, member.member_id)
+
+    def _expire(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and member_id in group.members:
+            self._remove(group, member_id)
+
+    def _remove(self, group: ShareGroup, member_id: str) -> None:
+        member = group.members.pop(member_id)
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+        group.group_epoch += 1
+        self._reassign_if_needed(group)
+
+    # -- coordinator changes ----------------------------------------------------------------
+
+    def unload(self, moved: Callable[[str], bool]) -> None:
+        """Drop the groups ``moved`` says another broker coordinates now."""
+        for group_id in [g for g in self.groups if moved(g)]:
+            for member in self.groups.pop(group_id).members.values():
+                if member.session_timer is not None:
+                    member.session_timer.cancel()
