@@ -139,8 +139,9 @@ class BrokerServices:
         """What Metadata and DescribeCluster report as the controller: the active one this
         node knows of (in combined mode a broker, so clients can reach it), else a live
         broker (every broker forwards controller requests)."""
-        leadership = self.controller_channel.connection.leadership
+        connection = self.controller_channel.connection
         live = self.image.live_brokers()
-        if leadership.known and leadership.leader_id in {b.node_id for b in live}:
-            return leadership.leader_id
+        if (connection is not None and connection.leadership.known
+                and connection.leadership.leader_id in {b.node_id for b in live}):
+            return connection.leadership.leader_id
         return live[0].node_id if live else self.config.node_id
