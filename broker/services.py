@@ -136,12 +136,9 @@ class BrokerServices:
 
     @property
     def controller_id(self) -> int:
-        """What Metadata and DescribeCluster report as the controller: the active one this
-        node knows of (in combined mode a broker, so clients can reach it), else a live
-        broker (every broker forwards controller requests)."""
-        connection = self.controller_channel.connection
+        """What Metadata and DescribeCluster report as the controller: a live broker, as
+        KRaft does (clients cannot reach controllers; every broker forwards their requests
+        to the active one). Not the active controller itself: after it dies it stays
+        registered until fenced, and a client would wait for it."""
         live = self.image.live_brokers()
-        if (connection is not None and connection.leadership.known
-                and connection.leadership.leader_id in {b.node_id for b in live}):
-            return connection.leadership.leader_id
         return live[0].node_id if live else self.config.node_id
