@@ -138,7 +138,9 @@ class BrokerServices:
     def controller_id(self) -> int:
         """What Metadata and DescribeCluster report as the controller: a live broker, as
         KRaft does (clients cannot reach controllers; every broker forwards their requests
-        to the active one). Not the active controller itself: after it dies it stays
-        registered until fenced, and a client would wait for it."""
-        live = self.image.live_brokers()
-        return live[0].node_id if live else self.config.node_id
+        to the active one) — this one, which is certainly up: a broker that died stays
+        registered (and would be named) until it is fenced, and clients wait for it."""
+        live = [b.node_id for b in self.image.live_brokers()]
+        if self.config.node_id in live or not live:
+            return self.config.node_id
+        return live[0]
