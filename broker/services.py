@@ -136,11 +136,11 @@ class BrokerServices:
 
     @property
     def controller_id(self) -> int:
-        """What Metadata and DescribeCluster report as the controller: the active one this
-        node knows of (in combined mode a broker, so clients can reach it), else a live
-        broker (every broker forwards controller requests)."""
-        leadership = self.controller_channel.connection.leadership
-        live = self.image.live_brokers()
-        if leadership.known and leadership.leader_id in {b.node_id for b in live}:
-            return leadership.leader_id
-        return live[0].node_id if live else self.config.node_id
+        """What Metadata and DescribeCluster report as the controller: a live broker, as
+        KRaft does (clients cannot reach controllers; every broker forwards their requests
+        to the active one) — this one, which is certainly up: a broker that died stays
+        registered (and would be named) until it is fenced, and clients wait for it."""
+        live = [b.node_id for b in self.image.live_brokers()]
+        if self.config.node_id in live or not live:
+            return self.config.node_id
+        return live[0]

@@ -16,7 +16,8 @@ from replication.cluster_metadata import MetadataImage
 
 NODE_FLAGS = {"--config", "--node-id", "--listener", "--advertised-listener", "--rack",
               "--data-dir", "--metrics-listener", "--listeners", "--advertised-listeners",
-              "--listener-security-protocol-map", "--inter-broker-listener-name"}
+              "--listener-security-protocol-map", "--inter-broker-listener-name",
+              "--controller-quorum-voters"}
 BROKER_ONLY_FLAGS = {"--controller", "--auto-create-topics", "--default-storage-mode",
                      "--num-partitions", "--s3-endpoint", "--s3-access-key", "--s3-secret-key",
                      "--s3-latency-profile", "--capture-trace"}
