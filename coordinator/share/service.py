@@ -2,8 +2,10 @@
 
 A share group lives where any group with its id lives: on the broker leading the group's
 partition of ``__consumer_offsets`` (``GroupCoordinator`` answers whether this broker serves
-it). A group id names one kind of group: a share heartbeat for the id of a classic or consumer
-group gets GROUP_ID_NOT_FOUND, as Kafka answers ("Group … is not a share group").
+it). The share group manager is one of the group coordinator's kinds (``kind.GroupKind``), so
+listing, unloading and deleting share groups go through the coordinator's registry, and a group
+id names one group of one kind: a share heartbeat for the id of a classic or consumer group
+gets GROUP_ID_NOT_FOUND, as Kafka answers ("Group … is not a share group").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class ShareGroups:
     def __init__(self, groups: GroupCoordinator, manager: ShareGroupManager) -> None:
         self.groups = groups
         self.manager = manager
+        groups.add_kind(manager)
 
     @property
     def heartbeat_interval_ms(self) -> int:
@@ -30,8 +33,8 @@ class ShareGroups:
         return None if error in (ErrorCode.none, ErrorCode.group_id_not_found) else error
 
     def _other_kind(self, group_id: str) -> bool:
-        """A classic or consumer group has the id (the group coordinator's kinds)."""
-        return self.groups.kind_of(group_id) is not None
+        """A classic or consumer group has the id (the group coordinator's other kinds)."""
+        return self.groups.kind_of(group_id) not in (None, self.manager)
 
     def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
         if (error := self.serving_error(request.group_id)) is not None:
@@ -60,12 +63,11 @@ class ShareGroups:
             return ErrorCode.group_id_not_found, None
         return ErrorCode.none, self.manager.groups.get(group_id)
 
-    def list(self) -> list[ShareGroup]:
-        return [g for g in self.manager.groups.values()
-                if self.serving_error(g.group_id) is None]
-
-    def on_metadata_change(self) -> None:
-        """Forget the groups of ``__consumer_offsets`` partitions no longer led here."""
-        store = self.groups.store
-        self.manager.unload(lambda group_id: not store.is_local_leader(
-            store.partition_for(group_id)))
+    def deletable_state(self, group_id: str) -> list[tuple[str, int]] | None:
+        """The share partitions whose state DeleteGroups deletes before the group itself: None
+        unless ``group_id`` is a share group that may be deleted now (an error for it, such
+        as NON_EMPTY_GROUP, comes from the group coordinator's DeleteGroups)."""
+        if (self.serving_error(group_id) is not None or not self.manager.owns(group_id)
+                or self.manager.deletion_error(group_id) is not None):
+            return None
+        return sorted(self.manager.groups[group_id].initialized)
