@@ -80,7 +80,7 @@ async def share_group_heartbeat(ctx: RequestContext, request) -> object:
         return answer(ErrorCode.invalid_request, "GroupId can't be empty.")
     joining = request.member_epoch == 0
     rack = request.rack_id or (client_az(ctx.header.client_id) if joining else None)
-    result = groups.heartbeat(Heartbeat(
+    result = await groups.heartbeat(Heartbeat(
         request.group_id, request.member_id, request.member_epoch, rack,
         request.subscribed_topic_names, ctx.header.client_id or "", _client_host(ctx)))
     if result.error != ErrorCode.none:
@@ -157,8 +157,6 @@ async def delete_share_group_state(ctx: RequestContext, group_ids: list[str]
                                         for key in keys))
         if (error := next((e for e in errors if e != ErrorCode.none), None)) is not None:
             failed[group_id] = error
-        elif partitions:
-            share.groups.manager.state_deleted(group_id, partitions)
     return failed
 
 
@@ -492,10 +490,10 @@ async def alter_share_group_offsets(ctx: RequestContext, request) -> object:
     error = _empty_group_error(ctx, request.group_id, AclOperation.READ)
     topics = []
     if error is None:
-        _share(ctx).groups.manager.start_offsets_set(request.group_id, (
+        error = await _share(ctx).groups.start_offsets_set(request.group_id, [
             (t.topic_name, p.partition_index) for t in request.topics for p in t.partitions
             if t.topic_name in image.topics
-            and p.partition_index in image.topics[t.topic_name].partitions))
+            and p.partition_index in image.topics[t.topic_name].partitions])
     for topic in request.topics if error is None else ():
         info = image.topics.get(topic.topic_name)
         entries = []

@@ -138,9 +138,11 @@ class GroupCoordinator:
         classic = self.classic.group_or_new(group_id)
         classic.offsets, classic.pending_offsets = group.offsets, group.pending_offsets
         log.info("group %s downgraded from the consumer to the classic protocol", group_id)
-        return await self._append(group_id, tombstones)
+        return await self.append_group_records(group_id, tombstones)
 
-    async def _append(self, group_id: str, records: list[LogRecord]) -> ErrorCode | None:
+    async def append_group_records(self, group_id: str, records: list[LogRecord]
+                                   ) -> ErrorCode | None:
+        """Write records of a group to its partition; the error if that failed."""
         try:
             await self.store.append(self.store.partition_for(group_id), records,
                                     self.timer.now_ms())

@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from ..coordinator_log import LogRecord
 from ..group.kind import ListedGroup
+from . import group_records
 from ..group.timer import Scheduled, Timer
 from .assignor import MemberSubscription, ServingRacks, TopicPartition, assign
 
@@ -70,6 +71,8 @@ class ShareGroup:
     # ever assigned to a member or given a start offset (AlterShareGroupOffsets). Deleting
     # the group deletes their state.
     initialized: set[TopicPartition] = field(default_factory=set)
+    # What the group's record in __consumer_offsets (``group_records``) says of them.
+    recorded: frozenset[TopicPartition] = frozenset()
 
     @property
     def state(self) -> ShareGroupState:
@@ -208,15 +211,13 @@ class ShareGroupManager:
         group.group_epoch += 1
         self._reassign_if_needed(group)
 
-    def start_offsets_set(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+    def start_offsets_set(self, group_id: str, partitions: Iterable[TopicPartition]
+                          ) -> ShareGroup:
         """AlterShareGroupOffsets gave these share partitions state: the group exists (empty,
         as Kafka creates it) and deleting it deletes that state."""
-        self.groups.setdefault(group_id, ShareGroup(group_id)).initialized.update(partitions)
-
-    def state_deleted(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
-        """DeleteShareGroupOffsets deleted these share partitions' state."""
-        if (group := self.groups.get(group_id)) is not None:
-            group.initialized.difference_update(partitions)
+        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        group.initialized.update(partitions)
+        return group
 
     # -- the group kind (``coordinator.group.kind.GroupKind``) ----------------------------------
 
@@ -230,8 +231,11 @@ class ShareGroupManager:
                 for g in self.groups.values()]
 
     def restore(self, loaded: LoadedPartition) -> None:
-        """Nothing: share groups write no records to ``__consumer_offsets`` (membership is
-        kept in memory, module docstring)."""
+        """The groups a loaded partition's records name come back empty, with the share
+        partitions they have state for (membership is not written, module docstring)."""
+        for group_id, partitions in loaded.share_groups.items():
+            self.groups[group_id] = ShareGroup(group_id, initialized=set(partitions),
+                                               recorded=frozenset(partitions))
 
     def unload_partition(self, partition: int) -> None:
         for group_id in [g for g in self.groups if self.offsets_partition_of(g) == partition]:
@@ -244,7 +248,7 @@ class ShareGroupManager:
         """Forget an empty group; its share partitions' state is deleted first, by the
         share partitions' owners (``broker.handlers.share.delete_share_group_state``)."""
         self._drop(group_id)
-        return []
+        return [group_records.tombstone(group_id)]
 
     def _drop(self, group_id: str) -> None:
         for member in self.groups.pop(group_id).members.values():

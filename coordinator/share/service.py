@@ -13,6 +13,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..group.service import GroupCoordinator
+from . import group_records
 from .membership import Heartbeat, HeartbeatResult, ShareGroup, ShareGroupManager
 
 
@@ -36,13 +37,44 @@ class ShareGroups:
         """A classic or consumer group has the id (the group coordinator's other kinds)."""
         return self.groups.kind_of(group_id) not in (None, self.manager)
 
-    def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
+    async def heartbeat(self, request: Heartbeat) -> HeartbeatResult:
         if (error := self.serving_error(request.group_id)) is not None:
             return HeartbeatResult(error)
         if self._other_kind(request.group_id):
             return HeartbeatResult(ErrorCode.group_id_not_found, message=(
                 f"Group {request.group_id} is not a share group."))
-        return self.manager.heartbeat(request)
+        result = self.manager.heartbeat(request)
+        group = self.manager.groups.get(request.group_id)
+        if group is not None and group.initialized != group.recorded:
+            # Written before the member hears of its new partitions: state created for them
+            # must be found when the group is deleted, by whichever broker coordinates it.
+            if (error := await self._write_state_partitions(group)) is not None:
+                return HeartbeatResult(error)
+        return result
+
+    async def start_offsets_set(self, group_id: str, partitions: list[tuple[str, int]]
+                                ) -> ErrorCode | None:
+        """AlterShareGroupOffsets is about to give these share partitions state."""
+        group = self.manager.start_offsets_set(group_id, partitions)
+        if group.initialized == group.recorded:
+            return None
+        return await self._write_state_partitions(group)
+
+    async def _write_state_partitions(self, group: ShareGroup) -> ErrorCode | None:
+        """The group's record names every share partition it has now (a failed write is
+        made again by the next heartbeat)."""
+        initialized = frozenset(group.initialized)
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in initialized:
+            by_topic.setdefault(topic, []).append(partition)
+        # A deleted topic's state cannot be named by its id any more; it goes with the topic.
+        topics = [(info.topic_id, name, partitions) for name, partitions in by_topic.items()
+                  if (info := self.groups.topics.topic(name)) is not None]
+        error = await self.groups.append_group_records(group.group_id, [
+            group_records.state_partitions_record(group.group_id, topics)])
+        if error is None:
+            group.recorded = initialized
+        return error
 
     def describe(self, group_id: str) -> tuple[ErrorCode, ShareGroup | None, str | None]:
         if (error := self.serving_error(group_id)) is not None:

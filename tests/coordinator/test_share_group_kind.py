@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.group.classic import JoinRequest
 from coordinator.group.consumer import HeartbeatRequest
 from coordinator.group.offsets import OffsetCommit
+from coordinator.group.rack_aware import SubscribedTopic
 from coordinator.group.service import GroupCoordinator
 from coordinator.group.timer import ManualTimer
 from coordinator.group_config import GroupConfig
@@ -32,10 +33,28 @@ from coordinator.share.share_partition import AcknowledgeType, AcknowledgementBa
 from support.coordinators import MemoryCoordinatorLog
 
 
-@pytest.fixture
-async def share_groups() -> ShareGroups:
-    store, timer = MemoryCoordinatorLog(), ManualTimer()
-    groups = GroupCoordinator(GroupConfig(), store, timer)
+TOPICS = {name: SubscribedTopic(uuid.UUID(int=i + 1), name, (frozenset(), frozenset()))
+          for i, name in enumerate(("t", "u"))}
+
+
+class FixedTopics:
+    def version(self):
+        return 0
+
+    def topic_names(self):
+        return TOPICS.keys()
+
+    def topic(self, name):
+        return TOPICS.get(name)
+
+    def topic_by_id(self, topic_id):
+        return next((t for t in TOPICS.values() if t.topic_id == topic_id), None)
+
+
+async def started(store: MemoryCoordinatorLog) -> ShareGroups:
+    """A group coordinator with share groups over ``store``, done loading."""
+    timer = ManualTimer()
+    groups = GroupCoordinator(GroupConfig(), store, timer, FixedTopics())
     manager = ShareGroupManager(
         ShareMembershipSettings(session_timeout_ms=45_000, heartbeat_interval_ms=5000,
                                 max_size=10),
@@ -47,12 +66,18 @@ async def share_groups() -> ShareGroups:
         if not groups.loader.is_loading:
             break
         await asyncio.sleep(0)
+    return share
+
+
+@pytest.fixture
+async def share_groups() -> ShareGroups:
+    share = await started(MemoryCoordinatorLog())
     yield share
-    await groups.stop()
+    await share.groups.stop()
 
 
-def share_join(share: ShareGroups, group_id: str, member_id: str):
-    return share.heartbeat(Heartbeat(group_id, member_id, 0, None, ("t",)))
+async def share_join(share: ShareGroups, group_id: str, member_id: str):
+    return await share.heartbeat(Heartbeat(group_id, member_id, 0, None, ("t",)))
 
 
 def consumer_heartbeat(group_id: str) -> HeartbeatRequest:
@@ -70,7 +95,7 @@ def classic_join(group_id: str) -> JoinRequest:
 
 async def test_a_group_id_names_one_group_of_one_kind(share_groups: ShareGroups):
     share, coordinator = share_groups, share_groups.groups
-    assert share_join(share, "queue", "m1").error == ErrorCode.none
+    assert (await share_join(share, "queue", "m1")).error == ErrorCode.none
     assert coordinator.kind_of("queue") is share.manager
     # Kafka's answers for the other protocols on a share group's id.
     assert (await coordinator.join_group(classic_join("queue"))).error \
@@ -84,7 +109,7 @@ async def test_a_group_id_names_one_group_of_one_kind(share_groups: ShareGroups)
     # ... and the share protocol on a consumer group's id.
     assert (await coordinator.consumer_group_heartbeat(consumer_heartbeat("orders"))).error \
         == ErrorCode.none
-    assert share_join(share, "orders", "m1").error == ErrorCode.group_id_not_found
+    assert (await share_join(share, "orders", "m1")).error == ErrorCode.group_id_not_found
     error, listed = coordinator.list_groups()
     assert error == ErrorCode.none
     assert {(g.group_id, g.group_type) for g in listed} == {("queue", "share"),
@@ -95,13 +120,13 @@ async def test_a_group_id_names_one_group_of_one_kind(share_groups: ShareGroups)
 async def test_deleting_a_share_group_names_its_state_and_waits_for_it_to_be_empty(
         share_groups: ShareGroups):
     share, coordinator = share_groups, share_groups.groups
-    share_join(share, "queue", "m1")
+    await share_join(share, "queue", "m1")
     assert share.deletable_state("queue") is None
     assert await coordinator.delete_groups(["queue"]) == {"queue": ErrorCode.non_empty_group}
-    share.heartbeat(Heartbeat("queue", "m1", LEAVE_EPOCH, None, None))
+    await share.heartbeat(Heartbeat("queue", "m1", LEAVE_EPOCH, None, None))
     # Partitions once assigned keep their state after the members are gone; so do those
     # given a start offset by AlterShareGroupOffsets.
-    share.manager.start_offsets_set("queue", [("u", 3)])
+    assert await share.start_offsets_set("queue", [("u", 3)]) is None
     assert share.deletable_state("queue") == [("t", 0), ("t", 1), ("u", 3)]
     assert await coordinator.delete_groups(["queue"]) == {"queue": ErrorCode.none}
     assert coordinator.kind_of("queue") is None
@@ -111,9 +136,30 @@ async def test_deleting_a_share_group_names_its_state_and_waits_for_it_to_be_emp
         == ErrorCode.none
 
 
+async def test_an_empty_share_group_outlives_its_coordinator_until_deleted():
+    """The share partitions a group has state for are in its record in __consumer_offsets:
+    the next coordinator has the (empty) group, lists it, and deleting it names them."""
+    store = MemoryCoordinatorLog()
+    first = await started(store)
+    await share_join(first, "queue", "m1")
+    await first.start_offsets_set("queue", [("u", 1)])
+    await first.groups.stop()  # the member's broker goes away: membership with it
+
+    second = await started(store)
+    assert [(g.group_id, g.group_type, g.state) for g in second.groups.list_groups()[1]] \
+        == [("queue", "share", "Empty")]
+    assert second.deletable_state("queue") == [("t", 0), ("t", 1), ("u", 1)]
+    assert await second.groups.delete_groups(["queue"]) == {"queue": ErrorCode.none}
+    await second.groups.stop()
+
+    third = await started(store)
+    assert third.groups.list_groups()[1] == []
+    await third.groups.stop()
+
+
 async def test_share_groups_leave_with_their_offsets_partition(share_groups: ShareGroups):
     share, coordinator = share_groups, share_groups.groups
-    share_join(share, "queue", "m1")
+    await share_join(share, "queue", "m1")
     partition = coordinator.store.partition_for("queue")
     coordinator.store.led.discard(partition)
     coordinator.on_metadata_change()
