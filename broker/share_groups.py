@@ -45,8 +45,8 @@ class ShareGroupParts:
         await self.coordinator.stop()
 
     def on_metadata_change(self) -> None:
+        # Share groups themselves follow the group coordinator's partitions (its registry).
         self.coordinator.on_metadata_change()
-        self.groups.on_metadata_change()
 
 
 def share_config(config: BrokerConfig) -> ShareGroupConfig:
@@ -74,7 +74,8 @@ def share_group_parts(config: BrokerConfig, image: MetadataImage, replicas: Repl
     manager = ShareGroupManager(
         ShareMembershipSettings(settings.session_timeout_ms, settings.heartbeat_interval_ms,
                                 settings.max_size),
-        timer, _partition_count(image), _serving_racks(image, replicas))
+        timer, _partition_count(image), _serving_racks(image, replicas),
+        group_coordinator.store.partition_for)
     owners = ShareOwners(config.node_id, coordinator, store,
                          lambda host, port, body, timeout_s: nodes.connection(
                              host, port, "share-partitions").call(

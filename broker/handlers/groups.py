@@ -22,7 +22,7 @@ from replication.acls import AclOperation, ResourceType
 
 from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
 from .registry import RequestContext, handles
-from .share import listed_share_groups
+from .share import delete_share_group_state
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -339,7 +339,7 @@ async def offset_fetch(ctx: RequestContext, request) -> object:
 
 @handles(ApiKey.LIST_GROUPS)
 async def list_groups(ctx: RequestContext, request) -> object:
-    # v4+ filters by state, v5+ by type (classic, consumer); both case-insensitive, as
+    # v4+ filters by state, v5+ by type (classic, consumer, share); both case-insensitive, as
     # Kafka's parsers are.
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
@@ -353,7 +353,6 @@ async def list_groups(ctx: RequestContext, request) -> object:
     listed = [ctx.response("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
                            group_state=g.state, group_type=g.group_type)
               for g in groups]
-    listed += listed_share_groups(ctx, states, types)  # KIP-932, broker/handlers/share.py
     return ctx.response("ListGroupsResponse", throttle_time=0, error_code=error,
                         groups=tuple(listed))
 
@@ -397,9 +396,12 @@ def _describe(ctx: RequestContext, group_id: str, operations: int) -> object:
 @handles(ApiKey.DELETE_GROUPS)
 async def delete_groups(ctx: RequestContext, request) -> object:
     denied = denied_names(ctx, AclOperation.DELETE, ResourceType.GROUP, request.groups_names)
+    permitted = [group_id for group_id in request.groups_names if group_id not in denied]
+    # Empty share groups' share-partition state goes first (KIP-932), then the groups.
+    state_left = await delete_share_group_state(ctx, permitted)
     results = await _coordinator(ctx).delete_groups(
-        [group_id for group_id in request.groups_names if group_id not in denied])
-    results |= dict.fromkeys(denied, ErrorCode.group_authorization_failed)
+        [group_id for group_id in permitted if group_id not in state_left])
+    results |= state_left | dict.fromkeys(denied, ErrorCode.group_authorization_failed)
     return ctx.response("DeleteGroupsResponse", throttle_time=0, results=tuple(
         ctx.response("DeletableGroupResult", group_id=group_id, error_code=error)
         for group_id, error in results.items()))

@@ -33,7 +33,7 @@ from replication.partition import PartitionError, wait_for_any_change
 from storage.log import KafkaStorageError, RecordsLost
 
 from ..client_az import client_az
-from ..security.authorize import OMITTED, allowed, authorized_operations, denied_names
+from ..security.authorize import OMITTED, allowed, authorized_operations
 from ..share_groups import ShareGroupParts
 from ..share_owners import serve_remote_call
 from ..share_sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSessionError
@@ -80,7 +80,7 @@ async def share_group_heartbeat(ctx: RequestContext, request) -> object:
         return answer(ErrorCode.invalid_request, "GroupId can't be empty.")
     joining = request.member_epoch == 0
     rack = request.rack_id or (client_az(ctx.header.client_id) if joining else None)
-    result = groups.heartbeat(Heartbeat(
+    result = await groups.heartbeat(Heartbeat(
         request.group_id, request.member_id, request.member_epoch, rack,
         request.subscribed_topic_names, ctx.header.client_id or "", _client_host(ctx)))
     if result.error != ErrorCode.none:
@@ -137,24 +137,27 @@ async def share_group_describe(ctx: RequestContext, request) -> object:
     return ctx.response("ShareGroupDescribeResponse", throttle_time=0, groups=tuple(described))
 
 
-SHARE_GROUP_TYPE = "share"
-
-
-def listed_share_groups(ctx: RequestContext, states: set[str], types: set[str]) -> list:
-    """ListGroups' entries of the share groups this broker coordinates (v5+ names their type;
-    ``states`` and ``types``: the request's lower-cased filters, empty for all)."""
+async def delete_share_group_state(ctx: RequestContext, group_ids: list[str]
+                                   ) -> dict[str, ErrorCode]:
+    """DeleteGroups' first step for share groups (Kafka deletes a share group's state, then
+    the group): the state in ``__share_group_state`` of every share partition the empty
+    group has, deleted by each partition's owner. The groups whose state could not be
+    deleted, with the error; DeleteGroups leaves them in place."""
     share = _share(ctx)
-    if share is None or (types and SHARE_GROUP_TYPE not in types):
-        return []
-    groups = [g for g in share.groups.list()
-              if not states or g.state.value.lower() in states]
-    if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
-                              (g.group_id for g in groups))
-        groups = [g for g in groups if g.group_id not in denied]
-    return [ctx.response("ListedGroup", group_id=g.group_id, protocol_type=SHARE_GROUP_TYPE,
-                         group_state=g.state.value, group_type=SHARE_GROUP_TYPE)
-            for g in groups]
+    if share is None:
+        return {}
+    image = ctx.services.image
+    failed: dict[str, ErrorCode] = {}
+    for group_id in group_ids:
+        partitions = share.groups.deletable_state(group_id)
+        # A deleted topic's state cannot be named by its id any more; it goes with the topic.
+        keys = [SharePartitionKey(group_id, image.topics[topic].topic_id, index)
+                for topic, index in partitions or () if topic in image.topics]
+        errors = await asyncio.gather(*(share.owners.delete_state(key, OWNER_CALL_TIMEOUT_S)
+                                        for key in keys))
+        if (error := next((e for e in errors if e != ErrorCode.none), None)) is not None:
+            failed[group_id] = error
+    return failed
 
 
 # --- ShareFetch and ShareAcknowledge ----------------------------------------------------------
@@ -486,6 +489,11 @@ async def alter_share_group_offsets(ctx: RequestContext, request) -> object:
     image = ctx.services.image
     error = _empty_group_error(ctx, request.group_id, AclOperation.READ)
     topics = []
+    if error is None:
+        error = await _share(ctx).groups.start_offsets_set(request.group_id, [
+            (t.topic_name, p.partition_index) for t in request.topics for p in t.partitions
+            if t.topic_name in image.topics
+            and p.partition_index in image.topics[t.topic_name].partitions])
     for topic in request.topics if error is None else ():
         info = image.topics.get(topic.topic_name)
         entries = []

@@ -18,6 +18,7 @@ from protocol.records import NO_PRODUCER_ID
 from ..coordinator_log import CoordinatorLog, LoggedMarker, LoggedRecord
 from ..partition_loader import replay_into
 from ..record_format import RecordReader
+from ..share import group_records as share_group_records
 from . import consumer_records
 from .consumer_records import LoadedConsumerGroups
 from .records import (
@@ -47,6 +48,8 @@ class LoadedPartition:
     # Offsets of transactions without a marker yet, by producer id.
     pending: dict[int, dict[OffsetSlot, CommittedOffset]] = field(default_factory=dict)
     consumer_groups: LoadedConsumerGroups = field(default_factory=LoadedConsumerGroups)
+    # Share groups (KIP-932): the share partitions each has state for.
+    share_groups: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     next_offset: int = 0
 
     def apply(self, offset: int, record: LoggedRecord | LoggedMarker) -> None:
@@ -60,6 +63,14 @@ class LoadedPartition:
             if version in consumer_records.KEY_VERSIONS:
                 self.consumer_groups.apply(consumer_records.decode_key(version, reader),
                                            record.value)
+                return
+            if version in share_group_records.KEY_VERSIONS:
+                group_id = share_group_records.decode_group_id(reader)
+                if record.value is None:
+                    self.share_groups.pop(group_id, None)
+                else:
+                    self.share_groups[group_id] = share_group_records.decode_state_partitions(
+                        record.value)
                 return
             decoded = decode_key(record.key or b"")
             if isinstance(decoded, OffsetKey):
@@ -94,7 +105,8 @@ class LoadedPartition:
 async def replay(topic_log: CoordinatorLog, partition: int) -> LoadedPartition:
     """The partition's records, replayed from its start."""
     loaded = await replay_into(topic_log, partition, LoadedPartition(partition))
-    groups = len(loaded.groups) + len(loaded.consumer_groups.groups)
+    groups = (len(loaded.groups) + len(loaded.consumer_groups.groups)
+              + len(loaded.share_groups))
     if groups or loaded.offsets:
         log.info("loaded %d groups and %d offsets of __consumer_offsets-%d", groups,
                  len(loaded.offsets), partition)

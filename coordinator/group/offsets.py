@@ -242,6 +242,8 @@ class OffsetManager:
         records = [LogRecord(encode_offset_key(OffsetKey(group_id, topic, index)), None)
                    for topic, index in partitions]
         records += group_tombstones
+        if not records:
+            return None  # a share group with no offsets: nothing of it in the log
         try:
             await self.topic_log.append(self.topic_log.partition_for(group_id), records,
                                           self.timer.now_ms())

@@ -7,8 +7,8 @@ that runs it: ``classic`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), ``consu
 OffsetFetch, OffsetDelete, and the transaction markers that decide transactional commits).
 ``loader`` follows leadership of the partitions.
 
-The group kinds (``kind.GroupKind``: classic, consumer) sit in one registry, ``kinds``: a
-group id belongs to one of them, and listing, loading, unloading and deleting go through
+The group kinds (``kind.GroupKind``: classic, consumer, and share groups once the broker
+adds them with ``add_kind``) sit in one registry, ``kinds``: a group id belongs to one of them, and listing, loading, unloading and deleting go through
 it, so another kind plugs in by joining it. An empty group changes kind when a member of
 the other protocol arrives, keeping its offsets (Kafka's upgrade and downgrade of empty
 groups). The writes it starts in the background finish before ``stop`` returns.
@@ -57,6 +57,11 @@ class GroupCoordinator:
             OFFSETS_TOPIC, store, self._spawn, lambda partition: replay(store, partition),
             self._on_loaded, self._unload)
 
+    def add_kind(self, kind: GroupKind) -> None:
+        """A kind built outside the coordinator (KIP-932 share groups, which need the broker's
+        view of racks) joins the registry."""
+        self.kinds += (kind,)
+
     @property
     def groups(self) -> dict[str, Group]:
         return self.classic.groups
@@ -92,6 +97,11 @@ class GroupCoordinator:
     def kind_of(self, group_id: str) -> GroupKind | None:
         return next((kind for kind in self.kinds if kind.owns(group_id)), None)
 
+    def _keeps_no_offsets(self, group_id: str) -> bool:
+        """A group of a kind other than classic and consumer (a share group) has the id:
+        KIP-848 heartbeats and offset commits for it get GROUP_ID_NOT_FOUND, as Kafka's."""
+        return self.kind_of(group_id) not in (None, self.classic, self.consumer)
+
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.ensure_future(coroutine)
         self._background.add(task)
@@ -108,8 +118,11 @@ class GroupCoordinator:
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
         error = self._group_error(request.group_id)
-        if error is None and self.consumer.owns(request.group_id):
+        kind = self.kind_of(request.group_id) if error is None else None
+        if kind is self.consumer:
             error = await self._downgrade(request.group_id)
+        elif kind not in (None, self.classic):
+            error = ErrorCode.inconsistent_group_protocol  # a share group's id, as Kafka
         if error is not None:
             return JoinResult(error, request.member_id)
         return await self.classic.join_group(request)
@@ -125,9 +138,11 @@ class GroupCoordinator:
         classic = self.classic.group_or_new(group_id)
         classic.offsets, classic.pending_offsets = group.offsets, group.pending_offsets
         log.info("group %s downgraded from the consumer to the classic protocol", group_id)
-        return await self._append(group_id, tombstones)
+        return await self.append_group_records(group_id, tombstones)
 
-    async def _append(self, group_id: str, records: list[LogRecord]) -> ErrorCode | None:
+    async def append_group_records(self, group_id: str, records: list[LogRecord]
+                                   ) -> ErrorCode | None:
+        """Write records of a group to its partition; the error if that failed."""
         try:
             await self.store.append(self.store.partition_for(group_id), records,
                                     self.timer.now_ms())
@@ -142,6 +157,9 @@ class GroupCoordinator:
         error = self._group_error(request.group_id)
         if error is not None:
             return HeartbeatResult(error)
+        if self._keeps_no_offsets(request.group_id):
+            return HeartbeatResult(ErrorCode.group_id_not_found,
+                                   f"Group {request.group_id} is not a consumer group.")
         classic = self.classic.groups.get(request.group_id)
         if classic is None:
             return await self.consumer.heartbeat(request)
@@ -200,6 +218,8 @@ class GroupCoordinator:
         """OffsetCommit, or with ``transaction`` TxnOffsetCommit: then the offsets are
         pending until ``complete_transaction``."""
         error = self._group_error(group_id)
+        if error is None and self._keeps_no_offsets(group_id):
+            error = ErrorCode.group_id_not_found
         if error is not None:
             return dict.fromkeys(offsets, error)
         return await self.offsets.commit_offsets(group_id, generation_id, member_id,

@@ -19,16 +19,25 @@ acknowledged lives in ``__share_group_state`` (``coordinator.share.coordinator``
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from ..coordinator_log import LogRecord
+from ..group.kind import ListedGroup
+from . import group_records
 from ..group.timer import Scheduled, Timer
 from .assignor import MemberSubscription, ServingRacks, TopicPartition, assign
 
+if TYPE_CHECKING:
+    from ..group.loader import LoadedPartition
+
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
+# ListGroups' group type and protocol type of share groups.
+SHARE_GROUP_TYPE = "share"
 
 
 class ShareGroupState(enum.Enum):
@@ -58,6 +67,12 @@ class ShareGroup:
     members: dict[str, ShareMember] = field(default_factory=dict)
     # The partition count of each subscribed topic the assignment was computed for.
     partition_counts: dict[str, int] = field(default_factory=dict)
+    # Every share partition the group may have state for in __share_group_state: each one
+    # ever assigned to a member or given a start offset (AlterShareGroupOffsets). Deleting
+    # the group deletes their state.
+    initialized: set[TopicPartition] = field(default_factory=set)
+    # What the group's record in __consumer_offsets (``group_records``) says of them.
+    recorded: frozenset[TopicPartition] = frozenset()
 
     @property
     def state(self) -> ShareGroupState:
@@ -97,10 +112,12 @@ class ShareMembershipSettings:
 
 class ShareGroupManager:
     def __init__(self, settings: ShareMembershipSettings, timer: Timer,
-                 partitions_of: Callable[[str], int | None], serving_racks: ServingRacks
-                 ) -> None:
-        """``partitions_of``: a topic's partition count, None when it does not exist."""
+                 partitions_of: Callable[[str], int | None], serving_racks: ServingRacks,
+                 offsets_partition_of: Callable[[str], int]) -> None:
+        """``partitions_of``: a topic's partition count, None when it does not exist;
+        ``offsets_partition_of``: the partition of ``__consumer_offsets`` of a group id."""
         self.settings = settings
+        self.offsets_partition_of = offsets_partition_of
         self.timer = timer
         self.partitions_of = partitions_of
         self.serving_racks = serving_racks
@@ -173,6 +190,7 @@ class ShareGroupManager:
         for member in group.members.values():
             member.assignment = frozenset(target.get(member.member_id, ()))
             member.member_epoch = group.group_epoch
+            group.initialized |= member.assignment
         group.assignment_epoch = group.group_epoch
 
     def _schedule_session_timeout(self, group: ShareGroup, member: ShareMember) -> None:
@@ -193,11 +211,46 @@ class ShareGroupManager:
         group.group_epoch += 1
         self._reassign_if_needed(group)
 
-    # -- coordinator changes ----------------------------------------------------------------
+    def start_offsets_set(self, group_id: str, partitions: Iterable[TopicPartition]
+                          ) -> ShareGroup:
+        """AlterShareGroupOffsets gave these share partitions state: the group exists (empty,
+        as Kafka creates it) and deleting it deletes that state."""
+        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        group.initialized.update(partitions)
+        return group
 
-    def unload(self, moved: Callable[[str], bool]) -> None:
-        """Drop the groups ``moved`` says another broker coordinates now."""
-        for group_id in [g for g in self.groups if moved(g)]:
-            for member in self.groups.pop(group_id).members.values():
-                if member.session_timer is not None:
-                    member.session_timer.cancel()
+    # -- the group kind (``coordinator.group.kind.GroupKind``) ----------------------------------
+
+    group_type = SHARE_GROUP_TYPE
+
+    def owns(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def listed(self) -> Iterable[ListedGroup]:
+        return [ListedGroup(g.group_id, SHARE_GROUP_TYPE, SHARE_GROUP_TYPE, g.state.value)
+                for g in self.groups.values()]
+
+    def restore(self, loaded: LoadedPartition) -> None:
+        """The groups a loaded partition's records name come back empty, with the share
+        partitions they have state for (membership is not written, module docstring)."""
+        for group_id, partitions in loaded.share_groups.items():
+            self.groups[group_id] = ShareGroup(group_id, initialized=set(partitions),
+                                               recorded=frozenset(partitions))
+
+    def unload_partition(self, partition: int) -> None:
+        for group_id in [g for g in self.groups if self.offsets_partition_of(g) == partition]:
+            self._drop(group_id)
+
+    def deletion_error(self, group_id: str) -> ErrorCode | None:
+        return ErrorCode.non_empty_group if self.groups[group_id].members else None
+
+    def delete(self, group_id: str) -> list[LogRecord]:
+        """Forget an empty group; its share partitions' state is deleted first, by the
+        share partitions' owners (``broker.handlers.share.delete_share_group_state``)."""
+        self._drop(group_id)
+        return [group_records.tombstone(group_id)]
+
+    def _drop(self, group_id: str) -> None:
+        for member in self.groups.pop(group_id).members.values():
+            if member.session_timer is not None:
+                member.session_timer.cancel()

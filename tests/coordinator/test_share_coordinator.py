@@ -171,7 +171,7 @@ def manager(clock, partitions: int = 2) -> ShareGroupManager:
     return ShareGroupManager(ShareMembershipSettings(session_timeout_ms=500,
                                                      heartbeat_interval_ms=100, max_size=3),
                              clock.timer, lambda topic: partitions if topic == "t" else None,
-                             lambda topic, partition: None)
+                             lambda topic, partition: None, lambda group_id: 0)
 
 
 def join(groups: ShareGroupManager, member: str, topics=("t",)):

@@ -66,6 +66,8 @@ class MemoryCoordinatorLog(CoordinatorLog):
     async def append(self, partition: int, records: Sequence[LogRecord], timestamp_ms: int,
                      transaction: TxnProducer | None = None) -> int:
         await asyncio.sleep(0)  # the write is asynchronous, as the replicated one is
+        # As the real log: a batch holds at least one record.
+        assert records, "append of no records"
         if self.failure is not None:
             raise CoordinatorLogError(self.failure, "injected")
         log = self.logs[partition]

@@ -10,7 +10,11 @@ locks, 3 deliveries at most) serves the three modes, each scenario on a topic of
   leader of its ``__share_group_state`` partition), loses no acknowledgement: no record
   whose ACCEPT the broker confirmed is delivered again, and every record is accepted
   (or its acknowledgement's answer was lost with the killed broker);
-- bad input gets Kafka's error codes (raw requests).
+- DeleteGroups (confluent-kafka's AdminClient) refuses a share group with members and deletes
+  an empty one with its share-partition state: a new member starts from
+  ``share.auto.offset.reset`` again;
+- bad input gets Kafka's error codes (raw requests), the other group protocols on a share
+  group's id included.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
@@ -249,6 +253,34 @@ def test_kill_9_loses_no_acknowledged_state(cluster, topic_name, group, mode, ki
         member.close()
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_deleting_a_share_group_deletes_its_state(cluster, topic_name, group, mode):
+    cluster.create_topic(topic_name, mode, partitions=1)
+    sent = values(20)
+    cluster.produce(topic_name, sent, partitions=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    first = ShareMember(cluster.bootstrap, group, topic_name, "first").start()
+    try:
+        assert wait_for(lambda: set(first.values()) == set(sent), 60)
+        with pytest.raises(KafkaException) as refused:
+            admin.delete_consumer_groups([group])[group].result(30)
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    finally:
+        first.close()
+    assert wait_for(lambda: not _described(cluster, group).members, 60)
+    admin.delete_consumer_groups([group])[group].result(30)
+    assert _described(cluster, group).error_code == ErrorCode.group_id_not_found
+    # Its acknowledgements went with it: a new member of a group of that name starts from
+    # share.auto.offset.reset (earliest here), every record a first delivery again.
+    second = ShareMember(cluster.bootstrap, group, topic_name, "second").start()
+    try:
+        assert wait_for(lambda: set(second.values()) == set(sent), 60)
+        assert all(d.delivery_count == 1 for d in second.deliveries)
+        assert sorted(second.values()) == sorted(sent)
+    finally:
+        second.close()
+
+
 # --- bad input ------------------------------------------------------------------------------------
 
 def _coordinator_socket(cluster: ShareCluster, group: str):
@@ -303,6 +335,20 @@ def test_bad_share_group_input_gets_kafkas_error_codes(cluster, topic_name, grou
             return [(g.group_id, g.group_type) for g in response.groups]
         assert (group, "share") in listed() and (group, "share") in listed("share")
         assert listed("no-such-type") == [] and (group, "share") not in listed("classic")
+
+        # The other protocols on a share group's id: Kafka's answers.
+        assert call(sock, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, entity(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, "ConsumerGroupHeartbeatRequest", group_id=group,
+            member_id=str(uuid.uuid4()), member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout=300_000, subscribed_topic_names=(topic_name,),
+            subscribed_topic_regex=None, server_assignor=None, topic_partitions=())
+        ).error_code == ErrorCode.group_id_not_found
+        assert call(sock, ApiKey.JOIN_GROUP, 5, entity(
+            ApiKey.JOIN_GROUP, 5, "JoinGroupRequest", group_id=group, session_timeout=10_000,
+            rebalance_timeout=10_000, member_id="", group_instance_id=None,
+            protocol_type="consumer", protocols=(entity(
+                ApiKey.JOIN_GROUP, 5, "JoinGroupRequestProtocol", name="range",
+                metadata=b""),))).error_code == ErrorCode.inconsistent_group_protocol
 
         # A classic group's id is not a share group's (Kafka: GROUP_ID_NOT_FOUND).
         classic = next(g for g in (f"classic-{i}" for i in range(1000))
