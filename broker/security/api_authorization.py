@@ -289,6 +289,11 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     )),
     ApiKey.ALTER_PARTITION: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
     ApiKey.FETCH_SNAPSHOT: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
+    # The controller quorum's (KIP-595): voters only, like Kafka's controller listener.
+    ApiKey.VOTE: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
+    ApiKey.BEGIN_QUORUM_EPOCH: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
+    ApiKey.END_QUORUM_EPOCH: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
+    ApiKey.DESCRIBE_QUORUM: _cluster_only(Op.DESCRIBE),
     ApiKey.DESCRIBE_CLUSTER: ApiAuthorization((), note=(
         "Open to every client on a broker; include_cluster_authorized_operations: the "
         "cluster's authorized operations if DESCRIBE on the cluster is allowed, else 0. "
