@@ -1,5 +1,5 @@
 """Network partitions of a cluster whose AZs are network namespaces (`kipper cluster up
---netns`; cuts are the relay's drop rules, broker/az_partition.py). Root only. About 3
+--netns`; cuts are the relay's drop rules, broker/az_partition.py). Root only. About 2.5
 minutes: one 3-broker cluster (az1..az3; brokers 0-2, one per AZ, are also the three voters
 of the controller quorum) for the five scenarios, run in order, each healed before the next
 (each ~15-20 s, the start ~40-60 s).
