@@ -272,8 +272,7 @@ def test_active_controller_az_cut_off(cluster, topic_name):
     log_start = cluster.log_size()
     writer = writer_in(cluster, writer_az, topic_name)
     with cut_for_a_while(cluster, az_partition.cut_az, az) as window:
-        # Asked of the new leader only: another broker forwards DescribeQuorum, and in the
-        # cut its forwards may wait on the old controller.
+        # Asked of the new leader itself: it answers once it is the active controller.
         after = wait_until(lambda: next(
             (view for node in majority_side
              if (view := describe_quorum(cluster.broker(node)["address"])) is not None
@@ -288,6 +287,11 @@ def test_active_controller_az_cut_off(cluster, topic_name):
     rejoined = f"voter {cut_off} follows leader {after.leader_id} in epoch {after.epoch}"
     wait_until(lambda: rejoined in cluster.log_since(log_start), timeout=30, interval=0.2)
     rejoined_in = time.monotonic() - window.ended
+    # Every broker answers DescribeQuorum alike again, the two others forwarding it.
+    wait_until(lambda: all(
+        (view := describe_quorum(cluster.broker(node)["address"])) is not None
+        and (view.leader_id, view.epoch) == (after.leader_id, after.epoch)
+        for node in range(cluster.brokers)), timeout=10, interval=0.2)
     all_in_sync(cluster, topic_name, 3)
     writer.finish()
     assert_acked_exactly_once(cluster.bootstrap, topic_name, writer)
