@@ -253,7 +253,8 @@ class Broker:
             voters = {self.config.node_id: (own.host or "127.0.0.1", own.port)}
         else:  # another node's quorum of one; its id is not known here, nor needed
             voters = {UNKNOWN_NODE: split_host_port(self.config.controller)}
-        self.active_controller = ActiveController(voters)
+        self.active_controller = ActiveController(
+            voters, self.config.node_id if self.controller is not None else None)
         if self.controller is not None:
             # A voter knows who won an election before any call to the old leader fails,
             # which in a network partition it never does: it hangs.

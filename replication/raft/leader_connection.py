@@ -34,10 +34,15 @@ _NOT_LEADER = (ErrorCode.not_controller, ErrorCode.not_leader_or_follower,
 class ActiveController:
     """What this node believes of the quorum's leadership, shared by its connections."""
 
-    def __init__(self, voters: dict[int, tuple[str, int]]) -> None:
+    def __init__(self, voters: dict[int, tuple[str, int]], own_id: int | None = None) -> None:
         self.voters = voters
+        # A voter's own id: never guessed as the leader, only known (its voter won, or an
+        # answer named it), since a node that is not the active controller and sends to
+        # itself an admin request it forwards would forward it to itself again, on the one
+        # connection whose answers come in order: both wait for ever.
+        self.own_id = own_id
         self._order = sorted(voters)
-        self.leader_id = self._order[0]
+        self.leader_id = next((v for v in self._order if v != own_id), self._order[0])
         self.known = False  # confirmed by an answer, not a guess
         # Set, and replaced, whenever a leader is named: wakes the calls to another one.
         self._moved = asyncio.Event()
@@ -68,8 +73,12 @@ class ActiveController:
         if hint in self.voters and hint != node:
             self._move_to(hint, known=True)
         else:
-            self._move_to(self._order[(self._order.index(node) + 1) % len(self._order)],
-                          known=False)
+            self._move_to(self._next_after(node), known=False)
+
+    def _next_after(self, node: int) -> int:
+        turn = self._order.index(node)
+        following = self._order[turn + 1:] + self._order[:turn + 1]
+        return next((v for v in following if v != self.own_id), node)
 
     def _move_to(self, node: int, known: bool) -> None:
         """``known``: an answer or this node's voter named ``node``; only then are the

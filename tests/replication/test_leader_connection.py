@@ -88,3 +88,13 @@ async def test_attempt_s_leaves_a_hung_voter_for_the_next():
     response = await leadership.connection(voters).call(ApiKey.FETCH, None, 5, attempt_s=0.2)
     assert response.error_code == ErrorCode.none and voters.calls == [0, 1]
     assert time.monotonic() - started < 1 and leadership.leader_id == 1
+
+
+async def test_a_voter_never_guesses_itself_as_the_leader():
+    voters = Voters({0: ConnectionRefusedError(), 1: ConnectionRefusedError(),
+                     2: Answer(ErrorCode.none)})
+    leadership = ActiveController(VOTERS, own_id=1)
+    response = await leadership.connection(voters).call(ApiKey.CREATE_TOPICS, None, 5)
+    assert response.error_code == ErrorCode.none and voters.calls == [0, 2]
+    leadership.elected(1, 3)  # known, not guessed: then it is itself
+    assert leadership.leader_id == 1
