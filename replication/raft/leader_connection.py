@@ -41,6 +41,7 @@ class ActiveController:
         # itself an admin request it forwards would forward it to itself again, on the one
         # connection whose answers come in order: both wait for ever.
         self.own_id = own_id
+        self._own_voter_leads = False  # its voter won the latest election it knows of
         self._order = sorted(voters)
         self.leader_id = next((v for v in self._order if v != own_id), self._order[0])
         self.known = False  # confirmed by an answer, not a guess
@@ -62,6 +63,7 @@ class ActiveController:
     def elected(self, node: int, epoch: int) -> None:
         """This node's own voter saw ``node`` win ``epoch`` (-1: an election is under way);
         a leader_listener of replication.raft.quorum.RaftNode."""
+        self._own_voter_leads = node == self.own_id
         if node in self.voters:
             self.confirmed(node)
 
@@ -69,6 +71,8 @@ class ActiveController:
         """``node`` is not the leader; ``hint``: the one it names (-1: none)."""
         if node != self.leader_id:
             return  # someone else already moved on
+        if node == self.own_id and self._own_voter_leads:
+            return  # its controller becomes active once it has applied the log: ask again
         self.known = False
         if hint in self.voters and hint != node:
             self._move_to(hint, known=True)

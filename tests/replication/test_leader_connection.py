@@ -98,3 +98,16 @@ async def test_a_voter_never_guesses_itself_as_the_leader():
     assert response.error_code == ErrorCode.none and voters.calls == [0, 2]
     leadership.elected(1, 3)  # known, not guessed: then it is itself
     assert leadership.leader_id == 1
+
+
+async def test_a_just_elected_voter_asks_itself_again_until_its_controller_is_active():
+    voters = Voters({0: Answer(ErrorCode.none), 1: Answer(ErrorCode.not_controller),
+                     2: Answer(ErrorCode.none)})
+    leadership = ActiveController(VOTERS, own_id=1)
+    leadership.elected(1, 1)
+    call = asyncio.create_task(
+        leadership.connection(voters).call(ApiKey.BROKER_REGISTRATION, None, 5))
+    await asyncio.sleep(0.2)
+    voters.behaviour[1] = Answer(ErrorCode.none)  # active now
+    assert (await call).error_code == ErrorCode.none
+    assert set(voters.calls) == {1}
