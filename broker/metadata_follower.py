@@ -70,13 +70,19 @@ class MetadataFollower:
                  metadata_fetches: LeaderConnection,
                  image: MetadataImage, listener: Callable[[dict], None],
                  heartbeat_interval_s: float = 0.5,
-                 log_dir_full: Callable[[], bool] = lambda: False) -> None:
+                 log_dir_full: Callable[[], bool] = lambda: False,
+                 quorum_fetch_timeout_s: float = 1.0) -> None:
         self.node_id = node_id
         self.controller = controller
         # Long polls get their own connection so heartbeats are never queued behind them.
         self.metadata_fetches = metadata_fetches
         self.image = image
         self.heartbeat_interval_s = heartbeat_interval_s
+        # A metadata fetch unanswered for this long after its long poll: the voter asked may
+        # be cut off (its answer would never come), so the next one is asked, as a KRaft
+        # observer does after controller.quorum.fetch.timeout.ms. Whoever answers names the
+        # leader, and the heartbeats hung on the old one follow (LeaderConnection).
+        self.quorum_fetch_timeout_s = quorum_fetch_timeout_s
         # Reported in every heartbeat, so the controller moves our leaderships while it is.
         self.log_dir_full = log_dir_full
         self.epoch = -1
@@ -184,8 +190,9 @@ class MetadataFollower:
         while True:
             request = self._fetch_request(FETCH_MAX_WAIT_MS, 16 << 20)
             try:
-                response = await self.metadata_fetches.call(ApiKey.FETCH, request,
-                                                            FETCH_MAX_WAIT_MS / 1000 + 10)
+                response = await self.metadata_fetches.call(
+                    ApiKey.FETCH, request, FETCH_MAX_WAIT_MS / 1000 + 10,
+                    attempt_s=FETCH_MAX_WAIT_MS / 1000 + self.quorum_fetch_timeout_s)
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("metadata fetch failed: %s", e)
                 await asyncio.sleep(0.5)

@@ -253,7 +253,12 @@ class Broker:
             voters = {self.config.node_id: (own.host or "127.0.0.1", own.port)}
         else:  # another node's quorum of one; its id is not known here, nor needed
             voters = {UNKNOWN_NODE: split_host_port(self.config.controller)}
-        self.active_controller = ActiveController(voters)
+        self.active_controller = ActiveController(
+            voters, self.config.node_id if self.controller is not None else None)
+        if self.controller is not None:
+            # A voter knows who won an election before any call to the old leader fails,
+            # which in a network partition it never does: it hangs.
+            self.controller.raft.leader_listeners.append(self.active_controller.elected)
         controller_connection = self.active_controller.connection(self.nodes)
         # ISR changes have a connection of their own: ISR changes queued behind one another
         # must not hold up the heartbeats (a broker whose heartbeats wait is fenced).
@@ -267,7 +272,8 @@ class Broker:
                 # Long polls get their own connection so heartbeats never queue behind them.
                 self.active_controller.connection(self.nodes, "metadata-fetch"), self.image,
                 self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000,
-                log_dir_full=self.logs.disk_space.is_full)
+                log_dir_full=self.logs.disk_space.is_full,
+                quorum_fetch_timeout_s=self.config.controller_quorum_fetch_timeout_ms / 1000)
         self.controller_channel = ControllerChannel(
             self.controller, self.active_controller.connection(self.nodes, "forwarding"),
             self.follower)

@@ -43,6 +43,10 @@ from .share_groups import ShareGroupParts
 log = logging.getLogger(__name__)
 
 
+# How long a request waits for this node's newly elected controller to be active.
+ACTIVATION_WAIT_S = 5.0
+
+
 class ControllerChannel:
     """How this node asks the controller for changes: in-process when it is the active
     controller, over the network to the active one otherwise (``connection`` follows the
@@ -54,16 +58,22 @@ class ControllerChannel:
         self.connection = connection
         self.follower = follower
 
-    @property
-    def is_local(self) -> bool:
-        """This node is the active controller."""
-        return self.controller is not None and self.controller.active
+    async def becomes_local(self) -> bool:
+        """This node is the active controller, or its voter has just won an election and
+        the controller becomes active within ACTIVATION_WAIT_S (it applies the log first).
+        The node's connections already name it as the leader then: a request forwarded to
+        itself would be answered on the connection it came in on only after the request
+        that forwarded it, which waits for that answer."""
+        if self.controller is None:
+            return False
+        return self.controller.active or await self.controller.wait_until_active(
+            ACTIVATION_WAIT_S)
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None) -> ErrorCode:
         """Create a topic for the broker's own needs (auto-creation, internal topics); return
         the outcome once this broker's metadata shows it."""
-        if self.is_local:
+        if await self.becomes_local():
             try:
                 await self.controller.create_topic(name, partitions, replication_factor,
                                                    configs or {})

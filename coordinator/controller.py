@@ -248,6 +248,15 @@ class Controller:
         """The active controller as this voter knows it (-1: an election is under way)."""
         return self.raft.leader_id
 
+    async def wait_until_active(self, timeout_s: float) -> bool:
+        """Whether this node is the active controller, waiting up to ``timeout_s`` while its
+        voter leads but the controller is not active yet (it applies the log first)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                while not self.active and self.raft.is_leader:
+                    await self._wait_for_progress()
+        return self.active
+
     def _progressed(self) -> None:
         self._progress.set()
         self._progress = asyncio.Event()

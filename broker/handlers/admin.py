@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
     """Run a topic or config change on the controller (here, or forwarded to it), then wait until this
     broker's metadata shows the change so the client's next request finds it."""
-    if ctx.services.controller_channel.is_local:
+    if await ctx.services.controller_channel.becomes_local():
         response = await handle_locally(ctx, request)
     else:
         response = await ctx.services.controller_channel.forward(ctx.header, request)

@@ -86,9 +86,13 @@ class QuorumDriver:
         # Long polls on a connection of their own: votes are never queued behind them.
         connection = self.nodes.connection(host, port, "quorum-fetch" if is_fetch else "quorum")
         max_wait = self.settings.fetch_max_wait_s if is_fetch else 0.0
+        timeout = self.settings.request_timeout_s + max_wait
         try:
-            answer = await connection.call(api_key_of(request), encode_request(request, max_wait),
-                                           self.settings.request_timeout_s + max_wait)
+            # The whole of it bounded, the wait for a connection to a voter cut off too: a
+            # voter's requests never pile up behind one that hangs.
+            async with asyncio.timeout(timeout):
+                answer = await connection.call(api_key_of(request),
+                                               encode_request(request, max_wait), timeout)
             response = decode_response(request, answer)
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
             log.debug("quorum request to %d failed: %s", destination, e)

@@ -1,16 +1,20 @@
 """Network partitions of a cluster whose AZs are network namespaces (`kipper cluster up
 --netns`; cuts are the relay's drop rules, broker/az_partition.py). Root only. About 2.5
-minutes: one 3-broker cluster (az1..az3; broker 0 in az1 runs the controller) for the four
-scenarios, run in order, each healed before the next (each ~15-20 s, the start ~40-60 s).
+minutes: one 3-broker cluster (az1..az3; brokers 0-2, one per AZ, are also the three voters
+of the controller quorum) for the five scenarios, run in order, each healed before the next
+(each ~15-20 s, the start ~40-60 s).
 
 Each scenario runs an idempotent acks=all producer (confluent-kafka) in an AZ that stays
 connected, cuts, waits, heals, and checks after healing that every acknowledged record is
 stored exactly once and no offset was given twice. It prints the longest gap between two
 acknowledgements (the unavailability that producer saw) and the records lost (always 0).
 
-The controller is a single node in broker 0 today: a cut of az1 leaves the cluster without
-one. The first three scenarios spare az1; the last cuts it and checks what must hold
-without a controller (a controller quorum is another issue's work).
+A cut is silent: packets are dropped, connections neither fail nor close, requests hang.
+Whichever AZ is cut, the two others hold a majority of the voters, so the cluster keeps
+deciding: an active controller on the majority side (elected there within a few seconds if
+the old one was cut off: it resigns, check-quorum) fences the cut broker and its leaderships
+move. The last scenario cuts the active controller's AZ and stops the cluster to compare the
+voters' metadata, so it runs last.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from bench.controller_failover_bench import active_controller, describe_quorum, voter_checksums
 from broker import az_partition
 from support.az_network import cut, heal, in_az, namespaced_cluster
 from support.clients import AckedProducer, assert_acked_exactly_once
@@ -41,6 +46,9 @@ CUT_S = 10.0
 # librdkafka gives up on a request (a produce, or any other: socket.timeout.ms) after this
 # long: in a partition, a connection is not closed, its packets are just lost.
 REQUEST_TIMEOUT_MS = 3000
+# A new active controller is elected within this of a cut of the active one's AZ: a fetch
+# timeout (1 s) and an election round, as after its kill -9 (test_controller_quorum.py).
+QUORUM_FAILOVER_BOUND_S = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -217,12 +225,12 @@ def test_az_cut_off_from_object_storage(cluster, topic_name):
 
 
 def test_controller_az_cut_off(cluster, topic_name):
-    """az1, where broker 0 runs the single controller (and the batch coordinator, moved
-    back there), cut off. Nothing can be decided without the controller: no broker is fenced,
-    no ISR shrinks, no leadership moves. What must hold: after healing, the writers in az3
-    (a classic partition led by broker 2, a diskless one) go on and nothing acknowledged
-    is lost or stored twice. How long they waited is printed; a controller quorum would
-    shorten it (another issue)."""
+    """az1 cut off: broker 0, a voter of the controller quorum (perhaps the active
+    controller), and the diskless batch coordinator (moved back there). The two voters of
+    az2 and az3 are a majority: they keep (or elect) an active controller, which fences
+    broker 0, so the classic partition led by broker 2 drops it from its ISR and the
+    coordinator moves to another replica. The writers in az3 go on during the cut, and
+    nothing acknowledged is lost or stored twice."""
     topics = {"classic": f"{topic_name}-classic", "diskless": f"{topic_name}-diskless"}
     create(cluster, topics["classic"], "classic", [2, 0, 1])
     create(cluster, topics["diskless"], "diskless", [2, 0, 1])
@@ -230,12 +238,73 @@ def test_controller_az_cut_off(cluster, topic_name):
         move_coordinator(cluster, 0)
     writers = {mode: writer_in(cluster, "az3", topic) for mode, topic in topics.items()}
     with cut_for_a_while(cluster, az_partition.cut_az, "az1") as window:
-        pass
-    resumed = {mode: window.acking_again_after(writer) for mode, writer in writers.items()}
+        time.sleep(CUT_S - 1)
+        isr_during_cut = sorted(partition_metadata(cluster.bootstrap, topics["classic"]).isrs)
+        coordinator_during_cut = partition_metadata(cluster.bootstrap, COORDINATOR_LOG).leader
     gaps = {mode: window.longest_gap(writer) for mode, writer in writers.items()}
     for mode, writer in writers.items():
         writer.finish()
         assert_acked_exactly_once(cluster.bootstrap, topics[mode], writer)
-    print(f"\nthe controller's AZ az1 cut off {CUT_S:.0f} s: writers in az3, longest ack gap "
-          + ", ".join(f"{mode} {gaps[mode]:.1f} s (acking again {resumed[mode]:.1f} s after "
-                      "healing)" for mode in writers) + "; 0 lost")
+    print(f"\naz1 (broker 0: a voter, the coordinator) cut off {CUT_S:.0f} s: classic ISR "
+          f"{isr_during_cut}, coordinator on broker {coordinator_during_cut} at the end of the "
+          "cut; writers in az3, longest ack gap "
+          + ", ".join(f"{mode} {gaps[mode]:.1f} s ({len(writer.acked)} acked)"
+                      for mode, writer in writers.items()) + "; 0 lost")
+    assert isr_during_cut == [1, 2]
+    assert coordinator_during_cut in (1, 2)
+    for mode in writers:
+        assert gaps[mode] < CUT_S, f"{mode}: the writer waited for the whole cut"
+
+
+def test_active_controller_az_cut_off(cluster, topic_name):
+    """The active controller's AZ cut off (silent drops: its requests hang, nothing fails):
+    the voters of the two other AZs elect a new active controller within a few seconds; the
+    cut one resigns (check-quorum: no fetch from a majority); the partition led outside it
+    shrinks its ISR through the new controller and its writer in another AZ goes on. After
+    healing the old controller follows the new epoch and every voter holds the same metadata
+    (checked last: it stops the cluster)."""
+    before = active_controller(cluster, set(range(cluster.brokers)))
+    cut_off = before.leader_id
+    majority_side = sorted(set(range(cluster.brokers)) - {cut_off})
+    az = cluster.layout().brokers[cut_off]
+    writer_az = cluster.layout().brokers[majority_side[-1]]
+    create(cluster, topic_name, "classic", [*majority_side, cut_off])
+    log_start = cluster.log_size()
+    writer = writer_in(cluster, writer_az, topic_name)
+    with cut_for_a_while(cluster, az_partition.cut_az, az) as window:
+        # Asked of the new leader itself: it answers once it is the active controller.
+        after = wait_until(lambda: next(
+            (view for node in majority_side
+             if (view := describe_quorum(cluster.broker(node)["address"])) is not None
+             and view.leader_id == node and view.epoch > before.epoch), None),
+            timeout=CUT_S, interval=0.05)
+        elected_in = time.monotonic() - window.started
+        wait_until(lambda: sorted(getattr(partition_metadata(cluster.bootstrap, topic_name),
+                                          "isrs", [])) == majority_side,
+                   timeout=CUT_S, interval=0.2)
+        shrunk_in = time.monotonic() - window.started
+    gap = window.longest_gap(writer)
+    rejoined = f"voter {cut_off} follows leader {after.leader_id} in epoch {after.epoch}"
+    wait_until(lambda: rejoined in cluster.log_since(log_start), timeout=30, interval=0.2)
+    rejoined_in = time.monotonic() - window.ended
+    # Every broker answers DescribeQuorum alike again, the two others forwarding it.
+    wait_until(lambda: all(
+        (view := describe_quorum(cluster.broker(node)["address"])) is not None
+        and (view.leader_id, view.epoch) == (after.leader_id, after.epoch)
+        for node in range(cluster.brokers)), timeout=10, interval=0.2)
+    all_in_sync(cluster, topic_name, 3)
+    writer.finish()
+    assert_acked_exactly_once(cluster.bootstrap, topic_name, writer)
+    print(f"\nthe active controller's AZ {az} (controller {cut_off}) cut off {CUT_S:.0f} s: "
+          f"controller {after.leader_id} active {elected_in:.1f} s after the cut, the ISR "
+          f"without broker {cut_off} after {shrunk_in:.1f} s; writer in {writer_az}: longest "
+          f"ack gap {gap:.1f} s, {len(writer.acked)} acked, 0 lost; the old controller "
+          f"follows epoch {after.epoch} {rejoined_in:.1f} s after healing")
+    assert elected_in < QUORUM_FAILOVER_BOUND_S
+    assert gap < CUT_S / 2
+    log = cluster.log_since(log_start)
+    assert f"voter {cut_off} resigns the leadership of epoch {before.epoch}" in log
+    assert f"controller {cut_off} is no longer active" in log
+    cluster.stop()
+    checksums = voter_checksums(cluster.root / "data")
+    assert len({checksum for _, checksum in checksums.values()}) == 1, checksums
