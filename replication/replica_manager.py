@@ -377,6 +377,13 @@ class ReplicaManager:
         """How many partitions this broker hosts, opened or not."""
         return len(self.partitions) + len(self._unopened)
 
+    async def open_hosted(self, keys: set[tuple[str, int]] | None = None) -> None:
+        """Open the hosted partitions not opened yet (``keys``: only those), yielding after
+        each: a request about every log (DescribeLogDirs) must see them all."""
+        for key in [k for k in self._unopened if keys is None or k in keys]:
+            self._open(key)
+            await asyncio.sleep(0)
+
     def get(self, topic: str, partition: int) -> Partition:
         """The hosted partition, opened now if it was not yet."""
         if (topic, partition) in self._unopened:

@@ -44,6 +44,7 @@ async def describe_log_dirs(ctx: RequestContext, request) -> object:
                             error_code=ErrorCode.cluster_authorization_failed, results=())
     logs = ctx.services.replicas.logs
     wanted = _wanted(request)
+    await ctx.services.replicas.open_hosted(wanted)
     by_topic: dict[str, list] = defaultdict(list)
     for log in sorted(logs.logs(), key=lambda log: (log.topic, log.partition)):
         if wanted is not None and (log.topic, log.partition) not in wanted:
