@@ -349,7 +349,10 @@ def test_a_broker_with_a_wrong_password_is_refused_and_backs_off(secure, tmp_pat
                                     ).list_topics(timeout=10).brokers
         new_refusals = (secure.log_tail(10_000).count("SASL SCRAM-SHA-512 authentication failed")
                         - refusals)
-        assert 1 <= new_refusals <= 2, new_refusals
+        # At most one login (and one retry) per connection the broker opens to the
+        # controller (registration and heartbeats, metadata fetches, ISR changes): a retry
+        # at every registration attempt would be several per connection in these 3 s.
+        assert 1 <= new_refusals <= 4, new_refusals
         assert "pw-Xk2-wrong" not in secure.log_tail(10_000) + intruder.log_tail(10_000)
     finally:
         intruder.kill()
