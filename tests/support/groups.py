@@ -180,10 +180,11 @@ class Restartable(Protocol):
 
 
 def run_group_scenario(broker: Restartable, topic: str, spawn: Spawn,
-                       replication_factor: int = 1) -> None:
+                       replication_factor: int = 1, kill_broker: bool = True) -> None:
     """Three members share a 6-partition topic while a fourth joins and one leaves; every
     record arrives exactly once. Committed offsets then hold for a new set of members, and
-    after the broker (every broker of a cluster) is killed with SIGKILL and restarted."""
+    (``kill_broker``) after the broker (every broker of a cluster) is killed with SIGKILL and
+    restarted."""
     bootstrap = broker.bootstrap
     create_topic(bootstrap, topic, PARTITIONS, replication_factor)
     produce(bootstrap, topic, range(0, 300))
@@ -208,6 +209,8 @@ def run_group_scenario(broker: Restartable, topic: str, spawn: Spawn,
     for m in second:
         m.stop()
     assert_exactly_once(second, names(range(900, 1000)))
+    if not kill_broker:
+        return
 
     broker.kill()
     broker.start()
