@@ -52,12 +52,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import uvloop
 
 from protocol.internal import ClusterCredentials
 from replication.cluster_metadata import MetadataImage
 from replication.node_client import NodeClient, NodeSecurity
+from replication.raft import QUORUM_STATE_FILE, QuorumStateFile
 from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
@@ -65,6 +67,7 @@ from storage.objectstore.latency import LATENCY_PROFILES
 from . import az_network, az_network_cli, az_relay
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
+from .process_exit import exit_without_teardown
 from .readiness import wait_until_usable
 from .security.dev_ca import DevCa, create_dev_ca, write_client_properties
 from .security.tls import TlsSettings, client_context
@@ -384,18 +387,32 @@ class Cluster:
         return f"broker {node}: pid={self.brokers[node].process.pid} address={address}"
 
     async def stop(self) -> None:
-        """Brokers before the voters they report to, S3 and the relay last, then the AZ
+        """Brokers before the voters they report to; of the voters, the active controller
+        last: the others' controlled shutdowns commit while all voters are up, and its own
+        has no broker left to move leaderships to. S3 and the relay last, then the AZ
         namespaces."""
-        voters = min(self.args.brokers, QUORUM_VOTERS)
-        await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
-                               if node >= voters))
-        await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
-                               if node < voters))
+        voters = range(min(self.args.brokers, QUORUM_VOTERS))
+        active = self._active_controller(voters)
+        for group in ([node for node in self.brokers if node not in voters],
+                      [node for node in voters if node != active], [active]):
+            await asyncio.gather(*(self.brokers[node].stop() for node in group
+                                   if node in self.brokers))
         for child in (self.s3, self.relay):
             if child is not None:
                 await child.stop()
         if self.network is not None:
             self.network.remove()
+
+    def _active_controller(self, voters: range) -> int:
+        """The voter that leads the newest epoch any voter has recorded in its quorum state
+        (-1: none known)."""
+        states = []
+        for node in voters:
+            path = self.args.data_dir / f"broker-{node}" / QUORUM_STATE_FILE
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                states.append(QuorumStateFile(path).read())
+        newest = max(states, key=lambda state: state.epoch, default=None)
+        return newest.leader_id if newest is not None else -1
 
 
 def _how_it_ended(status: int) -> str:
@@ -527,6 +544,11 @@ def _racks(text: str) -> list[str]:
     return racks
 
 
+def _run_up(args: argparse.Namespace) -> NoReturn:
+    # Every node has exited (and the AZ namespaces are gone) once _up returns.
+    exit_without_teardown(uvloop.run(_up(args)))
+
+
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     cluster = subparsers.add_parser("cluster", help="run a local multi-broker cluster")
     commands = cluster.add_subparsers(dest="cluster_command", required=True)
@@ -556,7 +578,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--az-rtt-ms", type=float, default=0.0,
                     help="with --netns: round-trip time the relay adds between AZs, half each "
                          "way (default 0)")
-    up.set_defaults(func=lambda args: uvloop.run(_up(args)))
+    up.set_defaults(func=_run_up)
     az_network_cli.add_partition_command(commands)
     start_broker = commands.add_parser(
         "start-broker", help="start broker N of a running `kipper cluster up` again")
