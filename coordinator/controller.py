@@ -186,6 +186,8 @@ class ControllerQuorum:
 
 # How long start() waits for a quorum of one to lead (it does at once).
 SOLE_VOTER_START_TIMEOUT_S = 30.0
+# Between two attempts to commit a fence that failed (a storage error, say).
+FENCE_RETRY_S = 0.25
 
 
 class Controller:
@@ -451,17 +453,32 @@ class Controller:
             return ErrorCode.none, broker.fenced
 
     async def _fence_expired_brokers(self) -> None:
+        """Fence each broker whose session ran out. It wakes when the earliest session ends
+        (a heartbeat only moves a session's end later, and a new one ends a full timeout
+        from now), so a broker is fenced at its timeout rather than up to a polling tick
+        after it."""
         timeout = self.settings.session_timeout_ms / 1000
         while True:
-            await asyncio.sleep(min(0.25, timeout / 4))
             now = time.monotonic()
-            for broker in list(self.image.brokers.values()):
-                if not broker.fenced and now - self._last_heartbeat.get(broker.node_id, 0) > timeout:
-                    async with self._lock:
-                        log.warning("fencing broker %d: no heartbeat for %.1f s",
-                                    broker.node_id, now - self._last_heartbeat.get(broker.node_id, 0))
-                        with contextlib.suppress(ControllerError):  # tried again next tick
-                            await self._commit(self._fence_records({broker.node_id}))
+            ends = [self._last_heartbeat.get(b.node_id, 0) + timeout
+                    for b in self.image.live_brokers()]
+            await asyncio.sleep(max(min(ends, default=now + timeout) - now, 0))
+            for node in self._expired_sessions(timeout):
+                async with self._lock:
+                    if node not in self._expired_sessions(timeout):
+                        continue  # it heartbeated (or was fenced) while this waited
+                    log.warning("fencing broker %d: no heartbeat for %.1f s", node,
+                                time.monotonic() - self._last_heartbeat.get(node, 0))
+                    try:
+                        await self._commit(self._fence_records({node}))
+                    except ControllerError as e:
+                        log.warning("fencing broker %d failed (trying again): %s", node, e)
+                        await asyncio.sleep(FENCE_RETRY_S)
+
+    def _expired_sessions(self, timeout: float) -> list[int]:
+        now = time.monotonic()
+        return [b.node_id for b in self.image.live_brokers()
+                if now - self._last_heartbeat.get(b.node_id, 0) >= timeout]
 
     async def _controlled_shutdown(self, node_id: int, epoch: int) -> tuple[ErrorCode, bool]:
         """Fence a broker that asks to shut down, its leaderships moved first (KRaft's

@@ -86,3 +86,26 @@ async def test_controlled_shutdowns_asked_together_are_one_commit_and_keep_the_l
             (1, [0, 1]), (1, [1, 2])]
     finally:
         await controller.stop()
+
+
+async def test_a_silent_broker_is_fenced_when_its_session_ends_and_a_heartbeating_one_is_not(
+        tmp_path):
+    controller = Controller(tmp_path, ControllerSettings(session_timeout_ms=300,
+                                                         auto_leader_rebalance=False))
+    await controller.start()
+    try:
+        epochs = {}
+        for node in (0, 1):
+            epochs[node] = await controller.register_broker(node, "127.0.0.1", 9092 + node, None)
+            await controller.heartbeat(node, epochs[node], want_fence=False,
+                                       want_shut_down=False)
+        await controller.create_topic("t", -1, -1, {}, assignments=[(0, [0, 1])])
+        for _ in range(12):  # 1.2 s: four sessions; broker 0 says nothing
+            await controller.heartbeat(1, epochs[1], want_fence=False, want_shut_down=False)
+            await asyncio.sleep(0.1)
+        brokers = controller.image.brokers
+        assert (brokers[0].fenced, brokers[1].fenced) == (True, False)
+        partition = controller.image.topics["t"].partitions[0]
+        assert (partition.leader, partition.isr) == (1, [1])
+    finally:
+        await controller.stop()
