@@ -1,6 +1,7 @@
-"""kill -9 cycles of a `kipper cluster up` (3 brokers, all controller quorum voters) under an
-idempotent acks=all producer, per storage mode: nothing acknowledged lost or duplicated, every
-voter ends with the same metadata, and how long writes stop per kill.
+"""kill -9 cycles of a `kipper cluster up` (3 brokers, all controller quorum voters) under one
+idempotent acks=all producer per storage mode, each to a topic of its mode: nothing
+acknowledged lost or duplicated, every voter ends with the same metadata, and how long writes
+stop per kill and mode.
 
 Each cycle kills a random broker (recording whether it was the active controller), measures
 how long until a new controller is active (its log line) and until every partition accepts
@@ -29,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -296,19 +298,27 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     raise TimeoutError(what)
 
 
-def run_cycles(cluster: LocalCluster, mode: str, cycles: int, seed: int = 0) -> CycleResult:
-    """``cycles`` kill -9s of random brokers of ``cluster`` under a producer to a new topic
-    of ``mode``."""
+def run_cycles(cluster: LocalCluster, modes: Sequence[str], cycles: int, seed: int = 0
+               ) -> list[CycleResult]:
+    """``cycles`` kill -9s of random brokers of ``cluster`` under one producer per mode, each
+    to a new topic of its mode: every kill is a kill under each mode's producer."""
     from confluent_kafka.admin import AdminClient, NewTopic
     rng = random.Random(seed)
-    topic = f"failover-{mode}-{seed}"
+    topics = {mode: f"failover-{mode}-{seed}" for mode in modes}
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, VOTERS, config={
-        "kipper.storage.mode": mode, "min.insync.replicas": "2"})])[topic].result(30)
-    wait_for(lambda: fully_replicated(cluster.bootstrap, topic), 60, "topic replicated")
-    producing = Producing(cluster.bootstrap, topic).start()
+    created = admin.create_topics([NewTopic(topic, PARTITIONS, VOTERS, config={
+        "kipper.storage.mode": mode, "min.insync.replicas": "2"}) for mode, topic in topics.items()])
+    for future in created.values():
+        future.result(30)
+
+    def all_replicated() -> bool:
+        return all(fully_replicated(cluster.bootstrap, topic) for topic in topics.values())
+
+    wait_for(all_replicated, 60, "topics replicated")
+    producing = {mode: Producing(cluster.bootstrap, topic).start()
+                 for mode, topic in topics.items()}
     alive = set(range(VOTERS))
-    kills = []
+    kills: dict[str, list[Kill]] = {mode: [] for mode in modes}
     try:
         time.sleep(1.0)
         for _ in range(cycles):
@@ -322,20 +332,26 @@ def run_cycles(cluster: LocalCluster, mode: str, cycles: int, seed: int = 0) -> 
                 new = active_controller(cluster, alive, 30, not_in_epoch=quorum.epoch)
                 after = activated_at(cluster, new.epoch) - killed_at_wall
             # Until writes resumed on every partition (the figure measured), then start it.
-            wait_for(lambda: producing.all_acked_since(killed_at), 60, "writes resumed")
+            wait_for(lambda: all(p.all_acked_since(killed_at) for p in producing.values()), 60,
+                     "writes resumed")
             start_broker(cluster, node)
             alive.add(node)
-            wait_for(lambda: fully_replicated(cluster.bootstrap, topic), 90, "replicas back")
-            kills.append(Kill(node, node == quorum.leader_id, after,
-                              producing.write_stop_around(killed_at)))
+            wait_for(all_replicated, 90, "replicas back")
+            for mode, producer in producing.items():
+                kills[mode].append(Kill(node, node == quorum.leader_id, after,
+                                        producer.write_stop_around(killed_at)))
             time.sleep(0.5)
     finally:
-        producing.stop()
-    seen = read_back(cluster.bootstrap, topic)
-    lost = sum(1 for value in producing.acked if seen[value] == 0)
-    duplicated = sum(1 for count in seen.values() if count > 1)
-    return CycleResult(mode, kills, len(producing.acked), lost, duplicated,
-                       dict(producing.errors))
+        for producer in producing.values():
+            producer.stop()
+    results = []
+    for mode, producer in producing.items():
+        seen = read_back(cluster.bootstrap, topics[mode])
+        lost = sum(1 for value in producer.acked if seen[value] == 0)
+        duplicated = sum(1 for count in seen.values() if count > 1)
+        results.append(CycleResult(mode, kills[mode], len(producer.acked), lost, duplicated,
+                                   dict(producer.errors)))
+    return results
 
 
 def summary(kills: list[Kill]) -> str:
@@ -358,28 +374,25 @@ def summary(kills: list[Kill]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="controller_failover_bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cycles", type=int, default=50, help="kills per mode (default 50)")
+    parser.add_argument("--cycles", type=int, default=50,
+                        help="kills, each under every mode's producer (default 50)")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    status = 0
-    for mode in args.modes.split(","):
-        with tempfile.TemporaryDirectory(prefix="failover-bench-") as root:
-            cluster = LocalCluster(Path(root), brokers=VOTERS, env=CLUSTER_ENV).start()
-            try:
-                result = run_cycles(cluster, mode, args.cycles, args.seed)
-            finally:
-                cluster.stop()
-            checksums = voter_checksums(Path(root) / "data")
-            same = len({c for _, c in checksums.values()}) == 1
-            print(f"{mode}: {result.acked} acknowledged, {result.lost} lost, "
-                  f"{result.duplicated} duplicated, producer errors {result.producer_errors}; "
-                  f"voters' metadata {'identical' if same else 'DIFFERENT'} {checksums}")
-            print(summary(result.kills), flush=True)
-            if result.lost or result.duplicated or not same:
-                status = 1
-    return status
-
+    with tempfile.TemporaryDirectory(prefix="failover-bench-") as root:
+        cluster = LocalCluster(Path(root), brokers=VOTERS, env=CLUSTER_ENV).start()
+        try:
+            results = run_cycles(cluster, args.modes.split(","), args.cycles, args.seed)
+        finally:
+            cluster.stop()
+        checksums = voter_checksums(Path(root) / "data")
+    same = len({c for _, c in checksums.values()}) == 1
+    print(f"voters' metadata {'identical' if same else 'DIFFERENT'} {checksums}")
+    for result in results:
+        print(f"{result.mode}: {result.acked} acknowledged, {result.lost} lost, "
+              f"{result.duplicated} duplicated, producer errors {result.producer_errors}")
+        print(summary(result.kills), flush=True)
+    return int(not same or any(r.lost or r.duplicated for r in results))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,10 +27,6 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Self
 
-from moto.server import ThreadedMotoServer
-
-from .object_files import keep_objects_under
-
 LISTENING_LINE = "kipper embedded S3 listening on "
 # moto accepts any credentials; these make the signed requests look ordinary.
 ACCESS_KEY = "kipper"
@@ -56,6 +52,11 @@ class _Server(abc.ABC):
 
 class EmbeddedS3(_Server):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: Path | None = None) -> None:
+        # Imported here: every node reads this module's constants, only the server needs moto
+        # (a third of a second of every broker's start).
+        from moto.server import ThreadedMotoServer
+
+        from .object_files import keep_objects_under
         if data_dir is not None:
             keep_objects_under(data_dir)
         self._server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)

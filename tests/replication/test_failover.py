@@ -11,7 +11,7 @@ from support.clients import ConfluentWriter, consume_all
 from support.topics import create_topic
 
 pytestmark = pytest.mark.system
-KILL_CYCLES = 10
+KILL_CYCLES = 4  # more cycles, of every node, in tests/system/test_controller_quorum.py and the bench
 
 
 class KafkaPythonWriter:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from .metrics import az_locality
 from .processes import Cluster
 from .s3 import S3Endpoint
@@ -79,3 +81,14 @@ class TieredCluster(Cluster):
 def create_tiered_topic(cluster: Cluster, name: str, **configs: str) -> None:
     config = {**TIERED, **{k.replace("_", "."): v for k, v in configs.items()}}
     create_topic(cluster.bootstrap, name, replication_factor=3, config=config, in_sync=True)
+
+
+@pytest.fixture(scope="session")
+def tiered_cluster(tmp_path_factory, s3_endpoint):
+    """One cluster whose topics are active-tiered by default, for the active-tiered runs of
+    tests/system (each client creates its topic its own way): started once per worker, on
+    first use, like ``diskless_cluster``."""
+    cluster = TieredCluster(tmp_path_factory.mktemp("tiered"), s3_endpoint, PATIENT_DOWNLOADS,
+                            broker_args=["--default-storage-mode", "active-tiered"]).start()
+    yield cluster
+    cluster.stop()

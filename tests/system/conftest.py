@@ -1,21 +1,19 @@
 """The ``storage_mode`` fixture: every scenario here that asks for it runs once per storage
 mode (support.storage_modes), from one definition.
 
-``storage_mode`` is package-scoped and parametrised, so pytest runs all of one mode's tests
-together: each mode's cluster is started once (classic: the session's shared broker;
-diskless: the session's diskless cluster, shared with tests/storage/diskless; active-tiered:
-a cluster of this package, stopped when the run moves on to the next mode).
+Each mode's cluster is a session fixture, started once per worker on first use and kept to
+the end: classic the shared broker, diskless the diskless cluster (shared with
+tests/storage/diskless), active-tiered the tiered cluster. (With ``--dist loadfile`` a worker
+moves from mode to mode at every file: a cluster of this package's would start again each
+time.)
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 
 from support.storage_modes import (MODES, ClassicMode, DisklessMode, StorageMode, TieredMode,
                                    compressions)
-from support.tiered import PATIENT_DOWNLOADS, TieredCluster
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -33,33 +31,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("storage_mode", MODES, indirect=True, scope="package")
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run all of one mode's tests together, so each mode's cluster starts once. (pytest groups
-    a package-scoped parameter by itself, but with the codec parametrised next to it, it
-    interleaves the modes.) A stable sort of the scenario tests among their own positions."""
-    def mode_of(item: pytest.Item) -> str | None:
-        callspec = getattr(item, "callspec", None)
-        return callspec.params.get("storage_mode") if callspec is not None else None
-
-    positions = [i for i, item in enumerate(items) if mode_of(item) is not None]
-    ordered = sorted((items[i] for i in positions), key=lambda item: MODES.index(mode_of(item)))
-    for position, item in zip(positions, ordered):
-        items[position] = item
-
-
 @pytest.fixture(scope="package")
-def storage_mode(request, tmp_path_factory, s3_endpoint) -> Iterator[StorageMode]:
+def storage_mode(request) -> StorageMode:
     if request.param == "classic":
-        yield ClassicMode(request.getfixturevalue("shared_broker"))
-    elif request.param == "diskless":
-        yield DisklessMode(request.getfixturevalue("diskless_cluster"))
-    else:
-        # Topics are active-tiered by default, so each client creates its topic its own way.
-        cluster = TieredCluster(tmp_path_factory.mktemp("tiered"), s3_endpoint, PATIENT_DOWNLOADS,
-                                broker_args=["--default-storage-mode", "active-tiered"]).start()
-        yield TieredMode(cluster)
-        cluster.stop()
+        return ClassicMode(request.getfixturevalue("shared_broker"))
+    if request.param == "diskless":
+        return DisklessMode(request.getfixturevalue("diskless_cluster"))
+    return TieredMode(request.getfixturevalue("tiered_cluster"))
 
 
 @pytest.hookimpl(hookwrapper=True)

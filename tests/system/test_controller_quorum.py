@@ -35,7 +35,7 @@ from support.storage_modes import MODES
 from support.topics import create_topic
 from support.wait import wait_until
 
-# In-suite kill -9 cycles per mode (the bench runs 50).
+# In-suite kill -9 cycles, each under a producer of every mode (the bench runs 50).
 CYCLES = 3
 # A new controller is active well within this after kill -9 of the active one (measured
 # 1.1-1.3 s on an idle machine: a 1 s fetch timeout, then one election round).
@@ -50,8 +50,8 @@ def cluster(tmp_path):
 
 
 @pytest.mark.system
-@pytest.mark.parametrize("mode", MODES)
-def test_permanent_loss_of_the_active_controller(cluster, mode, topic_name):
+def test_permanent_loss_of_the_active_controller(cluster, topic_name):
+    """Every mode in one cluster (a topic of each): a cluster start is most of this test."""
     alive = set(range(VOTERS))
     quorum = active_controller(cluster, alive)
     assert sorted(quorum.voter_offsets) == [0, 1, 2]
@@ -59,14 +59,17 @@ def test_permanent_loss_of_the_active_controller(cluster, mode, topic_name):
     for node in alive:
         assert describe_quorum(cluster.broker(node)["address"]).leader_id == quorum.leader_id
     others = sorted(alive - {quorum.leader_id})
-    create_topic(cluster.bootstrap, f"{topic_name}-writes", partitions=PARTITIONS,
-                 replication_factor=2, config={"kipper.storage.mode": mode})
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    placement = admin.list_topics(f"{topic_name}-writes", timeout=10).topics[
-        f"{topic_name}-writes"].partitions
-    # Partitions led and replicated elsewhere: their writes do not wait for the controller.
-    elsewhere = {p for p, info in placement.items() if quorum.leader_id not in info.replicas}
-    producing = Producing(cluster.bootstrap, f"{topic_name}-writes").start()
+    producing, elsewhere = {}, {}
+    for mode in MODES:
+        writes = f"{topic_name}-{mode}-writes"
+        create_topic(cluster.bootstrap, writes, partitions=PARTITIONS, replication_factor=2,
+                     config={"kipper.storage.mode": mode})
+        placement = admin.list_topics(writes, timeout=10).topics[writes].partitions
+        # Partitions led and replicated elsewhere: their writes do not wait for the controller.
+        elsewhere[mode] = {p for p, info in placement.items()
+                           if quorum.leader_id not in info.replicas}
+        producing[mode] = Producing(cluster.bootstrap, writes).start()
     time.sleep(1.0)
 
     killed_at, killed_at_monotonic = time.time(), time.monotonic()
@@ -75,36 +78,40 @@ def test_permanent_loss_of_the_active_controller(cluster, mode, topic_name):
     new = active_controller(cluster, alive, 30, not_in_epoch=quorum.epoch)
     assert new.leader_id in others and new.epoch > quorum.epoch
     election = activated_at(cluster, new.epoch) - killed_at
-    print(f"{mode}: new active controller {election:.2f} s after kill -9")
+    print(f"new active controller {election:.2f} s after kill -9")
     assert election < ELECTION_BOUND_S
 
-    # Without it: a topic is created, its leaders elected, and it serves real clients.
-    create_topic(cluster.bootstrap, topic_name, partitions=2, replication_factor=2,
-                 config={"kipper.storage.mode": mode})
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                         "enable.idempotence": True})
-    values = [f"after-{i}".encode() for i in range(50)]
-    for value in values:
-        producer.produce(topic_name, value, partition=0)
-    assert producer.flush(30) == 0
-    assert consume_all(cluster.bootstrap, topic_name, len(values), timeout=30) == values
+    # Without it: topics are created, their leaders elected, and they serve real clients.
+    for mode in MODES:
+        topic = f"{topic_name}-{mode}"
+        create_topic(cluster.bootstrap, topic, partitions=2, replication_factor=2,
+                     config={"kipper.storage.mode": mode})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                             "enable.idempotence": True})
+        values = [f"after-{i}".encode() for i in range(50)]
+        for value in values:
+            producer.produce(topic, value, partition=0)
+        assert producer.flush(30) == 0, mode
+        assert consume_all(cluster.bootstrap, topic, len(values), timeout=30) == values, mode
 
     time.sleep(1.0)
-    producing.stop()
-    stop = producing.write_stop_around(killed_at_monotonic, partitions=elsewhere)
-    print(f"{mode}: longest write stop of partitions {sorted(elsewhere)}, led and replicated "
-          f"elsewhere: {stop:.2f} s")
-    seen = read_back(cluster.bootstrap, f"{topic_name}-writes")
-    assert producing.acked and not producing.errors
-    assert [v for v in producing.acked if seen[v] != 1] == []
+    for mode, writes in producing.items():
+        writes.stop()
+        stop = writes.write_stop_around(killed_at_monotonic, partitions=elsewhere[mode])
+        print(f"{mode}: longest write stop of partitions {sorted(elsewhere[mode])}, led and "
+              f"replicated elsewhere: {stop:.2f} s")
+        seen = read_back(cluster.bootstrap, writes.topic)
+        assert writes.acked and not writes.errors, mode
+        assert [v for v in writes.acked if seen[v] != 1] == [], mode
 
 
 @pytest.mark.system
-@pytest.mark.parametrize("mode", MODES)
-def test_kill_9_cycles_lose_nothing_and_voters_agree(cluster, mode):
-    result = run_cycles(cluster, mode, CYCLES, seed=7)
-    assert result.acked > 0
-    assert (result.lost, result.duplicated) == (0, 0), result
+def test_kill_9_cycles_lose_nothing_and_voters_agree(cluster):
+    """The bench's cycles, each kill under a producer of every mode."""
+    results = run_cycles(cluster, MODES, CYCLES, seed=7)
+    for result in results:
+        assert result.acked > 0, result
+        assert (result.lost, result.duplicated) == (0, 0), result
     cluster.stop()
     checksums = voter_checksums(cluster.root / "data")
     assert len({checksum for _, checksum in checksums.values()}) == 1, checksums
