@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from importlib.metadata import entry_points
@@ -19,6 +18,7 @@ from storage.objectstore import cli as objectstore_cli
 from . import launcher
 from .config import BrokerConfig, Flag, load_config, settings
 from .listening import METRICS_LISTENING_LINE, AddressInUse, node_line
+from .process_exit import exit_without_teardown
 
 log = logging.getLogger("kipper")
 
@@ -102,13 +102,8 @@ def _run_node(args: argparse.Namespace) -> NoReturn:
     # every 1 ms instead of every 5: a producer's P99 while a log is cleaned fell from
     # 18-34 ms to 6-15 ms (bench/compaction_bench.py, bench/README.md).
     sys.setswitchinterval(0.001)
-    status = uvloop.run(_run_broker(args))
-    # The node has stopped and everything it keeps is durable: exit without tearing down
-    # the objects of thousands of partitions one by one, which made every stop slower.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    # The node has stopped and everything it keeps is durable.
+    exit_without_teardown(uvloop.run(_run_broker(args)))
 
 
 def build_parser() -> argparse.ArgumentParser:

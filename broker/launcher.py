@@ -52,12 +52,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import uvloop
 
 from protocol.internal import ClusterCredentials
 from replication.cluster_metadata import MetadataImage
 from replication.node_client import NodeClient, NodeSecurity
+from replication.raft import QUORUM_STATE_FILE, QuorumStateFile
 from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
 from storage.objectstore.latency import LATENCY_PROFILES
@@ -65,7 +67,8 @@ from storage.objectstore.latency import LATENCY_PROFILES
 from . import az_network, az_network_cli, az_relay
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
-from .readiness import wait_until_usable
+from .process_exit import exit_without_teardown
+from .readiness import live_brokers, wait_until_usable
 from .security.dev_ca import DevCa, create_dev_ca, write_client_properties
 from .security.tls import TlsSettings, client_context
 from .traffic import NetworkTraffic
@@ -76,6 +79,9 @@ HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
 STOP_GRACE_S = 20.0
+# While stopping: how often the active controller's broker is asked whether the other voters
+# handed over (each answer is a Metadata response of no topic).
+HANDOVER_POLL_S = 0.05
 # Brokers 0..QUORUM_VOTERS-1 are the controller quorum's voters.
 QUORUM_VOTERS = 3
 CONTROL_SOCKET = "cluster.sock"
@@ -305,12 +311,16 @@ class Cluster:
         return ",".join(f"{node}@{self._host(node)}:{self.ports[node]}"
                         for node in range(min(self.args.brokers, QUORUM_VOTERS)))
 
+    def _node_client(self) -> NodeClient:
+        """A connection to the brokers as the cluster's own (their secret, their TLS)."""
+        return NodeClient("kipper-cluster-up", ClusterCredentials(
+            -1, self.broker_env["KIPPER_CLUSTER_SECRET"]), NetworkTraffic(None, MetadataImage()),
+            self.secure.node_security() if self.secure is not None else NodeSecurity())
+
     async def _wait_until_usable(self, bootstrap: str) -> None:
         """Brokers listen before every partition has a leader that can answer (a restart
         with thousands of partitions): wait, asking as a client would."""
-        nodes = NodeClient("kipper-cluster-up", ClusterCredentials(
-            -1, self.broker_env["KIPPER_CLUSTER_SECRET"]), NetworkTraffic(None, MetadataImage()),
-            self.secure.node_security() if self.secure is not None else NodeSecurity())
+        nodes = self._node_client()
         try:
             await wait_until_usable(nodes, split_host_port(bootstrap), READY_TIMEOUT_S)
         except TimeoutError as e:
@@ -384,18 +394,53 @@ class Cluster:
         return f"broker {node}: pid={self.brokers[node].process.pid} address={address}"
 
     async def stop(self) -> None:
-        """Brokers before the voters they report to, S3 and the relay last, then the AZ
-        namespaces."""
-        voters = min(self.args.brokers, QUORUM_VOTERS)
+        """Brokers before the voters they report to; of the voters, the active controller
+        last: the others' controlled shutdowns commit while every voter is up, and its own,
+        begun once theirs are committed, has no broker left to move leaderships to, so it
+        needs no quorum. S3 and the relay last, then the AZ namespaces."""
+        voters = range(min(self.args.brokers, QUORUM_VOTERS))
         await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
-                               if node >= voters))
-        await asyncio.gather(*(child.stop() for node, child in self.brokers.items()
-                               if node < voters))
+                               if node not in voters))
+        active = self._active_controller(voters)
+        others = [node for node in voters if node != active and node in self.brokers]
+        stopping = asyncio.ensure_future(asyncio.gather(*(self.brokers[node].stop()
+                                                          for node in others)))
+        if active in self.brokers:
+            await self._until_handed_over(active, others, stopping)
+            await self.brokers[active].stop()
+        await stopping
         for child in (self.s3, self.relay):
             if child is not None:
                 await child.stop()
         if self.network is not None:
             self.network.remove()
+
+    async def _until_handed_over(self, active: int, others: list[int],
+                                 stopping: asyncio.Future) -> None:
+        """Until the active controller's broker no longer reports ``others`` live (their
+        controlled shutdowns are committed; they go on closing their logs) or they have
+        exited."""
+        address = (self._host(active), self.ports[active])
+        nodes = self._node_client()
+        try:
+            while not stopping.done():
+                with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
+                    if not set(others) & await live_brokers(nodes, address, HANDOVER_POLL_S * 10):
+                        return
+                await asyncio.wait({stopping}, timeout=HANDOVER_POLL_S)
+        finally:
+            await nodes.close()
+
+    def _active_controller(self, voters: range) -> int:
+        """The voter that leads the newest epoch any voter has recorded in its quorum state
+        (-1: none known)."""
+        states = []
+        for node in voters:
+            path = self.args.data_dir / f"broker-{node}" / QUORUM_STATE_FILE
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                states.append(QuorumStateFile(path).read())
+        newest = max(states, key=lambda state: state.epoch, default=None)
+        return newest.leader_id if newest is not None else -1
 
 
 def _how_it_ended(status: int) -> str:
@@ -527,6 +572,11 @@ def _racks(text: str) -> list[str]:
     return racks
 
 
+def _run_up(args: argparse.Namespace) -> NoReturn:
+    # Every node has exited (and the AZ namespaces are gone) once _up returns.
+    exit_without_teardown(uvloop.run(_up(args)))
+
+
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     cluster = subparsers.add_parser("cluster", help="run a local multi-broker cluster")
     commands = cluster.add_subparsers(dest="cluster_command", required=True)
@@ -556,7 +606,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--az-rtt-ms", type=float, default=0.0,
                     help="with --netns: round-trip time the relay adds between AZs, half each "
                          "way (default 0)")
-    up.set_defaults(func=lambda args: uvloop.run(_up(args)))
+    up.set_defaults(func=_run_up)
     az_network_cli.add_partition_command(commands)
     start_broker = commands.add_parser(
         "start-broker", help="start broker N of a running `kipper cluster up` again")

@@ -87,3 +87,12 @@ async def wait_until_usable(nodes: NodeClient, bootstrap: tuple[str, int], timeo
             raise TimeoutError(f"not usable after {timeout_s:.0f} s: {len(problems)} "
                                f"problems, e.g. {', '.join(problems[:5])}")
         await asyncio.sleep(interval_s)
+
+
+async def live_brokers(nodes: NodeClient, address: tuple[str, int], timeout_s: float) -> set[int]:
+    """The brokers the node at ``address`` reports (Metadata of no topic): the live ones, as
+    in KRaft, where a fenced broker is left out."""
+    metadata = await nodes.connection(*address).call(ApiKey.METADATA, make(
+        MetadataRequest, topics=(), allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), timeout_s)
+    return {broker.node_id for broker in metadata.brokers}

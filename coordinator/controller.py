@@ -38,7 +38,7 @@ from replication.cluster_metadata import (
     partition_record,
 )
 from replication.node_client import NodeClient
-from replication.raft import NotLeader, QuorumSettings
+from replication.raft import QUORUM_STATE_FILE, NotLeader, QuorumSettings
 from replication.raft.driver import QuorumDriver
 from replication.scram_credentials import (
     InvalidScramCredential,
@@ -186,6 +186,8 @@ class ControllerQuorum:
 
 # How long start() waits for a quorum of one to lead (it does at once).
 SOLE_VOTER_START_TIMEOUT_S = 30.0
+# Between two attempts to commit a fence that failed (a storage error, say).
+FENCE_RETRY_S = 0.25
 
 
 class Controller:
@@ -197,7 +199,7 @@ class Controller:
         self.applier = Applier(self.image)
         self.node_id = quorum.node_id
         self.quorum = QuorumDriver(quorum.node_id, quorum.voters or {quorum.node_id: ("", 0)},
-                                   self.log, metadata_dir / "quorum-state", quorum.nodes,
+                                   self.log, metadata_dir / QUORUM_STATE_FILE, quorum.nodes,
                                    quorum.settings)
         self.raft = self.quorum.raft
         self.raft.commit_listeners.append(lambda _: self._progressed())
@@ -206,6 +208,9 @@ class Controller:
         self.active = False
         self._progress = asyncio.Event()
         self._last_heartbeat: dict[int, float] = {}
+        # Brokers waiting for their controlled shutdown (node id -> broker epoch): whichever
+        # request gets the lock first fences all of them in one commit.
+        self._shutting_down: dict[int, int] = {}
         self._lock = asyncio.Lock()
         self._fence_task: asyncio.Task | None = None
         self._balance_task: asyncio.Task | None = None
@@ -413,7 +418,7 @@ class Controller:
             records = []
             if node_id in self.image.brokers and not self.image.brokers[node_id].fenced:
                 # A restarted broker lost its in-memory state: its leaderships move first.
-                records += self._fence_records(node_id)
+                records += self._fence_records({node_id})
             # The registration record's offset: where the quorum appends next.
             epoch = self.raft.log.log_end_offset + len(records)
             registration = broker_record(BrokerInfo(node_id, host, port, rack, epoch,
@@ -429,17 +434,14 @@ class Controller:
         """Record a heartbeat; return (error, fenced). A fenced broker is unfenced (and
         takes part in elections) once it no longer asks to stay fenced. ``log_dir_offline``:
         the broker's data directory refuses appends (a full disk)."""
+        if want_shut_down:
+            return await self._controlled_shutdown(node_id, epoch)
         async with self._lock:
             self._check_active()
             broker = self.image.brokers.get(node_id)
             if broker is None or broker.epoch != epoch:
                 return ErrorCode.stale_broker_epoch, True
             self._last_heartbeat[node_id] = time.monotonic()
-            if want_shut_down:
-                if not broker.fenced:
-                    log.info("broker %d is shutting down: moving its leaderships", node_id)
-                    await self._commit(self._fence_records(node_id))
-                return ErrorCode.none, True
             if broker.fenced and not want_fence:
                 log.info("broker %d is ready: unfencing it", node_id)
                 await self._commit([{"type": "unfence_broker", "node_id": node_id}])
@@ -451,29 +453,78 @@ class Controller:
             return ErrorCode.none, broker.fenced
 
     async def _fence_expired_brokers(self) -> None:
+        """Fence each broker whose session ran out. It wakes when the earliest session ends
+        (a heartbeat only moves a session's end later, and a new one ends a full timeout
+        from now), so a broker is fenced at its timeout rather than up to a polling tick
+        after it."""
         timeout = self.settings.session_timeout_ms / 1000
         while True:
-            await asyncio.sleep(min(0.25, timeout / 4))
             now = time.monotonic()
-            for broker in list(self.image.brokers.values()):
-                if not broker.fenced and now - self._last_heartbeat.get(broker.node_id, 0) > timeout:
-                    async with self._lock:
-                        log.warning("fencing broker %d: no heartbeat for %.1f s",
-                                    broker.node_id, now - self._last_heartbeat.get(broker.node_id, 0))
-                        with contextlib.suppress(ControllerError):  # tried again next tick
-                            await self._commit(self._fence_records(broker.node_id))
+            ends = [self._last_heartbeat.get(b.node_id, 0) + timeout
+                    for b in self.image.live_brokers()]
+            await asyncio.sleep(max(min(ends, default=now + timeout) - now, 0))
+            for node in self._expired_sessions(timeout):
+                async with self._lock:
+                    if node not in self._expired_sessions(timeout):
+                        continue  # it heartbeated (or was fenced) while this waited
+                    log.warning("fencing broker %d: no heartbeat for %.1f s", node,
+                                time.monotonic() - self._last_heartbeat.get(node, 0))
+                    try:
+                        await self._commit(self._fence_records({node}))
+                    except ControllerError as e:
+                        log.warning("fencing broker %d failed (trying again): %s", node, e)
+                        await asyncio.sleep(FENCE_RETRY_S)
 
-    def _fence_records(self, node_id: int) -> list[dict]:
-        """Fence ``node_id``: drop it from ISRs and move its leaderships to ISR members."""
-        live = {b.node_id for b in self.image.live_brokers()} - {node_id}
-        records: list[dict] = [{"type": "fence_broker", "node_id": node_id}]
+    def _expired_sessions(self, timeout: float) -> list[int]:
+        now = time.monotonic()
+        return [b.node_id for b in self.image.live_brokers()
+                if now - self._last_heartbeat.get(b.node_id, 0) >= timeout]
+
+    async def _controlled_shutdown(self, node_id: int, epoch: int) -> tuple[ErrorCode, bool]:
+        """Fence a broker that asks to shut down, its leaderships moved first (KRaft's
+        controlled shutdown). The requests that queue for the lock meanwhile are fenced in
+        the same commit: when a whole cluster stops, one change per partition goes through
+        the quorum rather than one per broker.
+
+        With no other live broker nothing can move: nothing is committed (the last broker of
+        a stopping cluster may be the last voter, with no quorum left), and the broker is
+        fenced when it registers again, as after a crash."""
+        self._shutting_down[node_id] = epoch
+        try:
+            async with self._lock:
+                self._check_active()
+                broker = self.image.brokers.get(node_id)
+                if broker is None or broker.epoch != epoch:
+                    return ErrorCode.stale_broker_epoch, True
+                self._last_heartbeat[node_id] = time.monotonic()
+                if not broker.fenced:
+                    stopping = {node for node, asked in self._shutting_down.items()
+                                if (b := self.image.brokers.get(node)) is not None
+                                and b.epoch == asked and not b.fenced}
+                    if not {b.node_id for b in self.image.live_brokers()} - stopping:
+                        log.info("controlled shutdown of broker(s) %s: no other live broker "
+                                 "to move leaderships to", ", ".join(map(str, sorted(stopping))))
+                        return ErrorCode.none, True
+                    log.info("controlled shutdown of broker(s) %s: moving leaderships",
+                             ", ".join(map(str, sorted(stopping))))
+                    await self._commit(self._fence_records(stopping))
+                return ErrorCode.none, True
+        finally:
+            if self._shutting_down.get(node_id) == epoch:
+                del self._shutting_down[node_id]
+
+    def _fence_records(self, nodes: set[int]) -> list[dict]:
+        """Fence ``nodes``: drop them from ISRs and move their leaderships to ISR members
+        still live. An ISR of fenced brokers only is kept: they were the last in sync."""
+        live = {b.node_id for b in self.image.live_brokers()} - nodes
+        records: list[dict] = [{"type": "fence_broker", "node_id": node} for node in sorted(nodes)]
         for topic in self.image.topics.values():
             for info in topic.partitions.values():
-                if node_id not in info.isr and info.leader != node_id:
+                if nodes.isdisjoint(info.isr) and info.leader not in nodes:
                     continue
-                isr = [r for r in info.isr if r != node_id] or info.isr
+                isr = [r for r in info.isr if r not in nodes] or info.isr
                 leader = info.leader
-                if leader == node_id:
+                if leader in nodes:
                     leader = self._choose_leader(info, isr, live)
                     if leader not in isr and leader != NO_LEADER:
                         isr = [leader]

@@ -18,6 +18,7 @@ from .messages import (
     VoteResponse,
 )
 from .quorum import (
+    QUORUM_STATE_FILE,
     NotLeader,
     QuorumSettings,
     QuorumState,
@@ -31,6 +32,6 @@ from .quorum import (
 
 __all__ = [
     "BeginQuorumEpoch", "EndQuorumEpoch", "QuorumAck", "RaftFetch", "RaftFetchResponse",
-    "SnapshotId", "VoteRequest", "VoteResponse", "NotLeader", "QuorumSettings", "QuorumState",
+    "SnapshotId", "VoteRequest", "VoteResponse", "QUORUM_STATE_FILE", "NotLeader", "QuorumSettings", "QuorumState",
     "QuorumStateFile", "RaftLog", "RaftNode", "Role", "Transport", "parse_voters",
 ]

@@ -56,14 +56,16 @@ class QuorumDriver:
 
     async def stop(self) -> None:
         """A leader hands over first (EndQuorumEpoch): the others elect at once rather than
-        after a fetch timeout."""
+        after a fetch timeout. No more ticks: a stopping voter does not stand again."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
         await self.raft.resign()
         if self._requests:
             await asyncio.wait(list(self._requests), timeout=RESIGN_WAIT_S)
-        tasks = [t for t in (self._ticker, *self._requests) if t is not None]
-        for task in tasks:
+        for task in list(self._requests):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._requests, return_exceptions=True)
 
     async def _tick_forever(self) -> None:
         while True:

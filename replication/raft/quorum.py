@@ -30,6 +30,7 @@ answers to its own requests through ``on_response``; ``Transport.send`` carries 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
@@ -125,6 +126,10 @@ class QuorumStateStore(Protocol):
     def read(self) -> QuorumState: ...
 
     def write(self, state: QuorumState) -> None: ...
+
+
+# Its name in the voter's metadata directory.
+QUORUM_STATE_FILE = "quorum-state"
 
 
 class QuorumStateFile:
@@ -246,6 +251,8 @@ class RaftNode:
         # The leader this voter last followed, and when (clock time) it last answered a
         # fetch: when it was last known alive.
         self.last_leader_heard: tuple[int, float] | None = None
+        # The leader followed said it resigns (EndQuorumEpoch): it no longer counts as working.
+        self._leader_resigned = False
         # Called with (leader_id, epoch) whenever either changes.
         self.leader_listeners: list[Callable[[int, int], None]] = []
         # Called with the new high watermark when it moves up.
@@ -293,13 +300,20 @@ class RaftNode:
         await self.tick()
 
     async def resign(self) -> None:
-        """A graceful stop of the leader: ask the others to elect one of them now."""
-        if self.role is not Role.LEADER or self._leader is None:
-            return
-        followers = sorted(self.voters - {self.node_id},
-                           key=lambda v: -self._leader.end_offsets.get(v, -1))
-        for voter in followers:
-            self.transport.send(voter, EndQuorumEpoch(self.node_id, self.epoch, tuple(followers)))
+        """A graceful stop of the leader: it stops leading (its appends and the fetches it is
+        sent are refused from now on, so no answer of it keeps a follower waiting for it) and
+        asks the others to elect one of them now. The caller stops ticking it first: a
+        stopping voter never stands again."""
+        async with self._lock:
+            if self.role is not Role.LEADER or self._leader is None:
+                return
+            followers = sorted(self.voters - {self.node_id},
+                               key=lambda v: -self._leader.end_offsets.get(v, -1))
+            for voter in followers:
+                self.transport.send(voter, EndQuorumEpoch(self.node_id, self.epoch,
+                                                          tuple(followers)))
+            log.info("voter %d resigns the leadership of epoch %d", self.node_id, self.epoch)
+            self._become_unattached(self.epoch)
 
     # --- timers -----------------------------------------------------------------------
 
@@ -394,6 +408,7 @@ class RaftNode:
         if changed:
             self._fetch_in_flight = None
             self._next_fetch_at = 0.0
+            self._leader_resigned = False
             self._persist()
             log.info("voter %d follows leader %d in epoch %d", self.node_id, leader_id, epoch)
             self._leader_changed()
@@ -507,10 +522,12 @@ class RaftNode:
 
     async def wait_for_change(self, timeout_s: float) -> None:
         event = self._changed
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that
+        # arrives as the event is set, and the waiting task (the controller's applier,
+        # stopped as its voter resigns) would wait on instead of ending.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
 
     # --- requests from other voters ---------------------------------------------------
 
@@ -558,7 +575,7 @@ class RaftNode:
         its first fetch timeout."""
         if self.role is Role.LEADER:
             return True
-        if self.role is not Role.FOLLOWER:
+        if self.role is not Role.FOLLOWER or self._leader_resigned:
             return False
         if self.last_leader_heard is not None and self.last_leader_heard[0] == self.leader_id:
             return self.clock() - self.last_leader_heard[1] < self.settings.fetch_timeout_s
@@ -581,6 +598,7 @@ class RaftNode:
             rank = (request.successors.index(self.node_id)
                     if self.node_id in request.successors else len(request.successors))
             self._deadline = self.clock() + rank * self.settings.election_timeout_s
+            self._leader_resigned = True  # pre-votes for a successor are granted at once
         return QuorumAck(ErrorCode.none, self.leader_id, self.epoch)
 
     async def _handle_fetch(self, request: RaftFetch) -> RaftFetchResponse:

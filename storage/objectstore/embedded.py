@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Self
+from typing import NoReturn, Self
 
 LISTENING_LINE = "kipper embedded S3 listening on "
 # moto accepts any credentials; these make the signed requests look ordinary.
@@ -119,7 +119,7 @@ class EmbeddedS3Process(_Server):
         self.endpoint_url = None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     parser = argparse.ArgumentParser(description="Run kipper's embedded S3 server (moto).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -130,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    with EmbeddedS3(args.host, args.port, args.data_dir) as server:
-        print(LISTENING_LINE + server.endpoint_url, flush=True)
-        stopping.wait()
-    return 0
+    print(LISTENING_LINE + EmbeddedS3(args.host, args.port, args.data_dir).start(), flush=True)
+    stopping.wait()
+    # Exit at once: every object is a file already, written and fsynced before its PUT was
+    # answered (object_files; without a data dir they are meant to go), as a kill -9 would
+    # find them. Stopping the server first only stopped accepting, after up to half a
+    # second of werkzeug's accept loop (its request threads are daemons, gone at exit
+    # either way), and tearing down moto's modules took a few tenths more: both on every
+    # `kipper cluster up` stop.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,14 @@ async def test_a_broker_leads_nothing_until_it_is_ready_and_is_not_fenced_while_
 
         assert leader() == 0
 
-        # A restart: controlled shutdown, then registration while its logs load.
-        await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=True)
-        assert leader() == NO_LEADER
+        # A restart: controlled shutdown (no other broker to move its leadership to, so
+        # nothing changes), then registration while its logs load: fenced first, as after a
+        # crash.
+        assert await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=True) \
+            == (ErrorCode.none, True)
+        assert leader() == 0
         epoch = await controller.register_broker(0, "127.0.0.1", 9092, "az1")
+        assert leader() == NO_LEADER
         with caplog.at_level(logging.WARNING, logger="coordinator.controller"):
             # Loading takes longer than a session, heartbeats late or not at all.
             await asyncio.sleep(0.5)
@@ -43,5 +47,65 @@ async def test_a_broker_leads_nothing_until_it_is_ready_and_is_not_fenced_while_
         assert await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False) \
             == (ErrorCode.none, False)
         assert leader() == 0
+    finally:
+        await controller.stop()
+
+
+async def test_controlled_shutdowns_asked_together_are_one_commit_and_keep_the_last_isr(
+        tmp_path):
+    """A whole cluster stopping: the shutdowns that queue while the controller is busy are
+    fenced together, one change per partition; a partition whose in-sync replicas all
+    stop keeps them as its ISR, and the first of them back leads it again."""
+    controller = Controller(tmp_path, ControllerSettings(auto_leader_rebalance=False))
+    await controller.start()
+    try:
+        epochs = {}
+        for node in range(4):
+            epochs[node] = await controller.register_broker(node, "127.0.0.1", 9092 + node, None)
+            await controller.heartbeat(node, epochs[node], want_fence=False,
+                                       want_shut_down=False)
+        await controller.create_topic("t", -1, -1, {}, assignments=[
+            (0, [0, 1]), (1, [1, 2]), (2, [2, 3]), (3, [3, 0])])
+        before = controller.image.next_offset
+
+        async with controller._lock:  # busy with another change while the three ask
+            shutdowns = [asyncio.create_task(controller.heartbeat(
+                node, epochs[node], want_fence=False, want_shut_down=True)) for node in (0, 1, 2)]
+            await asyncio.sleep(0.1)
+        assert await asyncio.gather(*shutdowns) == [(ErrorCode.none, True)] * 3
+
+        # Three fence records and one change per partition.
+        assert controller.image.next_offset - before == 3 + 4
+        partitions = controller.image.topics["t"].partitions
+        assert [(partitions[p].leader, partitions[p].isr) for p in range(4)] == [
+            (NO_LEADER, [0, 1]), (NO_LEADER, [1, 2]), (3, [3]), (3, [3])]
+
+        epoch = await controller.register_broker(1, "127.0.0.1", 9093, None)
+        await controller.heartbeat(1, epoch, want_fence=False, want_shut_down=False)
+        assert [(partitions[p].leader, partitions[p].isr) for p in range(2)] == [
+            (1, [0, 1]), (1, [1, 2])]
+    finally:
+        await controller.stop()
+
+
+async def test_a_silent_broker_is_fenced_when_its_session_ends_and_a_heartbeating_one_is_not(
+        tmp_path):
+    controller = Controller(tmp_path, ControllerSettings(session_timeout_ms=300,
+                                                         auto_leader_rebalance=False))
+    await controller.start()
+    try:
+        epochs = {}
+        for node in (0, 1):
+            epochs[node] = await controller.register_broker(node, "127.0.0.1", 9092 + node, None)
+            await controller.heartbeat(node, epochs[node], want_fence=False,
+                                       want_shut_down=False)
+        await controller.create_topic("t", -1, -1, {}, assignments=[(0, [0, 1])])
+        for _ in range(12):  # 1.2 s: four sessions; broker 0 says nothing
+            await controller.heartbeat(1, epochs[1], want_fence=False, want_shut_down=False)
+            await asyncio.sleep(0.1)
+        brokers = controller.image.brokers
+        assert (brokers[0].fenced, brokers[1].fenced) == (True, False)
+        partition = controller.image.topics["t"].partitions[0]
+        assert (partition.leader, partition.isr) == (1, [1])
     finally:
         await controller.stop()

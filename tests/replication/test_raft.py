@@ -115,6 +115,26 @@ async def test_a_voter_cut_off_for_a_while_cannot_depose_a_working_leader():
     assert cut_off.role is Role.FOLLOWER and leader.is_leader and leader.epoch == epoch
 
 
+async def test_a_leader_that_resigns_is_replaced_within_one_round_of_votes():
+    """A graceful stop of the leader (EndQuorumEpoch): its followers elect one of them
+    without waiting for a fetch or election timeout, pre-vote included: a follower told
+    that its leader resigned no longer vouches for it."""
+    net = SimNetwork([0, 1, 2], seed=9)
+    await net.start_all()
+    old = await net.run_until_stable()
+    await old.resign()
+    await net.deliver_all()
+    net.crash(old.node_id)
+    elapsed = 0.0
+    while (new := net.leader()) is None and elapsed < 5:
+        await net.tick(0.01)
+        await net.deliver_all()
+        elapsed += 0.01
+    assert new is not None and new.epoch == old.epoch + 1
+    # Less than the election timeout: a tick, a pre-vote round and a vote round.
+    assert elapsed < net.settings.election_timeout_s / 2, elapsed
+
+
 async def test_a_voter_below_the_log_start_loads_the_snapshot():
     net = SimNetwork([0, 1, 2], seed=5)
     await net.start_all()
@@ -167,8 +187,9 @@ def _assert_log_matching(net: SimNetwork) -> None:
 
 @pytest.mark.parametrize("seed", range(12))
 async def test_safety_under_loss_reordering_duplication_and_crashes(seed):
-    """Random schedules: one leader per epoch, log matching, and nothing committed is ever
-    lost; once the network heals, all voters converge on one log."""
+    """Random schedules (graceful stops among the crashes): one leader per epoch, log
+    matching, and nothing committed is ever lost; once the network heals, all voters
+    converge on one log."""
     net = SimNetwork([0, 1, 2, 3, 4] if seed % 2 else [0, 1, 2], seed=seed)
     rng = net.rng
     await net.start_all()
@@ -187,7 +208,10 @@ async def test_safety_under_loss_reordering_duplication_and_crashes(seed):
         elif roll < 0.75:
             await net.tick(rng.uniform(0.01, 0.4))
         elif roll < 0.78 and len(net.nodes) > len(net.voters) // 2 + 1:
-            net.crash(rng.choice(sorted(net.nodes)))
+            stopping = rng.choice(sorted(net.nodes))
+            if rng.random() < 0.5:
+                await net.nodes[stopping].resign()  # a graceful stop (a leader's EndQuorumEpoch)
+            net.crash(stopping)
         elif roll < 0.83 and len(net.nodes) < len(net.voters):
             await net.start(rng.choice([v for v in net.voters if v not in net.nodes]))
         elif (leader := net.leader()) is not None:
