@@ -12,8 +12,7 @@ from confluent_kafka.admin import ResourceType
 
 from support.configs import describe
 from support.processes import Cluster
-from support.topics import partition_metadata
-from support.topics import create_topic
+from support.topics import create_topic, partition_metadata
 from support.wait import wait_until
 
 TOPICS = 15
