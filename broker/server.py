@@ -62,7 +62,6 @@ from .broker_metrics import (
     RequestMetrics,
     TopicMetrics,
 )
-from .capture import TraceCapture
 from .config import BrokerConfig, split_host_port
 from .connection import Connection
 from .diskless_metrics import DisklessMetrics
@@ -165,7 +164,10 @@ class Broker:
             self.logs.register_engine("active-tiered", self.active_tiered.open_log)
             if self.metrics is not None:
                 self.metrics.add_source("active_tiered", self.active_tiered.metrics)
-        self.capture = TraceCapture(config.capture_trace_dir) if config.capture_trace_dir else None
+        self.capture = None
+        if config.capture_trace_dir:
+            from .capture import TraceCapture  # pyarrow: half a second of every start
+            self.capture = TraceCapture(config.capture_trace_dir)
         self.replicas: ReplicaManager | None = None
         self.batch_coordinator: BatchCoordinator | None = None
         self.wal_writer: WalWriter | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_topics.v7.request import (
     CreatableTopic,
@@ -33,12 +33,14 @@ from replication.raft.leader_connection import LeaderConnection
 from replication.replica_manager import ReplicaManager
 
 from .broker_metrics import TopicMetrics
-from .capture import TraceCapture
 from .config import BrokerConfig
 from .metadata_follower import MetadataFollower
 from .producer_ids import ProducerIdAllocator
 from .security.authorize import configure
 from .share_groups import ShareGroupParts
+
+if TYPE_CHECKING:  # pyarrow, which the capture loads, only where one is made
+    from .capture import TraceCapture
 
 log = logging.getLogger(__name__)
 

@@ -218,7 +218,11 @@ class Controller:
         self._apply_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._last_snapshot_at = time.monotonic()
-        self._bytes_at_last_snapshot = 0
+        # Bytes of log records applied to the image since the snapshot it was loaded from or
+        # last written, whichever process appended them: the tail a restart replays counts,
+        # so a node that restarts often still snapshots (Kafka's SnapshotGenerator counts
+        # the batches its loader publishes the same way).
+        self._bytes_since_snapshot = 0
 
     async def start(self) -> None:
         """Load the newest snapshot, then join the quorum: the log after the snapshot is
@@ -326,6 +330,7 @@ class Controller:
                     if not records:
                         break
                     self.applier.apply(records)
+                    self._bytes_since_snapshot += len(data)
                     await asyncio.sleep(0)
             except (KafkaStorageError, OSError, ValueError) as e:
                 log.warning("applying committed metadata failed (retrying): %s", e)
@@ -341,6 +346,7 @@ class Controller:
         snapshot = self.log.latest_snapshot()
         records = await asyncio.to_thread(self.log.read_snapshot, snapshot)
         self.applier.load_snapshot(snapshot.end_offset, self.image.snapshot_delta(records))
+        self._bytes_since_snapshot = 0
         log.info("loaded the leader's metadata snapshot %s", snapshot.file_name)
 
     def _check_active(self) -> None:
@@ -374,19 +380,18 @@ class Controller:
         return offset
 
     def _maybe_snapshot(self) -> None:
-        """Snapshot the image (KIP-630) in the background once enough was appended since
-        the last one, or enough time passed."""
+        """Snapshot the image (KIP-630) in the background once enough was applied since the
+        last one, or enough time passed."""
         if self._snapshot_task is not None and not self._snapshot_task.done():
             return
         interval = self.settings.snapshot_max_interval_s
-        new_bytes = self.log.appended_bytes - self._bytes_at_last_snapshot
-        due = (new_bytes >= self.settings.snapshot_max_new_record_bytes
+        due = (self._bytes_since_snapshot >= self.settings.snapshot_max_new_record_bytes
                or (interval > 0 and time.monotonic() - self._last_snapshot_at >= interval))
         if not due:
             return
         end_offset = self.image.next_offset
         records = self.image.snapshot_records()
-        self._bytes_at_last_snapshot = self.log.appended_bytes
+        self._bytes_since_snapshot = 0
         self._last_snapshot_at = time.monotonic()
         self._snapshot_task = asyncio.create_task(self._write_snapshot(end_offset, records))
 

@@ -54,8 +54,6 @@ class MetadataLog:
         self.log = ClassicLog(METADATA_TOPIC, 0, config, directory / f"{METADATA_TOPIC}-0")
         self.snapshot_dir = directory / f"{METADATA_TOPIC}-snapshots"
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
-        # Bytes appended since this process opened the log (when to snapshot next).
-        self.appended_bytes = 0
 
     def snapshots(self) -> list[SnapshotId]:
         """The snapshots on disk, oldest first (temporary files of torn writes excluded)."""
@@ -117,7 +115,6 @@ class MetadataLog:
             await asyncio.sleep(0)
         batches = list(iter_batches(data))
         result = await self.log.append(data, batches, leader_epoch)
-        self.appended_bytes += len(data)
         try:
             await self.log.flush()
         except KafkaStorageError:
@@ -152,7 +149,6 @@ class MetadataLog:
 
     async def append_as_follower(self, data: bytes) -> None:
         await self.log.append_as_follower(data)
-        self.appended_bytes += len(data)
         await self.log.flush()
 
     async def truncate_to(self, offset: int) -> None:

@@ -27,6 +27,7 @@ from storage.manager import LogManager, is_internal_topic
 from .dynamic_config import DynamicConfigs
 from .leaderless_partition import LeaderlessPartition
 from .node_client import NodeClient, NodeConnection
+from .loop_slice import LoopSlice
 from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
 from .throttle import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, lists_replica, throttled_rate
 
@@ -174,14 +175,13 @@ class ReplicaManager:
             self._opener = asyncio.create_task(self._open_unopened())
 
     async def _open_unopened(self) -> None:
+        # A slice of time, not of partitions: the metadata being applied meanwhile (a topic
+        # of thousands of partitions created) gets the turns in between, and a slice of 16
+        # opens (16-50 ms on a loaded machine) per turn starved it.
+        turns = LoopSlice(OPEN_SLICE_S)
         while self._unopened:
-            # A slice of time, not of partitions: the metadata being applied meanwhile (a
-            # topic of thousands of partitions created) gets the turns in between, and a
-            # slice of 16 opens (16-50 ms on a loaded machine) per turn starved it.
-            turn_ends = time.perf_counter() + OPEN_SLICE_S
-            while self._unopened and time.perf_counter() < turn_ends:
-                self._open(self._next_to_open())
-            await asyncio.sleep(0)
+            self._open(self._next_to_open())
+            await turns.pause()
 
     def _next_to_open(self) -> tuple[str, int]:
         while self._open_first:

@@ -9,6 +9,7 @@ from protocol.apis import ApiKey
 from replication.acls import AclOperation, ResourceType
 from replication.cluster_metadata import PartitionInfo, TopicInfo
 from replication.leaderless_partition import diskless_servers
+from replication.loop_slice import LoopSlice
 from storage.manager import is_internal_topic
 
 from ..security.authorize import OMITTED, allowed, authorized_operations, cluster_operations
@@ -17,6 +18,9 @@ from ..diskless_routing import diskless_leader
 from .registry import RequestContext, handles
 
 log = logging.getLogger(__name__)
+# How long the entries of thousands of partitions are built before the handler yields to the
+# event loop (5,000 took 0.3-0.9 s on the loaded 2-core machine).
+ENTRY_SLICE_S = 0.005
 
 
 def broker_entries(ctx: RequestContext, entity: str, id_field: str = "node_id") -> tuple:
@@ -29,13 +33,15 @@ def broker_entries(ctx: RequestContext, entity: str, id_field: str = "node_id") 
                  for host, port in (endpoint,))
 
 
-def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: bool) -> object:
-    partitions = tuple(
-        _partition_entry(ctx, p)
-        for p in sorted(topic.partitions.values(), key=lambda p: p.partition))
+async def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: bool,
+                       turns: LoopSlice) -> object:
+    partitions = []
+    for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
+        await turns.pause()
+        partitions.append(_partition_entry(ctx, p))
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
                         topic_id=topic.topic_id, is_internal=is_internal_topic(topic.name),
-                        partitions=partitions,
+                        partitions=tuple(partitions),
                         topic_authorized_operations=authorized_operations(
                             ctx, with_operations, ResourceType.TOPIC, topic.name))
 
@@ -71,9 +77,11 @@ async def metadata(ctx: RequestContext, request) -> object:
     # v8+ (Metadata asks for the cluster's operations in v8-v10 only; DescribeCluster since).
     with_operations = getattr(request, "include_topic_authorized_operations", False)
     topics = []
+    # Thousands of partitions' entries are built between turns of the event loop.
+    turns = LoopSlice(ENTRY_SLICE_S)
     if wants_all:
         # The topics the client may not describe are left out.
-        topics = [_topic_entry(ctx, t, with_operations)
+        topics = [await _topic_entry(ctx, t, with_operations, turns)
                   for t in sorted(image.topics.values(), key=lambda t: t.name)
                   if _describable(ctx, t.name)]
     else:
@@ -86,15 +94,15 @@ async def metadata(ctx: RequestContext, request) -> object:
                     topics.append(_error_entry(ctx, None, ErrorCode.topic_authorization_failed,
                                                topic_id))
                     continue
-                topics.append(_topic_entry(ctx, found, with_operations) if found else
-                              _error_entry(ctx, None, ErrorCode.unknown_topic_id, topic_id))
+                topics.append(await _topic_entry(ctx, found, with_operations, turns) if found
+                              else _error_entry(ctx, None, ErrorCode.unknown_topic_id, topic_id))
                 continue
             if not _describable(ctx, name):
                 # Whether it exists is not revealed either.
                 topics.append(_error_entry(ctx, name, ErrorCode.topic_authorization_failed))
                 continue
             topics.append(await _lookup_or_create(ctx, name, allow_auto_create,
-                                                  with_operations))
+                                                  with_operations, turns))
     return ctx.response("MetadataResponse", throttle_time=0,
                         brokers=broker_entries(ctx, "MetadataResponseBroker"),
                         cluster_id=ctx.services.config.cluster_id,
@@ -108,10 +116,10 @@ def _describable(ctx: RequestContext, topic: str) -> bool:
 
 
 async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool,
-                            with_operations: bool) -> object:
+                            with_operations: bool, turns: LoopSlice) -> object:
     topic = ctx.services.image.topics.get(name)
     if topic is not None:
-        return _topic_entry(ctx, topic, with_operations)
+        return await _topic_entry(ctx, topic, with_operations, turns)
     try:
         validate_topic_name(name)
     except ControllerError:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
+from replication.loop_slice import LoopSlice
 from replication.partition import PartitionError
 from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError, OffsetOutOfRange
@@ -24,7 +24,9 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
-ANSWERS_BETWEEN_YIELDS = 64
+# How long ListOffsets answers partitions before it yields to the event loop (each answer
+# may open the partition's log: every partition is asked at start-up).
+ANSWER_SLICE_S = 0.005
 
 
 async def _list_offset(ctx: RequestContext, request, topic: str, asked,
@@ -63,15 +65,12 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked,
 async def list_offsets(ctx: RequestContext, request) -> object:
     received_at = time.monotonic()
     topics = []
-    answered = 0
+    turns = LoopSlice(ANSWER_SLICE_S)
     for topic in request.topics:
         entries = []
         for asked in topic.partitions:
+            await turns.pause()
             entries.append(await _list_offset(ctx, request, topic.name, asked, received_at))
-            answered += 1
-            if answered % ANSWERS_BETWEEN_YIELDS == 0:
-                # Thousands of partitions, each maybe opened now (ReplicaManager.get).
-                await asyncio.sleep(0)
         topics.append(ctx.response("ListOffsetsTopicResponse", name=topic.name,
                                    partitions=tuple(entries)))
     return ctx.response("ListOffsetsResponse", throttle_time=0, topics=tuple(topics))

@@ -467,9 +467,8 @@ class BatchCoordinator(RecordControlPlane):
         last_taken = time.monotonic()
         while True:
             await asyncio.sleep(CHECKPOINT_POLL_S)
-            # Counted from the newest checkpoint recorded, by whichever coordinator: the
-            # record of a checkpoint alone does not make the next one due.
-            since = self.state.applied_offset - self.state.latest_checkpoint()
+            # The record of a checkpoint alone does not make the next one due.
+            since = self.state.records_since_checkpoint()
             due = since >= self.checkpoint_settings.interval_records or (
                 since > 1 and time.monotonic() - last_taken
                 >= self.checkpoint_settings.interval_ms / 1000)

@@ -569,6 +569,12 @@ class BatchCoordinatorState(RecordControlPlane):
         (offset,) = self._db.execute("SELECT MAX(offset) FROM checkpoints").fetchone()
         return -1 if offset is None else offset
 
+    def records_since_checkpoint(self) -> int:
+        """Records applied after the state the newest recorded checkpoint holds (all of them
+        if there is none), by this process or any before it: what makes the next checkpoint
+        due, so a broker that restarts often still checkpoints."""
+        return self._applied_offset - self.latest_checkpoint()
+
     def database_bytes(self) -> int:
         (pages,), (page_size,) = (self._db.execute(f"PRAGMA {pragma}").fetchone()
                                   for pragma in ("page_count", "page_size"))

@@ -53,6 +53,22 @@ def test_the_checkpoints_recorded_are_part_of_the_state(tmp_path):
     copied.close()
 
 
+def test_records_toward_the_next_checkpoint_count_across_restarts(tmp_path):
+    """A checkpoint is due after interval_records records counted in the state, not in
+    the process: a broker restarted before it alone applies that many still checkpoints."""
+    rng = random.Random(3)
+    state = BatchCoordinatorState(tmp_path / "state.db")
+    replayed(state, random_records(rng, state, count=20))
+    replayed(state, [CheckpointTaken(state.applied_offset, "c/19", 2)])
+    replayed(state, random_records(rng, state, count=15))
+    state.close()
+    reopened = BatchCoordinatorState(tmp_path / "state.db")
+    assert reopened.records_since_checkpoint() == 16  # the CheckpointTaken record and 15
+    replayed(reopened, random_records(rng, reopened, count=5))
+    assert reopened.records_since_checkpoint() == 21
+    reopened.close()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_a_damaged_checkpoint_is_refused(tmp_path, damage):
     state = BatchCoordinatorState(tmp_path / "state.db")

@@ -4,6 +4,7 @@ writes and loads them, and what is left of the log."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from coordinator.config_changes import ConfigChange, ConfigOp
 from coordinator.controller import Controller, ControllerSettings
@@ -113,3 +114,34 @@ async def test_snapshots_are_written_off_the_event_loop_path_of_commits(tmp_path
         assert controller.log.latest_snapshot().end_offset == controller.image.next_offset
     finally:
         await controller.stop()
+
+
+async def test_a_controller_restarted_again_and_again_still_snapshots(tmp_path, caplog):
+    """What a restart replays counts toward the next snapshot: no process appends enough
+    for one on its own, together they do, and the start after that loads it."""
+    appended_by_run = []
+    ended_at = 0
+    while not MetadataLog(tmp_path).snapshots():
+        assert len(appended_by_run) < 30, f"no snapshot after runs appending {appended_by_run}"
+        controller = Controller(tmp_path, settings())
+        await controller.start()
+        run = len(appended_by_run)
+        await controller.alter_broker_configs("", [ConfigChange(
+            "log.retention.ms", ConfigOp.SET, str(60_000 + run))])
+        if controller._snapshot_task is not None:
+            await controller._snapshot_task
+        size = controller.log.log.size_bytes
+        appended_by_run.append(size - ended_at)
+        ended_at = size
+        await controller.stop()
+    assert len(appended_by_run) > 2 and max(appended_by_run) < SNAPSHOT_BYTES
+
+    restarted = Controller(tmp_path, settings())
+    with caplog.at_level(logging.INFO, logger="coordinator.controller"):
+        await restarted.start()
+    try:
+        assert "loaded metadata snapshot" in caplog.text
+        assert restarted.image.broker_configs[""]["log.retention.ms"] == str(
+            60_000 + len(appended_by_run) - 1)
+    finally:
+        await restarted.stop()

@@ -1,7 +1,8 @@
 """Metadata snapshots (KIP-630) in a running cluster: the controller snapshots and deletes the
 log below them; restarted, it loads the newest snapshot and the tail; a broker restarted
 after a kill -9 loads the snapshot with FetchSnapshot and serves its partitions to real
-clients (confluent-kafka, kafka-python)."""
+clients (confluent-kafka, kafka-python); a node restarted again and again, none of its runs
+appending enough for a snapshot, still snapshots, and its next start loads it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from confluent_kafka.admin import ResourceType
 
 from support.configs import describe
 from support.processes import Cluster
-from support.topics import create_topic
+from support.topics import create_topic, partition_metadata
 from support.wait import wait_until
 
 TOPICS = 15
@@ -73,3 +74,32 @@ def consumed(bootstrap: str, topic: str) -> set[int]:
         return {int(record.value) for record in consumer}
     finally:
         consumer.close()
+
+
+# Each start of a lone node appends about 1.4 kB (its registration, the quorum's leader
+# change, unfencing): several starts together reach this.
+RESTARTS_SNAPSHOT_BYTES = 2500
+
+
+def test_a_node_restarted_again_and_again_still_snapshots(broker_factory, tmp_path, topic_name):
+    config = tmp_path / "snapshots.toml"
+    config.write_text(f"metadata_log_max_record_bytes_between_snapshots = "
+                      f"{RESTARTS_SNAPSHOT_BYTES}\n")
+    node = broker_factory("--config", str(config))  # its own controller, a quorum of one
+    create_topic(node.bootstrap, topic_name, 2, 1)
+    segments = node.data_dir / "__cluster_metadata-0"
+    appended_by_run, size = [], 0
+    while count(node, "wrote metadata snapshot") == 0:
+        assert len(appended_by_run) < 10, f"no snapshot after runs appending {appended_by_run}"
+        node.stop()
+        grown = sum(p.stat().st_size for p in segments.glob("*.log"))
+        appended_by_run.append(grown - size)
+        size = grown
+        node.start()
+    assert len(appended_by_run) > 1 and max(appended_by_run) < RESTARTS_SNAPSHOT_BYTES
+
+    node.stop()
+    loaded = count(node, "loaded metadata snapshot")
+    node.start()
+    assert count(node, "loaded metadata snapshot") == loaded + 1
+    assert partition_metadata(node.bootstrap, topic_name, 1).leader == node.node_id
