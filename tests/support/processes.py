@@ -36,6 +36,10 @@ TEST_NODE_ENV = {"KIPPER_CLUSTER_SECRET": CLUSTER_SECRET,
                  "KIPPER_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "1000",
                  "KIPPER_LOG_RETENTION_CHECK_INTERVAL_MS": "2000",
                  "KIPPER_AUTO_LEADER_REBALANCE_ENABLE": "false"}
+# How long a node may take to print its ready line. About 2 s on a quiet machine; most of it
+# is Python importing, which a machine loaded by other work (or a slower CI machine) can
+# stretch past 30 s. Waiting costs nothing when the node is quick.
+READY_TIMEOUT_S = 90.0
 
 
 @dataclass
@@ -56,7 +60,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+    def start(self, timeout: float = READY_TIMEOUT_S) -> "BrokerProcess":
         """Start (or restart, on the same port) and wait for the ready line."""
         self.launch()
         return self.wait_ready(timeout)
@@ -74,7 +78,7 @@ class BrokerProcess:
                                      env={**os.environ, **TEST_NODE_ENV, **(self.env or {})})
         log_file.close()
 
-    def wait_ready(self, timeout: float = 30.0) -> "BrokerProcess":
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> "BrokerProcess":
         """Wait for the launched process's ready line (and metrics line) and take its port."""
         line = _readline_with_timeout(self.proc, timeout)
         listening = node_listening(line)
@@ -134,7 +138,7 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
-def start_all(nodes: list[BrokerProcess], timeout: float = 30.0) -> None:
+def start_all(nodes: list[BrokerProcess], timeout: float = READY_TIMEOUT_S) -> None:
     """Start (or restart) processes together: a cluster is up in the time of its slowest
     broker rather than the sum of all."""
     try:
@@ -184,7 +188,7 @@ class Cluster:
                                       extra_args=[*broker_args, "--rack", f"az{i + 1}"])
                         for i in range(brokers)]
 
-    def start(self, timeout: float = 30.0) -> "Cluster":
+    def start(self, timeout: float = READY_TIMEOUT_S) -> "Cluster":
         """``timeout``: for each node's ready line (a loaded machine starts them slowly)."""
         try:
             self.controller.start(timeout)

@@ -12,7 +12,6 @@ import asyncio
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from support.processes import BrokerProcess
 from support.proxy import ProduceDroppingProxy
 from support.topics import create_topic
 
@@ -22,24 +21,16 @@ PER_ROUND = 40
 COUNT = ROUNDS * PER_ROUND
 
 
-@pytest.fixture(scope="module")
-def proxied_broker(storage_mode, s3_endpoint, tmp_path_factory):
-    """A broker of the mode (one for the module's tests of that mode) that advertises the
-    proxy, so clients reach it only through the proxy, which drops every third Produce
-    response after the broker handled it."""
+@pytest.fixture
+def proxied_broker(storage_mode, broker_factory, s3_endpoint):
+    """A broker that advertises the proxy, so clients reach it only through the proxy, which
+    drops every third Produce response after the broker handled it."""
     proxy = ProduceDroppingProxy(drop_every=3)
-    broker = BrokerProcess(tmp_path_factory.mktemp("proxied") / "data",
-                           ["--advertised-listener", f"127.0.0.1:{proxy.port}",
-                            *storage_mode.single_broker_args(s3_endpoint)]).start()
+    broker = broker_factory("--advertised-listener", f"127.0.0.1:{proxy.port}",
+                            *storage_mode.single_broker_args(s3_endpoint))
     proxy.start(broker.port)
-    yield proxy
+    yield proxy, broker
     proxy.close()
-    broker.stop()
-
-
-def assert_retried(proxy: ProduceDroppingProxy, dropped_before: int) -> None:
-    dropped = proxy.dropped - dropped_before
-    assert dropped >= 3, f"only {dropped} responses dropped: no retry was tested"
 
 
 def produce_confluent_kafka(bootstrap: str, topic: str) -> None:
@@ -108,11 +99,11 @@ def read_partitions(bootstrap: str, topic: str) -> dict[int, list[tuple[int, str
 
 @pytest.mark.parametrize("client", list(PRODUCERS))
 def test_retried_batches_are_stored_once(client, proxied_broker, topic_name):
-    proxy, dropped_before = proxied_broker, proxied_broker.dropped
+    proxy, broker = proxied_broker
     bootstrap = f"127.0.0.1:{proxy.port}"
     create_topic(bootstrap, topic_name, PARTITIONS)
     PRODUCERS[client](bootstrap, topic_name)
-    assert_retried(proxy, dropped_before)
+    assert proxy.dropped >= 3, f"only {proxy.dropped} responses dropped: no retry was tested"
 
     stored = read_partitions(bootstrap, topic_name)
     for partition, records in stored.items():
@@ -122,11 +113,11 @@ def test_retried_batches_are_stored_once(client, proxied_broker, topic_name):
 
 
 def test_retried_recompressed_batches_are_stored_once(proxied_broker, topic_name):
-    proxy, dropped_before = proxied_broker, proxied_broker.dropped
+    proxy, broker = proxied_broker
     bootstrap = f"127.0.0.1:{proxy.port}"
     create_topic(bootstrap, topic_name, PARTITIONS, config={"compression.type": "gzip"})
     produce_confluent_kafka(bootstrap, topic_name)
-    assert_retried(proxy, dropped_before)
+    assert proxy.dropped >= 3, f"only {proxy.dropped} responses dropped: no retry was tested"
 
     stored = read_partitions(bootstrap, topic_name)
     assert sum(len(records) for records in stored.values()) == COUNT

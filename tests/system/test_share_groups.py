@@ -187,16 +187,21 @@ def test_members_in_three_azs_fetch_a_diskless_topic_in_their_own_az(
     assert after["cross"] < 0.05 * payload, after
 
 
-def _described(cluster: ShareCluster, group: str):
-    """ShareGroupDescribe of ``group`` from the broker coordinating it."""
-    for broker in cluster.brokers:
-        with connect(broker) as sock:
-            (described,) = call(sock, ApiKey.SHARE_GROUP_DESCRIBE, 1, entity(
-                ApiKey.SHARE_GROUP_DESCRIBE, 1, "ShareGroupDescribeRequest", group_ids=(group,),
-                include_authorized_operations=False)).groups
-        if described.error_code != ErrorCode.not_coordinator:
-            return described
-    raise AssertionError(f"no broker coordinates {group}")
+def _described(cluster: ShareCluster, group: str, timeout: float = 30.0):
+    """ShareGroupDescribe of ``group`` from the broker coordinating it (every broker may say
+    NOT_COORDINATOR for a while: the coordinator's partition is still without a leader)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for broker in cluster.brokers:
+            with connect(broker) as sock:
+                (described,) = call(sock, ApiKey.SHARE_GROUP_DESCRIBE, 1, entity(
+                    ApiKey.SHARE_GROUP_DESCRIBE, 1, "ShareGroupDescribeRequest",
+                    group_ids=(group,), include_authorized_operations=False)).groups
+            if described.error_code != ErrorCode.not_coordinator:
+                return described
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no broker coordinates {group}")
+        time.sleep(0.2)
 
 
 def _topic_id(cluster: ShareCluster, topic: str) -> uuid.UUID:
