@@ -7,7 +7,11 @@ given next to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from replication.cluster_metadata import MetadataImage
+from storage.config import InvalidConfig
 
 from .internal_topic import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, InternalTopic
 
@@ -65,8 +69,8 @@ class ShareGroupConfig:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     max_size: int = 200
-    # The ``share.auto.offset.reset`` group config, for every share group (kipper has no
-    # per-group configs yet): ``latest`` (Kafka's default) or ``earliest``.
+    # The ``share.auto.offset.reset`` of share groups that do not set it: ``latest``
+    # (Kafka's default) or ``earliest``.
     auto_offset_reset: str = "latest"
     # Kafka creates 50 partitions; 10 as for __consumer_offsets.
     state_topic_num_partitions: int = 10
@@ -77,3 +81,118 @@ class ShareGroupConfig:
         return InternalTopic(SHARE_GROUP_STATE_TOPIC, self.state_topic_num_partitions,
                              self.state_topic_replication_factor,
                              self.state_topic_segment_bytes)
+
+
+# --- group configs (KIP-848, KIP-932) --------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupConfigDef:
+    """A group config (Kafka's GroupConfig): set on one group with IncrementalAlterConfigs of
+    a GROUP resource, else the broker setting named by ``default`` applies."""
+    name: str
+    kind: str  # "int" or "string" (DescribeConfigs' config_type)
+    doc: str
+    default: Callable[[GroupConfig, ShareGroupConfig], object]
+    # kipper applies a value set on one group (the others are described, not alterable).
+    per_group: bool = False
+    minimum: int | None = None
+    choices: tuple[str, ...] = ()
+
+    def validate(self, value: str) -> None:
+        """Kafka's ConfigDef checks of a value (type, then range or valid strings)."""
+        if self.kind == "int":
+            try:
+                number = int(value.strip())
+            except ValueError:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    "Not a number of type INT") from None
+            if self.minimum is not None and number < self.minimum:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                    f"Value must be at least {self.minimum}")
+        elif self.choices and value not in self.choices:
+            raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
+                                f"String must be one of: {', '.join(self.choices)}")
+
+
+SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
+
+GROUP_CONFIGS = {d.name: d for d in (
+    GroupConfigDef("consumer.session.timeout.ms", "int",
+                   "Session timeout of the members of a consumer group (KIP-848 protocol)",
+                   lambda group, share: group.consumer_session_timeout_ms, minimum=1),
+    GroupConfigDef("consumer.heartbeat.interval.ms", "int",
+                   "Heartbeat interval of the members of a consumer group (KIP-848 protocol)",
+                   lambda group, share: group.consumer_heartbeat_interval_ms, minimum=1),
+    GroupConfigDef("share.session.timeout.ms", "int",
+                   "Session timeout of the members of a share group",
+                   lambda group, share: share.session_timeout_ms, minimum=1),
+    GroupConfigDef("share.heartbeat.interval.ms", "int",
+                   "Heartbeat interval of the members of a share group",
+                   lambda group, share: share.heartbeat_interval_ms, minimum=1),
+    GroupConfigDef(SHARE_RECORD_LOCK_DURATION_MS, "int",
+                   "How long a share group member holds a record it was given",
+                   lambda group, share: share.record_lock_duration_ms, per_group=True,
+                   minimum=1000),
+    GroupConfigDef(SHARE_AUTO_OFFSET_RESET, "string",
+                   "Where a share group starts reading a partition it has no state for: "
+                   "latest or earliest",
+                   lambda group, share: share.auto_offset_reset, per_group=True,
+                   choices=("latest", "earliest")),
+    GroupConfigDef("share.isolation.level", "string",
+                   "read_committed or read_uncommitted records for a share group",
+                   lambda group, share: "read_uncommitted"),
+)}
+
+
+def validate_group_configs(configs: Mapping[str, str | None]) -> None:
+    """Refuse (InvalidConfig) what a group may not have set: unknown names with Kafka's
+    message, names kipper does not apply per group, values Kafka's checks refuse."""
+    for name, value in configs.items():
+        definition = GROUP_CONFIGS.get(name)
+        if definition is None:
+            raise InvalidConfig(f"Unknown group config name: {name}")
+        if not definition.per_group:
+            raise InvalidConfig(f"{name} cannot be set on one group in kipper yet: the "
+                                "broker setting applies to every group")
+        if value is not None:
+            definition.validate(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupSettings:
+    """The group configs a share group's partitions follow: set on the group, else the
+    broker's."""
+    auto_offset_reset: str
+    record_lock_duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfigValue:
+    """One group config as DescribeConfigs reports it; ``is_set``: set on the group."""
+    definition: GroupConfigDef
+    value: str
+    is_set: bool
+
+
+class GroupConfigs:
+    """Each group's configs as they apply: the ones set on the group (GROUP config records
+    in the metadata image, ``MetadataImage.group_configs``) over the broker settings."""
+
+    def __init__(self, image: MetadataImage, group: GroupConfig,
+                 share: ShareGroupConfig) -> None:
+        self.image = image
+        self.group = group
+        self.share = share
+
+    def share_group(self, group_id: str) -> ShareGroupSettings:
+        stored = self.image.group_configs.get(group_id, {})
+        return ShareGroupSettings(
+            stored.get(SHARE_AUTO_OFFSET_RESET, self.share.auto_offset_reset),
+            int(stored.get(SHARE_RECORD_LOCK_DURATION_MS, self.share.record_lock_duration_ms)))
+
+    def describe(self, group_id: str) -> list[GroupConfigValue]:
+        stored = self.image.group_configs.get(group_id, {})
+        return [GroupConfigValue(d, stored[d.name], True) if d.name in stored
+                else GroupConfigValue(d, str(d.default(self.group, self.share)), False)
+                for d in GROUP_CONFIGS.values()]
