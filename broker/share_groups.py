@@ -32,7 +32,6 @@ MAX_SHARE_SESSIONS = 2000
 
 @dataclass
 class ShareGroupParts:
-    config: ShareGroupConfig
     groups: ShareGroups
     coordinator: ShareCoordinator
     owners: ShareOwners
@@ -85,15 +84,14 @@ def share_group_parts(config: BrokerConfig, image: MetadataImage, replicas: Repl
         ShareLimits(settings.delivery_count_limit, settings.partition_max_record_locks),
         configs.share_group), store, timer)
     manager = ShareGroupManager(
-        ShareMembershipSettings(settings.session_timeout_ms, settings.heartbeat_interval_ms,
-                                settings.max_size),
+        ShareMembershipSettings(settings.max_size, configs.share_group),
         timer, _partition_count(image), _serving_racks(image, replicas),
         group_coordinator.store.partition_for)
     owners = ShareOwners(config.node_id, coordinator, store,
                          lambda host, port, body, timeout_s: nodes.connection(
                              host, port, "share-partitions").call(
                                  InternalApiKey.SHARE_PARTITION_CALL, body, timeout_s))
-    return ShareGroupParts(settings, ShareGroups(group_coordinator, manager), coordinator,
+    return ShareGroupParts(ShareGroups(group_coordinator, manager), coordinator,
                            owners, ShareSessions(MAX_SHARE_SESSIONS,
                                                  settings.session_timeout_ms / 1000))
 

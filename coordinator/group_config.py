@@ -116,6 +116,8 @@ class GroupConfigDef:
 
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
+SHARE_SESSION_TIMEOUT_MS = "share.session.timeout.ms"
+SHARE_HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
 
 GROUP_CONFIGS = {d.name: d for d in (
     GroupConfigDef("consumer.session.timeout.ms", "int",
@@ -124,12 +126,13 @@ GROUP_CONFIGS = {d.name: d for d in (
     GroupConfigDef("consumer.heartbeat.interval.ms", "int",
                    "Heartbeat interval of the members of a consumer group (KIP-848 protocol)",
                    lambda group, share: group.consumer_heartbeat_interval_ms, minimum=1),
-    GroupConfigDef("share.session.timeout.ms", "int",
+    GroupConfigDef(SHARE_SESSION_TIMEOUT_MS, "int",
                    "Session timeout of the members of a share group",
-                   lambda group, share: share.session_timeout_ms, minimum=1),
-    GroupConfigDef("share.heartbeat.interval.ms", "int",
+                   lambda group, share: share.session_timeout_ms, per_group=True, minimum=1),
+    GroupConfigDef(SHARE_HEARTBEAT_INTERVAL_MS, "int",
                    "Heartbeat interval of the members of a share group",
-                   lambda group, share: share.heartbeat_interval_ms, minimum=1),
+                   lambda group, share: share.heartbeat_interval_ms, per_group=True,
+                   minimum=1),
     GroupConfigDef(SHARE_RECORD_LOCK_DURATION_MS, "int",
                    "How long a share group member holds a record it was given",
                    lambda group, share: share.record_lock_duration_ms, per_group=True,
@@ -157,6 +160,17 @@ def validate_group_configs(configs: Mapping[str, str | None]) -> None:
                                 "broker setting applies to every group")
         if value is not None:
             definition.validate(value)
+    _check_session_outlasts_heartbeat(configs, SHARE_SESSION_TIMEOUT_MS,
+                                      SHARE_HEARTBEAT_INTERVAL_MS)
+
+
+def _check_session_outlasts_heartbeat(configs: Mapping[str, str | None], session: str,
+                                      heartbeat: str) -> None:
+    """Kafka's check that a member's session outlasts its heartbeat interval, on a group
+    setting both (the controller does not know the brokers' settings for the other)."""
+    if configs.get(session) is not None and configs.get(heartbeat) is not None \
+            and int(configs[session]) <= int(configs[heartbeat]):
+        raise InvalidConfig(f"{session} must be greater than {heartbeat}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +179,8 @@ class ShareGroupSettings:
     broker's."""
     auto_offset_reset: str
     record_lock_duration_ms: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +205,9 @@ class GroupConfigs:
         stored = self.image.group_configs.get(group_id, {})
         return ShareGroupSettings(
             stored.get(SHARE_AUTO_OFFSET_RESET, self.share.auto_offset_reset),
-            int(stored.get(SHARE_RECORD_LOCK_DURATION_MS, self.share.record_lock_duration_ms)))
+            int(stored.get(SHARE_RECORD_LOCK_DURATION_MS, self.share.record_lock_duration_ms)),
+            int(stored.get(SHARE_SESSION_TIMEOUT_MS, self.share.session_timeout_ms)),
+            int(stored.get(SHARE_HEARTBEAT_INTERVAL_MS, self.share.heartbeat_interval_ms)))
 
     def describe(self, group_id: str) -> list[GroupConfigValue]:
         stored = self.image.group_configs.get(group_id, {})

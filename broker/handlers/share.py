@@ -71,7 +71,7 @@ async def share_group_heartbeat(ctx: RequestContext, request) -> object:
                             heartbeat_interval=interval, assignment=assignment)
 
     groups = _share(ctx).groups if _share(ctx) else None
-    interval = groups.heartbeat_interval_ms if groups is not None else 0
+    interval = groups.heartbeat_interval_ms(request.group_id) if groups is not None else 0
     if groups is None:
         return answer(ErrorCode.coordinator_not_available)
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):

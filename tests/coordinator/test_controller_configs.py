@@ -144,8 +144,11 @@ AUTO_RESET, LOCK = "share.auto.offset.reset", "share.record.lock.duration.ms"
      "Value must be at least 1000"),
     ("g", [ConfigChange(LOCK, SET, "long")], ErrorCode.invalid_config, "INT"),
     ("g", [ConfigChange(LOCK, APPEND, "1000")], ErrorCode.invalid_config, "not a list"),
-    ("g", [ConfigChange("share.session.timeout.ms", SET, "50000")], ErrorCode.invalid_config,
-     "cannot be set on one group in kipper yet"),
+    ("g", [ConfigChange("share.session.timeout.ms", SET, "5000"),
+           ConfigChange("share.heartbeat.interval.ms", SET, "5000")], ErrorCode.invalid_config,
+     "share.session.timeout.ms must be greater than share.heartbeat.interval.ms"),
+    ("g", [ConfigChange("share.isolation.level", SET, "read_committed")],
+     ErrorCode.invalid_config, "cannot be set on one group in kipper yet"),
     ("", [ConfigChange(AUTO_RESET, SET, "earliest")], ErrorCode.invalid_request, "empty"),
 ])
 async def test_bad_group_changes_are_refused(controller, group, changes, code, message):

@@ -118,7 +118,7 @@ def test_snapshot_round_trip_returns_acquired_records_to_available():
 
 def coordinator(store: MemoryCoordinatorLog, clock, reset: str = "earliest") -> ShareCoordinator:
     return ShareCoordinator(ShareCoordinatorSettings(
-        LIMITS, lambda group_id: ShareGroupSettings(reset, LOCK_MS)), store, clock.timer)
+        LIMITS, lambda group_id: ShareGroupSettings(reset, LOCK_MS, 500, 100)), store, clock.timer)
 
 
 async def test_acknowledged_state_survives_a_new_owner(clock):
@@ -159,8 +159,8 @@ async def test_lock_expiry_is_persisted_and_latest_starts_at_the_high_watermark(
 async def test_each_group_follows_its_own_group_configs(clock):
     """share.auto.offset.reset and share.record.lock.duration.ms are read per group (the
     group configs over the broker settings, coordinator.group_config.GroupConfigs)."""
-    settings = {"early": ShareGroupSettings("earliest", 5 * LOCK_MS),
-                "late": ShareGroupSettings("latest", LOCK_MS)}
+    settings = {"early": ShareGroupSettings("earliest", 5 * LOCK_MS, 500, 100),
+                "late": ShareGroupSettings("latest", LOCK_MS, 500, 100)}
     owner = ShareCoordinator(ShareCoordinatorSettings(LIMITS, settings.__getitem__),
                              MemoryCoordinatorLog(), clock.timer)
     await owner.start()
@@ -190,15 +190,19 @@ async def test_a_broker_not_leading_the_state_partition_is_not_the_owner(clock):
 
 # --- membership ---------------------------------------------------------------------------------
 
+def group_settings(group_id: str) -> ShareGroupSettings:
+    """Group "patient" has a longer share.session.timeout.ms set (a group config)."""
+    return ShareGroupSettings("latest", LOCK_MS, 5000 if group_id == "patient" else 500, 100)
+
+
 def manager(clock, partitions: int = 2) -> ShareGroupManager:
-    return ShareGroupManager(ShareMembershipSettings(session_timeout_ms=500,
-                                                     heartbeat_interval_ms=100, max_size=3),
+    return ShareGroupManager(ShareMembershipSettings(max_size=3, group_settings=group_settings),
                              clock.timer, lambda topic: partitions if topic == "t" else None,
                              lambda topic, partition: None, lambda group_id: 0)
 
 
-def join(groups: ShareGroupManager, member: str, topics=("t",)):
-    return groups.heartbeat(Heartbeat("g", member, 0, None, tuple(topics)))
+def join(groups: ShareGroupManager, member: str, topics=("t",), group: str = "g"):
+    return groups.heartbeat(Heartbeat(group, member, 0, None, tuple(topics)))
 
 
 async def test_members_share_partitions_and_epochs_fence_stale_heartbeats(clock):
@@ -220,11 +224,15 @@ async def test_members_share_partitions_and_epochs_fence_stale_heartbeats(clock)
     assert unknown.error == ErrorCode.unknown_member_id
 
 
-async def test_a_silent_member_is_removed_after_the_session_timeout(clock):
+async def test_a_silent_member_is_removed_after_its_groups_session_timeout(clock):
     groups = manager(clock)
     join(groups, "m1")
+    join(groups, "p1", group="patient")
     await clock.sleep(600)
     assert groups.groups["g"].members == {}
+    assert list(groups.groups["patient"].members) == ["p1"]
+    await clock.sleep(5000)
+    assert groups.groups["patient"].members == {}
 
 
 # --- the assignor ---------------------------------------------------------------------------------

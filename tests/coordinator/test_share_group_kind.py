@@ -56,8 +56,8 @@ async def started(store: MemoryCoordinatorLog) -> ShareGroups:
     timer = ManualTimer()
     groups = GroupCoordinator(GroupConfig(), store, timer, FixedTopics())
     manager = ShareGroupManager(
-        ShareMembershipSettings(session_timeout_ms=45_000, heartbeat_interval_ms=5000,
-                                max_size=10),
+        ShareMembershipSettings(max_size=10, group_settings=lambda group_id: ShareGroupSettings(
+            "latest", 30_000, session_timeout_ms=45_000, heartbeat_interval_ms=5000)),
         timer, lambda topic: 2 if topic == "t" else None, lambda topic, partition: None,
         store.partition_for)
     share = ShareGroups(groups, manager)
@@ -173,7 +173,7 @@ async def test_deleted_state_is_gone_for_a_new_owner(clock):
     store = MemoryCoordinatorLog()
     settings = ShareCoordinatorSettings(
         ShareLimits(delivery_count_limit=3, max_record_locks=100),
-        lambda group_id: ShareGroupSettings("latest", 1000))
+        lambda group_id: ShareGroupSettings("latest", 1000, 45_000, 5000))
     key = SharePartitionKey("queue", uuid.UUID(int=7), 0)
     first = ShareCoordinator(settings, store, clock.timer)
     await first.start()
