@@ -293,7 +293,8 @@ class Broker:
             self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
                 self.image, self.controller_channel.create_topic, self.replicas,
                 group_config.offsets_topic()), topics=ClusterTopics(
-                    self.image, lambda topic: self.replicas.log_config(topic).storage_mode))
+                    self.image, lambda topic: self.replicas.log_config(topic).storage_mode),
+                consumer_group_settings=self.group_configs.consumer_group)
             self.transaction_coordinator = self._transaction_coordinator()
             self.share = share_group_parts(self.config, self.image, self.replicas,
                                            self.controller_channel.create_topic, self.nodes,

@@ -16,6 +16,14 @@ from storage.config import InvalidConfig
 from .internal_topic import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, InternalTopic
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupSettings:
+    """The group configs a KIP-848 consumer group's members follow: set on the group, else
+    the broker's."""
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+
+
 @dataclass(frozen=True)
 class GroupConfig:
     # Kafka waits 3000 ms after an empty group's first JoinGroup for more members to arrive
@@ -50,6 +58,11 @@ class GroupConfig:
         if unknown or not self.consumer_assignors:
             raise ValueError(f"unknown consumer group assignors {unknown}: "
                              f"choose among {sorted(ASSIGNORS)}")
+
+    def consumer_group_defaults(self) -> ConsumerGroupSettings:
+        """What a consumer group follows when it sets no group configs."""
+        return ConsumerGroupSettings(self.consumer_session_timeout_ms,
+                                     self.consumer_heartbeat_interval_ms)
 
     def offsets_topic(self) -> InternalTopic:
         return InternalTopic(OFFSETS_TOPIC, self.offsets_topic_num_partitions,
@@ -114,18 +127,22 @@ class GroupConfigDef:
                                 f"String must be one of: {', '.join(self.choices)}")
 
 
+CONSUMER_SESSION_TIMEOUT_MS = "consumer.session.timeout.ms"
+CONSUMER_HEARTBEAT_INTERVAL_MS = "consumer.heartbeat.interval.ms"
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
 SHARE_SESSION_TIMEOUT_MS = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
 
 GROUP_CONFIGS = {d.name: d for d in (
-    GroupConfigDef("consumer.session.timeout.ms", "int",
+    GroupConfigDef(CONSUMER_SESSION_TIMEOUT_MS, "int",
                    "Session timeout of the members of a consumer group (KIP-848 protocol)",
-                   lambda group, share: group.consumer_session_timeout_ms, minimum=1),
-    GroupConfigDef("consumer.heartbeat.interval.ms", "int",
+                   lambda group, share: group.consumer_session_timeout_ms, per_group=True,
+                   minimum=1),
+    GroupConfigDef(CONSUMER_HEARTBEAT_INTERVAL_MS, "int",
                    "Heartbeat interval of the members of a consumer group (KIP-848 protocol)",
-                   lambda group, share: group.consumer_heartbeat_interval_ms, minimum=1),
+                   lambda group, share: group.consumer_heartbeat_interval_ms, per_group=True,
+                   minimum=1),
     GroupConfigDef(SHARE_SESSION_TIMEOUT_MS, "int",
                    "Session timeout of the members of a share group",
                    lambda group, share: share.session_timeout_ms, per_group=True, minimum=1),
@@ -160,6 +177,8 @@ def validate_group_configs(configs: Mapping[str, str | None]) -> None:
                                 "broker setting applies to every group")
         if value is not None:
             definition.validate(value)
+    _check_session_outlasts_heartbeat(configs, CONSUMER_SESSION_TIMEOUT_MS,
+                                      CONSUMER_HEARTBEAT_INTERVAL_MS)
     _check_session_outlasts_heartbeat(configs, SHARE_SESSION_TIMEOUT_MS,
                                       SHARE_HEARTBEAT_INTERVAL_MS)
 
@@ -200,6 +219,13 @@ class GroupConfigs:
         self.image = image
         self.group = group
         self.share = share
+
+    def consumer_group(self, group_id: str) -> ConsumerGroupSettings:
+        stored = self.image.group_configs.get(group_id, {})
+        return ConsumerGroupSettings(
+            int(stored.get(CONSUMER_SESSION_TIMEOUT_MS, self.group.consumer_session_timeout_ms)),
+            int(stored.get(CONSUMER_HEARTBEAT_INTERVAL_MS,
+                           self.group.consumer_heartbeat_interval_ms)))
 
     def share_group(self, group_id: str) -> ShareGroupSettings:
         stored = self.image.group_configs.get(group_id, {})
