@@ -1,4 +1,5 @@
-"""Settings of the group coordinator and its ``__consumer_offsets`` topic.
+"""Settings of the group coordinator and its ``__consumer_offsets`` topic, and the group
+configs (KIP-848/KIP-932) that one group may set over them.
 
 Names and meanings are Kafka's broker settings (``group.initial.rebalance.delay.ms`` is
 ``initial_rebalance_delay_ms`` here, and so on); where a default differs, the reason is

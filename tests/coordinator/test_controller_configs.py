@@ -195,3 +195,10 @@ async def test_group_configs_need_no_group_and_survive_snapshots_and_restarts(tm
         assert restarted.image.group_configs == expected
     finally:
         await restarted.stop()
+
+
+async def test_alter_configs_replaces_every_config_of_a_group(controller):
+    await controller.alter_group_configs("q", [ConfigChange(AUTO_RESET, SET, "earliest"),
+                                               ConfigChange(LOCK, SET, "15000")])
+    await controller.alter_group_configs("q", [ConfigChange(LOCK, SET, "20000")], replace=True)
+    assert controller.image.group_configs == {"q": {LOCK: "20000"}}
