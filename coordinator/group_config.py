@@ -118,8 +118,10 @@ class GroupConfigDef:
             try:
                 number = int(value.strip())
             except ValueError:
+                number = None
+            if number is None or not -2**31 <= number < 2**31:
                 raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
-                                    "Not a number of type INT") from None
+                                    "Not a number of type INT")
             if self.minimum is not None and number < self.minimum:
                 raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: "
                                     f"Value must be at least {self.minimum}")

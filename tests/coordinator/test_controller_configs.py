@@ -143,6 +143,7 @@ AUTO_RESET, LOCK = "share.auto.offset.reset", "share.record.lock.duration.ms"
     ("g", [ConfigChange(LOCK, SET, "999")], ErrorCode.invalid_config,
      "Value must be at least 1000"),
     ("g", [ConfigChange(LOCK, SET, "long")], ErrorCode.invalid_config, "INT"),
+    ("g", [ConfigChange(LOCK, SET, str(2**31))], ErrorCode.invalid_config, "INT"),
     ("g", [ConfigChange(LOCK, APPEND, "1000")], ErrorCode.invalid_config, "not a list"),
     ("g", [ConfigChange("share.session.timeout.ms", SET, "5000"),
            ConfigChange("share.heartbeat.interval.ms", SET, "5000")], ErrorCode.invalid_config,
