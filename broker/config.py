@@ -429,8 +429,8 @@ class BrokerConfig:
         200, "Members of one share group at most (`group.share.max.size`).")
     group_share_auto_offset_reset: str = setting(
         "latest", "Where a share group starts reading a partition it has no state for: "
-        "`latest` or `earliest` (Kafka's `share.auto.offset.reset` group config, here for "
-        "every share group).")
+        "`latest` or `earliest`, for share groups that do not set Kafka's "
+        "`share.auto.offset.reset` group config themselves.")
     share_coordinator_state_topic_num_partitions: int = setting(
         10, "Partitions of `__share_group_state`, created when a share group first fetches "
         "(`share.coordinator.state.topic.num.partitions`; Kafka's default is 50).")

@@ -22,7 +22,6 @@ from coordinator.diskless import (
 )
 from coordinator.group.rack_aware import ClusterTopics
 from coordinator.group.service import GroupCoordinator
-from coordinator.group_config import GroupConfig
 from coordinator.internal_topic import (
     OFFSETS_TOPIC,
     SHARE_GROUP_STATE_TOPIC,
@@ -82,7 +81,7 @@ from .security.listener_security import (
 from .security.listeners import SecurityProtocol
 from .security.tls import PrincipalMappingError, peer_principal
 from .services import BrokerServices, ControllerChannel
-from .share_groups import ShareGroupParts, share_group_parts
+from .share_groups import ShareGroupParts, group_configs, share_group_parts
 from .static_configs import dynamic_configs
 from .traffic import NetworkTraffic, node_client_id
 
@@ -106,6 +105,8 @@ class Broker:
         self.image = MetadataImage()
         # Effective broker configs and topic defaults: static settings under dynamic ones.
         self.dynamic_configs = dynamic_configs(config, self.image)
+        # Group configs: set on each group (the metadata image) over these settings.
+        self.group_configs = group_configs(config, self.image)
         # Peers' racks come from the metadata (a controller-only node's: its controller's).
         self.traffic = NetworkTraffic(config.rack, self.image)
         if not config.cluster_secret:
@@ -288,22 +289,16 @@ class Broker:
         if self.config.broker_role and self.object_store is not None:
             self._start_diskless()
         if self.config.broker_role:
-            group_config = GroupConfig(
-                offsets_topic_segment_bytes=self.config.offsets_topic_segment_bytes,
-                consumer_heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
-                consumer_reconciling_heartbeat_interval_ms=(
-                    self.config.group_consumer_reconciling_heartbeat_interval_ms),
-                consumer_session_timeout_ms=self.config.group_consumer_session_timeout_ms,
-                consumer_assignors=tuple(
-                    a.strip() for a in self.config.group_consumer_assignors.split(",")))
+            group_config = self.group_configs.group
             self.group_coordinator = GroupCoordinator(group_config, InternalTopicLog(
                 self.image, self.controller_channel.create_topic, self.replicas,
                 group_config.offsets_topic()), topics=ClusterTopics(
-                    self.image, lambda topic: self.replicas.log_config(topic).storage_mode))
+                    self.image, lambda topic: self.replicas.log_config(topic).storage_mode),
+                consumer_group_settings=self.group_configs.consumer_group)
             self.transaction_coordinator = self._transaction_coordinator()
             self.share = share_group_parts(self.config, self.image, self.replicas,
                                            self.controller_channel.create_topic, self.nodes,
-                                           self.group_coordinator)
+                                           self.group_coordinator, self.group_configs)
         self._serve_requests()
         if self.config.broker_role:
             await self.follower.start(self._endpoints(), self.config.rack)
@@ -366,6 +361,7 @@ class Broker:
         self.services = BrokerServices(
             config=self.config,
             image=self.image, replicas=self.replicas, dynamic_configs=self.dynamic_configs,
+            group_configs=self.group_configs,
             controller=self.controller,
             controller_channel=self.controller_channel,
             group_coordinator=self.group_coordinator,

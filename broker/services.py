@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.diskless import BatchCoordinator
 from coordinator.controller import Controller, ControllerError
 from coordinator.group.service import GroupCoordinator
+from coordinator.group_config import GroupConfigs
 from coordinator.transaction.partition_adder import TransactionPartitionAdder
 from coordinator.transaction.service import TransactionCoordinator
 from protocol.apis import ApiKey
@@ -120,6 +121,8 @@ class BrokerServices:
     replicas: ReplicaManager
     # Effective broker configs and topic defaults (static settings and dynamic configs).
     dynamic_configs: DynamicConfigs
+    # Each group's configs as they apply (set on the group, else the broker settings).
+    group_configs: GroupConfigs
     # This node's controller role, or None when the controller runs elsewhere.
     controller: Controller | None
     controller_channel: ControllerChannel

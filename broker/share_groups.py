@@ -1,7 +1,7 @@
 """A broker's share-group parts (KIP-932), built from its settings: the group coordinator's
 share groups, the share coordinator owning share partitions in ``__share_group_state``, the
-route to other owners, and the share sessions of the members fetching here.
-docs/share-groups.md.
+route to other owners, and the share sessions of the members fetching here; and the group
+configs (KIP-848/KIP-932) they follow. docs/share-groups.md.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from coordinator.group.service import GroupCoordinator
 from coordinator.group.timer import AsyncioTimer
-from coordinator.group_config import ShareGroupConfig
+from coordinator.group_config import GroupConfig, GroupConfigs, ShareGroupConfig
 from coordinator.internal_topic import InternalTopicLog, TopicCreator
 from coordinator.share.coordinator import ShareCoordinator, ShareCoordinatorSettings
 from coordinator.share.membership import ShareGroupManager, ShareMembershipSettings
@@ -32,7 +32,6 @@ MAX_SHARE_SESSIONS = 2000
 
 @dataclass
 class ShareGroupParts:
-    config: ShareGroupConfig
     groups: ShareGroups
     coordinator: ShareCoordinator
     owners: ShareOwners
@@ -61,26 +60,38 @@ def share_config(config: BrokerConfig) -> ShareGroupConfig:
         state_topic_num_partitions=config.share_coordinator_state_topic_num_partitions)
 
 
+def group_configs(config: BrokerConfig, image: MetadataImage) -> GroupConfigs:
+    """Each group's configs: set on the group (the metadata image) over these settings."""
+    return GroupConfigs(image, GroupConfig(
+        offsets_topic_segment_bytes=config.offsets_topic_segment_bytes,
+        consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        consumer_reconciling_heartbeat_interval_ms=(
+            config.group_consumer_reconciling_heartbeat_interval_ms),
+        consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+        consumer_assignors=tuple(
+            a.strip() for a in config.group_consumer_assignors.split(","))),
+        share_config(config))
+
+
 def share_group_parts(config: BrokerConfig, image: MetadataImage, replicas: ReplicaManager,
                       create_topic: TopicCreator, nodes: NodeClient,
-                      group_coordinator: GroupCoordinator) -> ShareGroupParts:
-    settings = share_config(config)
+                      group_coordinator: GroupCoordinator,
+                      configs: GroupConfigs) -> ShareGroupParts:
+    settings = configs.share
     timer = AsyncioTimer()
     store = InternalTopicLog(image, create_topic, replicas, settings.state_topic())
     coordinator = ShareCoordinator(ShareCoordinatorSettings(
-        ShareLimits(settings.record_lock_duration_ms, settings.delivery_count_limit,
-                    settings.partition_max_record_locks),
-        settings.auto_offset_reset), store, timer)
+        ShareLimits(settings.delivery_count_limit, settings.partition_max_record_locks),
+        configs.share_group), store, timer)
     manager = ShareGroupManager(
-        ShareMembershipSettings(settings.session_timeout_ms, settings.heartbeat_interval_ms,
-                                settings.max_size),
+        ShareMembershipSettings(settings.max_size, configs.share_group),
         timer, _partition_count(image), _serving_racks(image, replicas),
         group_coordinator.store.partition_for)
     owners = ShareOwners(config.node_id, coordinator, store,
                          lambda host, port, body, timeout_s: nodes.connection(
                              host, port, "share-partitions").call(
                                  InternalApiKey.SHARE_PARTITION_CALL, body, timeout_s))
-    return ShareGroupParts(settings, ShareGroups(group_coordinator, manager), coordinator,
+    return ShareGroupParts(ShareGroups(group_coordinator, manager), coordinator,
                            owners, ShareSessions(MAX_SHARE_SESSIONS,
                                                  settings.session_timeout_ms / 1000))
 

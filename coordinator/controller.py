@@ -35,6 +35,7 @@ from replication.cluster_metadata import (
     PartitionInfo,
     TopicInfo,
     broker_record,
+    group_config_record,
     partition_record,
 )
 from replication.node_client import NodeClient
@@ -53,6 +54,7 @@ from storage.log import KafkaStorageError
 
 from .acl_changes import AclDeletion, AclError, creation_records, deletion_records
 from .config_changes import ConfigChange, changed_configs
+from .group_config import validate_group_configs
 from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
 from .scram_changes import ScramDeletion, ScramUpsertion
@@ -681,6 +683,22 @@ class Controller:
             if not validate_only and configs != current:
                 await self._commit([{"type": "broker_config", "resource": resource,
                                      "configs": configs}])
+
+    async def alter_group_configs(self, group: str, changes: Sequence[ConfigChange],
+                                  replace: bool = False, validate_only: bool = False) -> None:
+        """Change the configs set on one group (KIP-848/KIP-932 group configs); the group
+        need not exist, as in Kafka. Deleting a config restores the broker setting's value."""
+        if not group:
+            raise ControllerError(ErrorCode.invalid_request, "Group name must not be empty")
+        async with self._lock:
+            current = self.image.group_configs.get(group, {})
+            with _invalid_config():
+                _check_unique(changes)
+                validate_group_configs({change.name: None for change in changes})
+                configs = changed_configs(current, changes, replace, lambda name: None)
+                validate_group_configs(configs)
+            if not validate_only and configs != current:
+                await self._commit([group_config_record(group, configs)])
 
     # --- SCRAM credentials ---------------------------------------------------------------
 

@@ -82,6 +82,9 @@ class MetadataImage:
         # resource) by resource name, as Kafka names them: "" for the cluster-wide
         # default, "<node id>" for one broker.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # Group configs (KIP-848/KIP-932; IncrementalAlterConfigs of a GROUP resource) by
+        # group id: what is set on each group, which need not exist (as in Kafka).
+        self.group_configs: dict[str, dict[str, str]] = {}
         # Users' SCRAM credentials (AlterUserScramCredentials), what SCRAM logins check.
         self.scram_credentials = ScramCredentials()
         # The ACLs (CreateAcls/DeleteAcls); the node's settings (super users, the answer
@@ -101,6 +104,8 @@ class MetadataImage:
                                 "offline": True})
         for resource, configs in self.broker_configs.items():
             records.append({"type": "broker_config", "resource": resource, "configs": configs})
+        for group, configs in self.group_configs.items():
+            records.append(group_config_record(group, configs))
         records += [{"type": "scram_credential", **record}
                     for record in self.scram_credentials.to_records()]
         for topic in self.topics.values():
@@ -117,14 +122,19 @@ class MetadataImage:
 
     def snapshot_delta(self, records: list[dict]) -> list[dict]:
         """What turns this image into the one ``records`` (snapshot_records) rebuild: the
-        topics, SCRAM credentials and ACLs it no longer has are removed first (a lagging broker's image)."""
+        topics, group configs, SCRAM credentials and ACLs it no longer has are removed first (a
+        lagging broker's image)."""
         kept = {record["name"] for record in records if record["type"] == "topic"}
+        kept_groups = {record["group"] for record in records
+                       if record["type"] == GROUP_CONFIG_RECORD}
         kept_credentials = {(record["name"], record["mechanism"]) for record in records
                             if record["type"] == "scram_credential"}
         kept_acls = {binding_from_record(record) for record in records
                      if record["type"] == ACL_RECORD}
         return ([{"type": "remove_topic", "name": name}
                  for name in self.topics if name not in kept]
+                + [group_config_record(group, {}) for group in self.group_configs
+                   if group not in kept_groups]
                 + [{"type": "remove_scram_credential", "name": record["name"],
                     "mechanism": record["mechanism"]}
                    for record in self.scram_credentials.to_records()
@@ -161,6 +171,11 @@ class MetadataImage:
                 self.broker_configs[record["resource"]] = dict(record["configs"])
             else:
                 self.broker_configs.pop(record["resource"], None)
+        elif kind == GROUP_CONFIG_RECORD:
+            if record["configs"]:
+                self.group_configs[record["group"]] = dict(record["configs"])
+            else:
+                self.group_configs.pop(record["group"], None)
         elif kind == "remove_topic":
             topic = self.topics.pop(record["name"])
             self.topics_by_id.pop(topic.topic_id, None)
@@ -188,6 +203,15 @@ class MetadataImage:
             pass  # the quorum's (replication.raft): a new leader's first record
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
+
+
+GROUP_CONFIG_RECORD = "group_config"
+
+
+def group_config_record(group: str, configs: dict[str, str]) -> dict:
+    """All the configs set on a group (Kafka's ConfigRecord of resource type GROUP, one per
+    config); none: the group has no configs left."""
+    return {"type": GROUP_CONFIG_RECORD, "group": group, "configs": configs}
 
 
 def broker_record(broker: BrokerInfo) -> dict:

@@ -1,27 +1,29 @@
 """Configs of topics, brokers and groups: DescribeConfigs, IncrementalAlterConfigs (KIP-339)
 and AlterConfigs (the legacy replace-all form).
 
-Changes run on the controller, which validates them and appends a ``config`` (topic) or
-``broker_config`` (dynamic broker config, KIP-226) record; the handler answers once this
-broker's metadata shows the change. What a change does to the logs is the replica layer's
-(replication.dynamic_config, ReplicaManager): the handlers know no storage mode.
+Changes run on the controller, which validates them and appends a ``config`` (topic),
+``broker_config`` (dynamic broker config, KIP-226) or ``group_config`` (KIP-848/KIP-932 group
+configs) record; the handler answers once this broker's metadata shows the change. What a
+change does to the logs is the replica layer's (replication.dynamic_config, ReplicaManager):
+the handlers know no storage mode; what a group config does, the group coordinators'
+(coordinator.group_config.GroupConfigs).
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.config_changes import ConfigChange, ConfigOp
 from coordinator.controller import ControllerError
+from coordinator.group_config import GroupConfigValue
 from protocol.apis import ApiKey
 from replication.acls import CLUSTER_RESOURCE_NAME, AclOperation
 from replication.acls import ResourceType as AclResourceType
 from replication.broker_configs import ConfigSource
-from replication.dynamic_config import DescribedConfig
+from replication.dynamic_config import ConfigSynonym, DescribedConfig
 
 from ..security.authorize import allowed
 from .admin import Screen, handles_on_controller
@@ -38,33 +40,6 @@ class ResourceType(enum.IntEnum):
 # DescribeConfigs config_type of each ConfigDef kind (Kafka's ConfigType).
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
                 "list": 7, "class": 8, "password": 9}
-
-
-@dataclass(frozen=True)
-class GroupConfigDef:
-    name: str
-    default: str
-    kind: str
-    doc: str
-
-
-# KIP-848 / KIP-932 group configs, described with their defaults (kipper does not alter them).
-GROUP_CONFIGS = (
-    GroupConfigDef("consumer.session.timeout.ms", "45000", "int",
-                   "Session timeout of the members of a consumer group (KIP-848 protocol)"),
-    GroupConfigDef("consumer.heartbeat.interval.ms", "5000", "int",
-                   "Heartbeat interval of the members of a consumer group (KIP-848 protocol)"),
-    GroupConfigDef("share.session.timeout.ms", "45000", "int",
-                   "Session timeout of the members of a share group"),
-    GroupConfigDef("share.heartbeat.interval.ms", "5000", "int",
-                   "Heartbeat interval of the members of a share group"),
-    GroupConfigDef("share.record.lock.duration.ms", "30000", "int",
-                   "How long a share group member holds a record it was given"),
-    GroupConfigDef("share.auto.offset.reset", "latest", "string",
-                   "Where a share group starts when it has no offset: latest or earliest"),
-    GroupConfigDef("share.isolation.level", "read_uncommitted", "string",
-                   "read_committed or read_uncommitted records for a share group"),
-)
 
 
 class ResourceError(Exception):
@@ -152,10 +127,18 @@ def _described(ctx: RequestContext, resource_type: int, name: str) -> list[Descr
                             f"Unexpected broker id, expected {ctx.services.config.node_id} or "
                             f"empty string, but received {name}")
     if resource_type == ResourceType.GROUP:
-        return [DescribedConfig(d.name, d.default, ConfigSource.DEFAULT_CONFIG, (),
-                                read_only=False, sensitive=False, kind=d.kind, doc=d.doc)
-                for d in GROUP_CONFIGS]
+        return [_described_group_config(config)
+                for config in ctx.services.group_configs.describe(name)]
     raise ResourceError(ErrorCode.invalid_request, _unsupported(resource_type))
+
+
+def _described_group_config(config: GroupConfigValue) -> DescribedConfig:
+    definition = config.definition
+    source = ConfigSource.GROUP_CONFIG if config.is_set else ConfigSource.DEFAULT_CONFIG
+    return DescribedConfig(definition.name, config.value, source,
+                           (ConfigSynonym(definition.name, config.value, source),),
+                           read_only=False, sensitive=False, kind=definition.kind,
+                           doc=definition.doc)
 
 
 def _unsupported(resource_type: int) -> str:
@@ -218,9 +201,8 @@ async def _alter_resource(ctx: RequestContext, resource, replace: bool,
         await controller.alter_broker_configs(resource.resource_name, changes, replace,
                                               validate_only)
     elif resource.resource_type == ResourceType.GROUP:
-        raise ResourceError(ErrorCode.invalid_request,
-                            "Altering group configs is not supported by kipper (they can be "
-                            "described: the defaults apply)")
+        await controller.alter_group_configs(resource.resource_name, changes, replace,
+                                             validate_only)
     else:
         raise ResourceError(ErrorCode.invalid_request, _unsupported(resource.resource_type))
 

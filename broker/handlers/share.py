@@ -71,7 +71,7 @@ async def share_group_heartbeat(ctx: RequestContext, request) -> object:
                             heartbeat_interval=interval, assignment=assignment)
 
     groups = _share(ctx).groups if _share(ctx) else None
-    interval = groups.heartbeat_interval_ms if groups is not None else 0
+    interval = groups.heartbeat_interval_ms(request.group_id) if groups is not None else 0
     if groups is None:
         return answer(ErrorCode.coordinator_not_available)
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -283,7 +283,8 @@ def _leader_entry(ctx: RequestContext, name: str | None, index: int) -> object:
 async def share_fetch(ctx: RequestContext, request) -> object:
     received_at = time.monotonic()
     deadline = received_at + millis(request.max_wait) / 1000
-    lock_ms = _share(ctx).config.record_lock_duration_ms if _share(ctx) else 0
+    lock_ms = (ctx.services.group_configs.share_group(request.group_id)
+               .record_lock_duration_ms if _share(ctx) else 0)
 
     def answer(error: ErrorCode, message: str | None = None, topics=()) -> object:
         return ctx.response("ShareFetchResponse", throttle_time=0, error_code=error,

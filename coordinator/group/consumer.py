@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LogRecord
-from ..group_config import GroupConfig
+from ..group_config import ConsumerGroupSettings, GroupConfig
 from ..partition_loader import Spawn
 from .assignors import ASSIGNORS, Assignment, GroupSpec, MemberSubscription, TopicPartition
 from .consumer_group import (
@@ -116,8 +116,12 @@ def _invalid(message: str) -> HeartbeatError:
 
 class ConsumerGroupManager:
     def __init__(self, config: GroupConfig, topic_log: CoordinatorLog, timer: Timer,
-                 spawn: Spawn, topics: TopicsView) -> None:
+                 spawn: Spawn, topics: TopicsView,
+                 group_settings: Callable[[str], ConsumerGroupSettings]) -> None:
+        """``group_settings``: a group's consumer.session.timeout.ms and
+        consumer.heartbeat.interval.ms (its group configs), read at each heartbeat."""
         self.config = config
+        self.group_settings = group_settings
         self.topic_log = topic_log
         self.timer = timer
         self.spawn = spawn
@@ -296,9 +300,9 @@ class ConsumerGroupManager:
     def _heartbeat_interval(self, group: ConsumerGroup, member: ConsumerMember) -> int:
         reconciling = (member.current.state != MemberState.STABLE
                        or member.member_epoch != group.assignment_epoch)
-        return min(self.config.consumer_heartbeat_interval_ms,
-                   self.config.consumer_reconciling_heartbeat_interval_ms) if reconciling \
-            else self.config.consumer_heartbeat_interval_ms
+        interval = self.group_settings(group.group_id).heartbeat_interval_ms
+        return min(interval, self.config.consumer_reconciling_heartbeat_interval_ms) \
+            if reconciling else interval
 
     def _member(self, group: ConsumerGroup, request: HeartbeatRequest,
                 records: list[LogRecord]) -> tuple[ConsumerMember, bool]:
@@ -437,7 +441,7 @@ class ConsumerGroupManager:
             self._remove(group, member, records)
             self._maybe_assign(group, records)
         return HeartbeatResult(ErrorCode.none, None, member.member_id, request.member_epoch,
-                               self.config.consumer_heartbeat_interval_ms)
+                               self.group_settings(group.group_id).heartbeat_interval_ms)
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember,
                 records: list[LogRecord]) -> None:
@@ -463,7 +467,7 @@ class ConsumerGroupManager:
         if member.session_timer is not None:
             member.session_timer.cancel()
         member.session_timer = self.timer.schedule(
-            self.config.consumer_session_timeout_ms, self._fence, group, member,
+            self.group_settings(group.group_id).session_timeout_ms, self._fence, group, member,
             "session expired")
 
     # -- assignment and reconciliation -------------------------------------------------------

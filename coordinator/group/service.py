@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..group_config import GroupConfig
+from ..group_config import ConsumerGroupSettings, GroupConfig
 from ..internal_topic import OFFSETS_TOPIC
 from .classic import ClassicGroupManager, JoinRequest, JoinResult, SyncResult
 from ..partition_loader import PartitionLoader
@@ -42,7 +42,11 @@ log = logging.getLogger(__name__)
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, store: CoordinatorLog, timer: Timer | None = None,
-                 topics: TopicsView | None = None) -> None:
+                 topics: TopicsView | None = None,
+                 consumer_group_settings: Callable[[str], ConsumerGroupSettings] | None = None,
+                 ) -> None:
+        """``consumer_group_settings``: each consumer group's group configs (none: every group
+        follows ``config``)."""
         self.config = config
         self.store = store
         self._background: set[asyncio.Task] = set()
@@ -50,7 +54,9 @@ class GroupCoordinator:
         self.timer = timer = timer or AsyncioTimer()
         self.topics = topics or NoTopics()
         self.classic = ClassicGroupManager(config, store, timer, self._spawn)
-        self.consumer = ConsumerGroupManager(config, store, timer, self._spawn, self.topics)
+        self.consumer = ConsumerGroupManager(
+            config, store, timer, self._spawn, self.topics,
+            consumer_group_settings or (lambda group_id: config.consumer_group_defaults()))
         self.kinds: tuple[GroupKind, ...] = (self.classic, self.consumer)
         self.offsets = OffsetManager(self.classic, self.consumer, store, timer)
         self.loader: PartitionLoader[LoadedPartition] = PartitionLoader(

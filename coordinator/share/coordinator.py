@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from ..coordinator_log import CoordinatorLog, CoordinatorLogError, LoggedMarker, LoggedRecord, LogRecord
 from ..group.timer import Scheduled, Timer
+from ..group_config import ShareGroupSettings
 from ..internal_topic import SHARE_GROUP_STATE_TOPIC
 from ..partition_loader import PartitionLoader, replay_into
 from .records import MalformedShareRecord, SharePartitionKey, snapshot_from_bytes, snapshot_to_bytes
@@ -44,14 +45,15 @@ from .share_partition import (
 
 log = logging.getLogger(__name__)
 
-EARLIEST, LATEST = "earliest", "latest"
+EARLIEST = "earliest"
 
 
 @dataclass(frozen=True, slots=True)
 class ShareCoordinatorSettings:
     limits: ShareLimits
-    # share.auto.offset.reset: where a share partition without state starts.
-    auto_offset_reset: str = LATEST
+    # A group's share.auto.offset.reset (where a share partition without state starts) and
+    # share.record.lock.duration.ms, read when they apply: a change holds from then on.
+    group_settings: Callable[[str], ShareGroupSettings]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +175,10 @@ class ShareCoordinator:
             if (error := await self._write(key)) is not None:
                 return AcquireResult(error)
         now = self.timer.now_ms()
+        lock_duration_ms = self.settings.group_settings(key.group_id).record_lock_duration_ms
         ranges = partition.acquire(request.member_id, request.max_records,
-                                   request.log_start_offset, request.high_watermark, now)
+                                   request.log_start_offset, request.high_watermark, now,
+                                   lock_duration_ms)
         if ranges and key not in self._expiry_timers:
             self._schedule_expiry(key, partition)
         return AcquireResult(ErrorCode.none, tuple(ranges))
@@ -265,8 +269,8 @@ class ShareCoordinator:
         if snapshot is not None:
             partition = SharePartition.restore(snapshot, limits)
         else:
-            start = (log_start_offset if self.settings.auto_offset_reset == EARLIEST
-                     else high_watermark)
+            reset = self.settings.group_settings(key.group_id).auto_offset_reset
+            start = log_start_offset if reset == EARLIEST else high_watermark
             partition = SharePartition(start, limits)
             self._changed(key)
         self._partitions[key] = partition

@@ -29,6 +29,7 @@ from ..coordinator_log import LogRecord
 from ..group.kind import ListedGroup
 from . import group_records
 from ..group.timer import Scheduled, Timer
+from ..group_config import ShareGroupSettings
 from .assignor import MemberSubscription, ServingRacks, TopicPartition, assign
 
 if TYPE_CHECKING:
@@ -105,9 +106,10 @@ class HeartbeatResult:
 
 @dataclass(frozen=True, slots=True)
 class ShareMembershipSettings:
-    session_timeout_ms: int
-    heartbeat_interval_ms: int
     max_size: int
+    # A group's share.session.timeout.ms and share.heartbeat.interval.ms, read when they
+    # apply (at each heartbeat).
+    group_settings: Callable[[str], ShareGroupSettings]
 
 
 class ShareGroupManager:
@@ -197,7 +199,8 @@ class ShareGroupManager:
         if member.session_timer is not None:
             member.session_timer.cancel()
         member.session_timer = self.timer.schedule(
-            self.settings.session_timeout_ms, self._expire, group.group_id, member.member_id)
+            self.settings.group_settings(group.group_id).session_timeout_ms, self._expire,
+            group.group_id, member.member_id)
 
     def _expire(self, group_id: str, member_id: str) -> None:
         group = self.groups.get(group_id)

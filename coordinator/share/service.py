@@ -23,9 +23,8 @@ class ShareGroups:
         self.manager = manager
         groups.add_kind(manager)
 
-    @property
-    def heartbeat_interval_ms(self) -> int:
-        return self.manager.settings.heartbeat_interval_ms
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.manager.settings.group_settings(group_id).heartbeat_interval_ms
 
     def serving_error(self, group_id: str) -> ErrorCode | None:
         """Why this broker cannot serve share group ``group_id`` now, if it cannot."""

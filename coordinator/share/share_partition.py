@@ -46,7 +46,6 @@ class AcknowledgeType(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class ShareLimits:
-    record_lock_duration_ms: int
     delivery_count_limit: int
     max_record_locks: int
 
@@ -123,12 +122,13 @@ class SharePartition:
     # -- acquisition --------------------------------------------------------------------------
 
     def acquire(self, member_id: str, max_records: int, log_start_offset: int,
-                high_watermark: int, now_ms: int) -> list[AcquiredRange]:
-        """Lock up to ``max_records`` records for ``member_id``: AVAILABLE in-flight ones
-        first (redeliveries), then new ones below ``high_watermark``."""
+                high_watermark: int, now_ms: int, lock_duration_ms: int) -> list[AcquiredRange]:
+        """Lock up to ``max_records`` records for ``member_id`` for ``lock_duration_ms``
+        (the group's ``share.record.lock.duration.ms``): AVAILABLE in-flight ones first
+        (redeliveries), then new ones below ``high_watermark``."""
         if log_start_offset > self.start_offset:
             self._drop_below(log_start_offset)
-        deadline = now_ms + self.limits.record_lock_duration_ms
+        deadline = now_ms + lock_duration_ms
         acquired: list[int] = []
         for offset in range(self.start_offset, self.end_offset):
             if len(acquired) >= max_records:

@@ -16,6 +16,7 @@ from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, RequestContext
 from broker.producer_ids import ProducerIdAllocator
 from broker.services import BrokerServices, ControllerChannel
+from broker.share_groups import group_configs
 from broker.static_configs import dynamic_configs
 from protocol.apis import ApiKey
 from protocol.build import make
@@ -56,7 +57,7 @@ async def services(tmp_path: Path):
         replicas.on_metadata_record(record)
     yield BrokerServices(
         config=config, image=image, replicas=replicas, dynamic_configs=configs,
-        controller=None,
+        group_configs=group_configs(config, image), controller=None,
         controller_channel=ControllerChannel(None, None, None),
         group_coordinator=None, transaction_coordinator=None, batch_coordinator=None,
         producer_ids=ProducerIdAllocator(tmp_path / "producer_ids", NODE), capture=None,

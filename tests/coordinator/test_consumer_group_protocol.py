@@ -22,7 +22,7 @@ from coordinator.group.offsets import OffsetCommit
 from coordinator.group.rack_aware import SubscribedTopic
 from coordinator.group.service import GroupCoordinator
 from coordinator.group.timer import ManualTimer
-from coordinator.group_config import GroupConfig
+from coordinator.group_config import ConsumerGroupSettings, GroupConfig
 from support.coordinators import MemoryCoordinatorLog
 
 CONFIG = GroupConfig(consumer_session_timeout_ms=45_000)
@@ -62,8 +62,9 @@ def store():
     return MemoryCoordinatorLog()
 
 
-async def started(store, timer) -> GroupCoordinator:
-    coordinator = GroupCoordinator(CONFIG, store, timer, FixedTopics(TOPIC))
+async def started(store, timer, consumer_group_settings=None) -> GroupCoordinator:
+    coordinator = GroupCoordinator(CONFIG, store, timer, FixedTopics(TOPIC),
+                                   consumer_group_settings)
     await coordinator.start()
     for _ in range(20):  # loading runs as a task of its own
         if not coordinator.loader.is_loading:
@@ -155,6 +156,23 @@ async def test_session_timeout_fences_and_reassigns(coordinator, timer):
     assert partitions(b2) == set(range(6))
     stale = await coordinator.consumer_group_heartbeat(heartbeat("a", a.member_epoch))
     assert stale.error == ErrorCode.unknown_member_id
+
+
+async def test_a_group_follows_its_own_session_timeout_and_heartbeat_interval(store, timer):
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms set on group "quick"
+    (group configs); "g" follows the broker's."""
+    quick = ConsumerGroupSettings(session_timeout_ms=10_000, heartbeat_interval_ms=300)
+    coordinator = await started(store, timer, lambda group_id: quick if group_id == "quick"
+                                else CONFIG.consumer_group_defaults())
+    try:
+        joined = await coordinator.consumer_group_heartbeat(heartbeat("a", 0, group="quick"))
+        assert joined.heartbeat_interval_ms == 300
+        await coordinator.consumer_group_heartbeat(heartbeat("b", 0))
+        timer.advance(10_001)
+        assert "a" not in coordinator.consumer.groups["quick"].members
+        assert set(coordinator.consumer.groups["g"].members) == {"b"}
+    finally:
+        await coordinator.stop()
 
 
 async def test_group_and_offsets_survive_a_new_coordinator(coordinator, store, timer):

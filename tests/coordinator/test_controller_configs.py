@@ -1,5 +1,6 @@
-"""The controller's config changes: IncrementalAlterConfigs operations, AlterConfigs'
-replace-all semantics, validation codes, validate_only, and replay after a restart."""
+"""The controller's config changes (topics, brokers, groups): IncrementalAlterConfigs
+operations, AlterConfigs' replace-all semantics, validation codes, validate_only, and replay
+after a restart or from a snapshot."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.config_changes import ConfigChange, ConfigOp
 from coordinator.controller import Controller, ControllerError, ControllerSettings
+from coordinator.state_machine import Applier
+from replication.cluster_metadata import MetadataImage
 
 SET, DELETE, APPEND, SUBTRACT = ConfigOp.SET, ConfigOp.DELETE, ConfigOp.APPEND, ConfigOp.SUBTRACT
 
@@ -125,3 +128,78 @@ async def test_broker_configs_are_kept_per_resource_and_replayed_after_a_restart
         assert "0" not in restarted.image.broker_configs
     finally:
         await restarted.stop()
+
+
+# --- group configs (KIP-848/KIP-932) -------------------------------------------------------------
+
+AUTO_RESET, LOCK = "share.auto.offset.reset", "share.record.lock.duration.ms"
+
+
+@pytest.mark.parametrize(("group", "changes", "code", "message"), [
+    ("g", [ConfigChange("share.bananas", SET, "1")], ErrorCode.invalid_config,
+     "Unknown group config name: share.bananas"),
+    ("g", [ConfigChange(AUTO_RESET, SET, "middle")], ErrorCode.invalid_config,
+     "String must be one of: latest, earliest"),
+    ("g", [ConfigChange(LOCK, SET, "999")], ErrorCode.invalid_config,
+     "Value must be at least 1000"),
+    ("g", [ConfigChange(LOCK, SET, "long")], ErrorCode.invalid_config, "INT"),
+    ("g", [ConfigChange(LOCK, SET, str(2**31))], ErrorCode.invalid_config, "INT"),
+    ("g", [ConfigChange(LOCK, APPEND, "1000")], ErrorCode.invalid_config, "not a list"),
+    ("g", [ConfigChange("share.session.timeout.ms", SET, "5000"),
+           ConfigChange("share.heartbeat.interval.ms", SET, "5000")], ErrorCode.invalid_config,
+     "share.session.timeout.ms must be greater than share.heartbeat.interval.ms"),
+    ("g", [ConfigChange("consumer.session.timeout.ms", SET, "3000"),
+           ConfigChange("consumer.heartbeat.interval.ms", SET, "5000")],
+     ErrorCode.invalid_config,
+     "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms"),
+    ("g", [ConfigChange("share.isolation.level", SET, "read_committed")],
+     ErrorCode.invalid_config, "cannot be set on one group in kipper yet"),
+    ("", [ConfigChange(AUTO_RESET, SET, "earliest")], ErrorCode.invalid_request, "empty"),
+])
+async def test_bad_group_changes_are_refused(controller, group, changes, code, message):
+    with pytest.raises(ControllerError) as refused:
+        await controller.alter_group_configs(group, changes)
+    assert (refused.value.error_code, message in refused.value.message) == (code, True)
+    assert controller.image.group_configs == {}
+
+
+async def test_group_configs_need_no_group_and_survive_snapshots_and_restarts(tmp_path):
+    controller = Controller(tmp_path, ControllerSettings())
+    await controller.start()
+    await controller.alter_group_configs("queue", [ConfigChange(AUTO_RESET, SET, "earliest")],
+                                         validate_only=True)
+    assert controller.image.group_configs == {}
+    await controller.alter_group_configs("queue", [ConfigChange(AUTO_RESET, SET, "earliest"),
+                                                   ConfigChange(LOCK, SET, "15000")])
+    await controller.alter_group_configs("gone", [ConfigChange(AUTO_RESET, SET, "earliest")])
+    stale = MetadataImage()  # a broker that saw "gone" get its config, then fell behind
+    for offset, record in enumerate(controller.image.snapshot_records()):
+        stale.apply(offset, record)
+    # DELETE restores the default (the config is no longer set); the last one removes the group.
+    await controller.alter_group_configs("queue", [ConfigChange(LOCK, DELETE, None)])
+    await controller.alter_group_configs("gone", [ConfigChange(AUTO_RESET, DELETE, None)])
+    expected = {"queue": {AUTO_RESET: "earliest"}}
+    assert controller.image.group_configs == expected
+
+    snapshot = controller.image.snapshot_records()
+    rebuilt = MetadataImage()
+    Applier(rebuilt).load_snapshot(controller.image.next_offset, snapshot)
+    assert rebuilt.group_configs == expected
+    for offset, record in enumerate(stale.snapshot_delta(snapshot), stale.next_offset):
+        stale.apply(offset, record)
+    assert stale.group_configs == expected
+    await controller.stop()
+
+    restarted = Controller(tmp_path, ControllerSettings())
+    await restarted.start()
+    try:
+        assert restarted.image.group_configs == expected
+    finally:
+        await restarted.stop()
+
+
+async def test_alter_configs_replaces_every_config_of_a_group(controller):
+    await controller.alter_group_configs("q", [ConfigChange(AUTO_RESET, SET, "earliest"),
+                                               ConfigChange(LOCK, SET, "15000")])
+    await controller.alter_group_configs("q", [ConfigChange(LOCK, SET, "20000")], replace=True)
+    assert controller.image.group_configs == {"q": {LOCK: "20000"}}

@@ -19,7 +19,7 @@ from coordinator.group.offsets import OffsetCommit
 from coordinator.group.rack_aware import SubscribedTopic
 from coordinator.group.service import GroupCoordinator
 from coordinator.group.timer import ManualTimer
-from coordinator.group_config import GroupConfig
+from coordinator.group_config import GroupConfig, ShareGroupSettings
 from coordinator.share.coordinator import AcquireRequest, ShareCoordinator, ShareCoordinatorSettings
 from coordinator.share.membership import (
     LEAVE_EPOCH,
@@ -56,8 +56,8 @@ async def started(store: MemoryCoordinatorLog) -> ShareGroups:
     timer = ManualTimer()
     groups = GroupCoordinator(GroupConfig(), store, timer, FixedTopics())
     manager = ShareGroupManager(
-        ShareMembershipSettings(session_timeout_ms=45_000, heartbeat_interval_ms=5000,
-                                max_size=10),
+        ShareMembershipSettings(max_size=10, group_settings=lambda group_id: ShareGroupSettings(
+            "latest", 30_000, session_timeout_ms=45_000, heartbeat_interval_ms=5000)),
         timer, lambda topic: 2 if topic == "t" else None, lambda topic, partition: None,
         store.partition_for)
     share = ShareGroups(groups, manager)
@@ -171,10 +171,11 @@ async def test_deleted_state_is_gone_for_a_new_owner(clock):
     """DeleteGroups' first step (the owner's ``delete_state``): a new owner of the share
     partition has no state for it and starts again from ``share.auto.offset.reset``."""
     store = MemoryCoordinatorLog()
-    limits = ShareLimits(record_lock_duration_ms=1000, delivery_count_limit=3,
-                         max_record_locks=100)
+    settings = ShareCoordinatorSettings(
+        ShareLimits(delivery_count_limit=3, max_record_locks=100),
+        lambda group_id: ShareGroupSettings("latest", 1000, 45_000, 5000))
     key = SharePartitionKey("queue", uuid.UUID(int=7), 0)
-    first = ShareCoordinator(ShareCoordinatorSettings(limits, "latest"), store, clock.timer)
+    first = ShareCoordinator(settings, store, clock.timer)
     await first.start()
     await clock.sleep(10)
     await first.reset_start_offset(key, 0)
@@ -187,7 +188,7 @@ async def test_deleted_state_is_gone_for_a_new_owner(clock):
     assert first.start_offset(key) is None
     await first.stop()
 
-    second = ShareCoordinator(ShareCoordinatorSettings(limits, "latest"), store, clock.timer)
+    second = ShareCoordinator(settings, store, clock.timer)
     await second.start()
     await clock.sleep(10)
     assert second.start_offset(key) is None

@@ -2,7 +2,8 @@
 IncrementalAlterConfigs (confluent-kafka), AlterConfigs (kafka-python), DescribeConfigs with
 sources and synonyms; dynamic broker configs, cluster-wide and per broker; validate_only; the
 error codes of bad changes; configs kept across a restart. A changed compression.type applies
-to the batches produced after it (the earlier ones keep their codec)."""
+to the batches produced after it (the earlier ones keep their codec). A share group's
+``share.auto.offset.reset`` (a KIP-932 group config) decides where that group starts."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from protocol.compression import CODECS
 from support.clients import consume_all
 from support.configs import alter, describe
 from support.raw import call, connect, entity, fetch_codecs
+from support.share_groups import ShareMember, wait_for
 from support.topics import create_topic
 from support.wait import wait_until
 
@@ -132,6 +134,48 @@ def test_bad_changes_answer_kafkas_error_codes(storage_mode, topic_name):
     assert error_code(lambda: alter(bootstrap, ResourceType.BROKER, "0",
                                     broker_id=(AlterConfigOpType.SET, "9"))) \
         == KafkaError.INVALID_CONFIG
+
+
+def test_a_share_group_config_sets_where_that_group_starts(storage_mode, topic_name):
+    """``share.auto.offset.reset=earliest`` set on one share group (IncrementalAlterConfigs
+    of a GROUP, which need not exist yet): its member reads the records produced before it
+    joined; a group without the config starts at the log end (the broker's ``latest``)."""
+    bootstrap = storage_mode.bootstrap
+    create_topic(bootstrap, topic_name, replication_factor=storage_mode.replication_factor)
+    early, late = f"{topic_name}-early", f"{topic_name}-late"
+    reset = "share.auto.offset.reset"
+    for bad in ({"share_auto_offset_reset": (AlterConfigOpType.SET, "middle")},
+                {"share_bananas": (AlterConfigOpType.SET, "1")}):
+        assert error_code(lambda: alter(bootstrap, ResourceType.GROUP, early, **bad)) \
+            == KafkaError.INVALID_CONFIG
+    alter(bootstrap, ResourceType.GROUP, early,
+          share_auto_offset_reset=(AlterConfigOpType.SET, "earliest"))
+    described = describe(bootstrap, ResourceType.GROUP, early)[reset]
+    assert (described.value, described.source) == ("earliest", ConfigSource.GROUP_CONFIG.value)
+    described = describe(bootstrap, ResourceType.GROUP, late)[reset]
+    assert (described.value, described.source) == ("latest", ConfigSource.DEFAULT_CONFIG.value)
+
+    old = [None] * 5
+    assert produce(bootstrap, topic_name, b"old", count=len(old)) == old
+    members = [ShareMember(bootstrap, group, topic_name, group).start()
+               for group in (early, late)]
+    try:
+        assert wait_for(lambda: members[0].values().count(b"old") == len(old), 30)
+        # The late group starts where the log ends when it first fetches: it gets the
+        # records produced from then on, never the old ones.
+        def late_gets_a_new_record() -> bool:
+            produce(bootstrap, topic_name, b"new")
+            return bool(members[1].values())
+        assert wait_for(late_gets_a_new_record, 30, interval=0.5)
+        assert b"old" not in members[1].values()
+    finally:
+        for member in members:
+            member.close()
+    # DELETE restores the default.
+    alter(bootstrap, ResourceType.GROUP, early,
+          share_auto_offset_reset=(AlterConfigOpType.DELETE, None))
+    described = describe(bootstrap, ResourceType.GROUP, early)[reset]
+    assert (described.value, described.source) == ("latest", ConfigSource.DEFAULT_CONFIG.value)
 
 
 def test_dynamic_broker_configs_cluster_wide_then_per_broker(broker_factory, topic_name):
