@@ -444,11 +444,9 @@ class Controller:
         if want_shut_down:
             return await self._controlled_shutdown(node_id, epoch)
         async with self._lock:
-            self._check_active()
-            broker = self.image.brokers.get(node_id)
-            if broker is None or broker.epoch != epoch:
+            broker = self._heard_from(node_id, epoch)
+            if broker is None:
                 return ErrorCode.stale_broker_epoch, True
-            self._last_heartbeat[node_id] = time.monotonic()
             if broker.fenced and not want_fence:
                 log.info("broker %d is ready: unfencing it", node_id)
                 await self._commit([{"type": "unfence_broker", "node_id": node_id}])
@@ -458,6 +456,16 @@ class Controller:
                             "full: moving its leaderships" if log_dir_offline else "writable again")
                 await self._commit(self._log_dir_records(node_id, log_dir_offline))
             return ErrorCode.none, broker.fenced
+
+    def _heard_from(self, node_id: int, epoch: int):
+        """The broker as registered in ``epoch``, its session renewed; None if that
+        registration is stale (this controller must be the active one)."""
+        self._check_active()
+        broker = self.image.brokers.get(node_id)
+        if broker is None or broker.epoch != epoch:
+            return None
+        self._last_heartbeat[node_id] = time.monotonic()
+        return broker
 
     async def _fence_expired_brokers(self) -> None:
         """Fence each broker whose session ran out. It wakes when the earliest session ends
@@ -499,11 +507,9 @@ class Controller:
         self._shutting_down[node_id] = epoch
         try:
             async with self._lock:
-                self._check_active()
-                broker = self.image.brokers.get(node_id)
-                if broker is None or broker.epoch != epoch:
+                broker = self._heard_from(node_id, epoch)
+                if broker is None:
                     return ErrorCode.stale_broker_epoch, True
-                self._last_heartbeat[node_id] = time.monotonic()
                 if not broker.fenced:
                     stopping = {node for node, asked in self._shutting_down.items()
                                 if (b := self.image.brokers.get(node)) is not None
