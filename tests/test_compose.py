@@ -43,27 +43,24 @@ def container_ports(service: dict) -> set[int]:
     return {int(mapping.split(":")[-1]) for mapping in service.get("ports", [])}
 
 
-def test_three_brokers_in_three_azs_behind_one_controller():
+def test_three_brokers_in_three_azs_are_the_controller_quorum():
     brokers = kipper_commands({})
     assert sorted(brokers) == ["broker0", "broker1", "broker2"]
     assert all(args.command == "broker" for args in brokers.values())
     assert sorted(args.node_id for args in brokers.values()) == [0, 1, 2]
     assert sorted(args.rack for args in brokers.values()) == ["az1", "az2", "az3"]
-    runs_controller = [name for name, args in brokers.items() if args.controller is None]
-    assert runs_controller == ["broker0"]
+    # Every broker names the same voters: each broker by its node id at its advertised listener.
+    expected_voters = ",".join(f"{args.node_id}@{args.advertised_listener}"
+                               for _, args in sorted(brokers.items()))
     for name, args in brokers.items():
+        assert args.controller is None
+        assert args.controller_quorum_voters == expected_voters
         host, port = split_host_port(args.advertised_listener)
         assert host == name
         assert split_host_port(args.listener) == ("0.0.0.0", port)
         _, metrics_port = split_host_port(args.metrics_listener)
         assert container_ports(SERVICES[name]) == {port, metrics_port}
         assert str(args.data_dir) in {v.split(":")[1] for v in SERVICES[name]["volumes"]}
-        if args.controller is not None:
-            controller_host, controller_port = split_host_port(args.controller)
-            assert controller_host in SERVICES[name]["depends_on"]
-            assert brokers[controller_host].controller is None
-            controller_listener = brokers[controller_host].advertised_listener
-            assert split_host_port(controller_listener)[1] == controller_port
 
 
 @pytest.mark.parametrize("environ, store", [
