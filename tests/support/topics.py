@@ -21,10 +21,17 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
                  config: dict[str, str] | None = None, *, in_sync: bool = False) -> None:
     """Create a topic and wait until every partition has a leader, and with ``in_sync`` until
     every replica is in the ISR too (tests that count replication traffic need all three)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    admin.create_topics([NewTopic(name, partitions, replication_factor,
-                                  config=config or {})])[name].result(30)
+    try:
+        admin.create_topics([NewTopic(name, partitions, replication_factor,
+                                      config=config or {})])[name].result(30)
+    except KafkaException as error:
+        # The client retried a CreateTopics whose answer it lost (the controller moved, as
+        # Kafka's admin clients also do): the first attempt created it. Names are unique.
+        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
 
     def ready() -> bool:
         topic = admin.list_topics(name, timeout=5).topics.get(name)
