@@ -83,8 +83,9 @@ class ClientHung(Exception):
     """A client call did not return within HUNG_AFTER_S, whatever its own timeout."""
 
 
-def bounded(call: Callable[[], object]) -> object:
-    """``call()`` in a thread of its own, given up (left running) after HUNG_AFTER_S."""
+def bounded(what: str, call: Callable[[], object]) -> object:
+    """``call()`` (``what``) in a thread of its own, given up (left running) after
+    HUNG_AFTER_S."""
     outcome: dict[str, object] = {}
 
     def run() -> None:
@@ -96,7 +97,7 @@ def bounded(call: Callable[[], object]) -> object:
     thread.start()
     thread.join(HUNG_AFTER_S)
     if thread.is_alive():
-        raise ClientHung(f"{call} did not return in {HUNG_AFTER_S} s")
+        raise ClientHung(f"{what} did not return in {HUNG_AFTER_S} s")
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
@@ -113,11 +114,23 @@ class Processor:
         self.bootstrap, self.source, self.sink, self.txn_id = bootstrap, source, sink, txn_id
         self.group = f"eos-{txn_id}"
         self.committed = 0  # input records whose transaction committed
+        # The next input offset to process, per partition: the committed offsets, moved on by
+        # each transaction. (Not the consumer's position(): librdkafka answers -1001 for a
+        # partition assigned at an offset until it hands out a message of it, so a partition
+        # already at its end would count as -1001 records.)
+        self.next_offsets: dict[int, int] = {}
         self.transactions = 0
         self.aborts = 0
         self.restarts = 0
         self.hung_calls = 0
+        # What happened besides plain transactions (aborts, restarts, rewinds, consumer
+        # errors), with the time since start: the failure message of a stuck pipeline.
+        self.history: list[str] = []
+        self._started = time.monotonic()
         self._open()
+
+    def _note(self, event: str) -> None:
+        self.history.append(f"{time.monotonic() - self._started:6.1f}s {event}")
 
     def _open(self) -> None:
         self.producer = Producer({"bootstrap.servers": self.bootstrap,
@@ -136,9 +149,11 @@ class Processor:
         """Assign every input partition at its committed offset (the beginning if none)."""
         partitions = [TopicPartition(self.source, p) for p in range(PARTITIONS)]
         committed = self.consumer.committed(partitions, timeout=60)
-        self.consumer.assign([TopicPartition(tp.topic, tp.partition, max(tp.offset, 0))
-                              for tp in committed])
-        self.committed = sum(max(tp.offset, 0) for tp in committed)
+        self.next_offsets = {tp.partition: max(tp.offset, 0) for tp in committed}
+        self.consumer.assign([TopicPartition(self.source, p, offset)
+                              for p, offset in self.next_offsets.items()])
+        self.committed = sum(self.next_offsets.values())
+        self._note(f"rewound to {self.next_offsets}")
 
     def _restart(self) -> None:
         self.restarts += 1
@@ -149,46 +164,61 @@ class Processor:
         deadline = time.monotonic() + timeout
         while self.committed < RECORDS:
             assert time.monotonic() < deadline, (
-                f"{self.committed}/{RECORDS} records after {timeout:.0f} s")
-            messages = [m for m in self.consumer.consume(TXN_RECORDS, 0.5) if not m.error()]
+                f"{self.committed}/{RECORDS} records after {timeout:.0f} s, "
+                f"{self.transactions} transactions; " + "; ".join(self.history[-30:]))
+            messages = []
+            for message in self.consumer.consume(TXN_RECORDS, 0.5):
+                if message.error():
+                    self._note(f"consumer error {message.error()}")
+                else:
+                    messages.append(message)
             if not messages:
                 continue
             try:
                 self._transaction(messages)
-            except ClientHung:
+            except ClientHung as e:
                 self.hung_calls += 1
+                self._note(f"restart: {e}")
                 self._restart()
             except KafkaException as e:
                 error = e.args[0]
                 if error.txn_requires_abort():
+                    self._note(f"abort: {error}")
                     self._abort()
                 else:
+                    self._note(f"restart: {error}")
                     self._restart()
 
     def _transaction(self, messages) -> None:
         self.producer.begin_transaction()
+        next_offsets = dict(self.next_offsets)
         for message in messages:
             self.producer.produce(self.sink, transform(message.value()),
                                   partition=message.partition())
-        positions = self.consumer.position(self.consumer.assignment())
+            next_offsets[message.partition()] = message.offset() + 1
+        positions = [TopicPartition(self.source, p, offset) for p, offset in next_offsets.items()]
         group = self.consumer.consumer_group_metadata()
-        bounded(lambda: self.producer.send_offsets_to_transaction(positions, group,
-                                                                  CLIENT_CALL_S))
+        bounded("send_offsets_to_transaction",
+                lambda: self.producer.send_offsets_to_transaction(positions, group, CLIENT_CALL_S))
         for attempt in range(COMMIT_ATTEMPTS):
             try:
-                bounded(lambda: self.producer.commit_transaction(CLIENT_CALL_S))
+                bounded("commit_transaction",
+                        lambda: self.producer.commit_transaction(CLIENT_CALL_S))
                 break
             except KafkaException as e:
                 if not e.args[0].retriable() or attempt == COMMIT_ATTEMPTS - 1:
                     raise
+                self._note(f"commit retried: {e.args[0]}")
         self.transactions += 1
-        self.committed = sum(tp.offset for tp in positions)
+        self.next_offsets = next_offsets
+        self.committed = sum(next_offsets.values())
 
     def _abort(self) -> None:
         self.aborts += 1
         try:
-            bounded(lambda: self.producer.abort_transaction(CLIENT_CALL_S))
-        except (KafkaException, ClientHung):
+            bounded("abort_transaction", lambda: self.producer.abort_transaction(CLIENT_CALL_S))
+        except (KafkaException, ClientHung) as e:
+            self._note(f"abort failed, restart: {e}")
             self._restart()
             return
         self._rewind()
