@@ -144,9 +144,10 @@ def _add_setting_flags(command: argparse.ArgumentParser, every_node_only: bool) 
         if flag is None or (every_node_only and not flag.every_node):
             continue
         help_text = declared.doc.replace("%", "%%")
-        if declared.kind == "bool":
-            command.add_argument(flag.name, dest=declared.name, action="store_true",
-                                 default=None, help=help_text)
+        if declared.kind == "bool":  # --name and --no-name
+            command.add_argument(flag.name, dest=declared.name,
+                                 action=argparse.BooleanOptionalAction, default=None,
+                                 help=help_text)
             continue
         command.add_argument(flag.name, dest=declared.name, help=help_text,
                              type=_FLAG_TYPES.get(declared.kind.removesuffix(" | None")),

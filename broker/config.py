@@ -214,7 +214,8 @@ class BrokerConfig:
         False, "Broker-wide default of `unclean.leader.election.enable`: elect an out-of-sync "
         "replica when no in-sync one is alive.")
     auto_create_topics: bool = setting(
-        False, "Create unknown topics named in Metadata requests (`auto.create.topics.enable`).",
+        True, "Create unknown topics named in Metadata requests that allow it "
+        "(`auto.create.topics.enable`; on by default, as in Kafka).",
         flag=Flag("--auto-create-topics"))
     default_partitions: int = setting(
         1, "Partition count of topics created without one (`num.partitions`).",

@@ -44,7 +44,7 @@ def broker_settings_table(prefixes: tuple[str, ...] = ()) -> str:
     rows = ["| setting | flag | environment | default | description |", "|---|---|---|---|---|"]
     for declared in settings():
         if _selected(declared.name, prefixes):
-            flag = _flag_cell(declared.flag)
+            flag = _flag_cell(declared.flag, declared.kind)
             rows.append(f"| `{declared.name}` | {flag} | `{declared.env_var}` | "
                         f"{_format_default(declared.name, declared.default)} | {declared.doc} |")
     return "\n".join(rows) + "\n"
@@ -60,10 +60,11 @@ def topic_configs_table(prefixes: tuple[str, ...] = ()) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _flag_cell(flag: Flag | None) -> str:
+def _flag_cell(flag: Flag | None, kind: str) -> str:
     if flag is None:
         return ""
-    return f"`{flag.name}`" + ("" if flag.every_node else " (broker only)")
+    name = flag.name.replace("--", "--[no-]", 1) if kind == "bool" else flag.name
+    return f"`{name}`" + ("" if flag.every_node else " (broker only)")
 
 
 def kafka_apis_list(prefixes: tuple[str, ...] = ()) -> str:

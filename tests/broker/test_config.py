@@ -18,7 +18,8 @@ NODE_FLAGS = {"--config", "--node-id", "--listener", "--advertised-listener", "-
               "--data-dir", "--metrics-listener", "--listeners", "--advertised-listeners",
               "--listener-security-protocol-map", "--inter-broker-listener-name",
               "--controller-quorum-voters"}
-BROKER_ONLY_FLAGS = {"--controller", "--auto-create-topics", "--default-storage-mode",
+BROKER_ONLY_FLAGS = {"--controller", "--auto-create-topics", "--no-auto-create-topics",
+                     "--default-storage-mode",
                      "--num-partitions", "--s3-endpoint", "--s3-access-key", "--s3-secret-key",
                      "--s3-latency-profile", "--capture-trace"}
 
@@ -49,14 +50,24 @@ def test_defaults_then_file_then_environment_then_flags(tmp_path: Path):
     toml.write_text('node_id = 1\nrack = "az-file"\ndefault-partitions = 2\n'
                     'log-flush-interval-ms = 7\n[topic_defaults]\n"retention.ms" = 60000\n')
     environ = {"KIPPER_RACK": "az-env", "KIPPER_DEFAULT_PARTITIONS": "4",
-               "KIPPER_AUTO_CREATE_TOPICS": "true"}
+               "KIPPER_AUTO_CREATE_TOPICS": "false"}
     args = build_parser().parse_args(["broker", "--config", str(toml), "--num-partitions", "8",
                                       "--capture-trace", "trace", "--s3-latency-profile", "aws"])
     config = config_from_args(args, environ)
     assert config == BrokerConfig(
         node_id=1, rack="az-env", default_partitions=8, log_flush_interval_ms=7,
-        topic_defaults={"retention.ms": "60000"}, auto_create_topics=True,
+        topic_defaults={"retention.ms": "60000"}, auto_create_topics=False,
         capture_trace_dir=Path("trace"), s3_latency_profile="aws")
+
+
+def test_a_boolean_setting_has_a_flag_for_each_value():
+    def auto_create(*flags: str, environ: dict[str, str] | None = None) -> bool:
+        args = build_parser().parse_args(["broker", *flags])
+        return config_from_args(args, environ or {}).auto_create_topics
+    assert auto_create() is True  # Kafka's default
+    assert auto_create("--no-auto-create-topics") is False
+    assert auto_create("--auto-create-topics",
+                       environ={"KIPPER_AUTO_CREATE_TOPICS": "false"}) is True
 
 
 def test_controller_node_serves_no_partitions():
