@@ -314,6 +314,11 @@ class BrokerConfig:
         "PUT per hedged object (`kipper_diskless_wal_hedged_puts_total`). -1 = never (one PUT "
         "per object); 0 = after the P95 of `s3_latency_profile`'s PUT to `kipper-wal` (a "
         "profile other than `none` needed); above 0: after this many ms.")
+    diskless_append_commit_per_partition: bool = setting(
+        False, "Diskless: commit each partition's batches of a WAL object as a commit request "
+        "of its own (the naive per-partition fan-out, for comparison: as many commit RPCs "
+        "and coordinator appends per WAL file as partitions in it) instead of one per "
+        "object.")
     diskless_read_cache_max_bytes: int = setting(
         256 * 1024 * 1024, "Diskless: size of the LRU cache of WAL object ranges read "
         "(the uploading broker fills it too).")

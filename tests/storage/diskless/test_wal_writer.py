@@ -22,11 +22,12 @@ async def make_writer(store, control_plane, s3_prefix):
     writers = []
 
     def make(commit_interval_ms=HOUR_MS, buffer_max_bytes=1 << 20, plane=None, cache=None,
-             hedge_after_s=None):
+             hedge_after_s=None, commit_per_partition=False):
         writer = WalWriter(store, plane or control_plane, s3_prefix, node_id=1,
                            commit_interval_ms=commit_interval_ms,
                            buffer_max_bytes=buffer_max_bytes, cache=cache,
-                           hedge_after_s=hedge_after_s)
+                           hedge_after_s=hedge_after_s,
+                           commit_per_partition=commit_per_partition)
         writers.append(writer)
         return writer
     yield make
@@ -64,6 +65,24 @@ async def test_buffer_closes_at_its_size_limit(make_writer, build_batch, store):
     assert len(store.puts) == 2 and writer.stats.uploads == 2
     sizes = [len(build_batch([value])) for value in (b"a", b"bb")]
     assert writer.stats.upload_bytes == sum(sizes)
+
+
+async def test_commit_per_partition_sends_one_commit_per_partition_of_the_object(
+        make_writer, build_batch, store, control_plane):
+    writer = make_writer(commit_per_partition=True)
+    pending = [append(writer, build_batch, b"a", partition=0),
+               append(writer, build_batch, b"b", partition=1),
+               append(writer, build_batch, b"c", b"d", partition=0),
+               append(writer, build_batch, b"e", partition=2)]
+    await writer.close()
+    results = await asyncio.wait_for(asyncio.gather(*pending), 10)
+    assert [rs[0].base_offset for rs in results] == [0, 0, 1, 0]
+    assert (writer.stats.uploads, writer.stats.commits, writer.stats.batches) == (1, 3, 4)
+    for partition, high_watermark in ((0, 3), (1, 1), (2, 1)):
+        assert control_plane.log_info("t", partition).high_watermark == high_watermark
+        assert {c.object_key for c in control_plane.find_batches("t", partition, 0, 1 << 20)
+                } == set(store.puts)
+    assert control_plane.stats().objects == 1
 
 
 async def test_commits_follow_buffer_order_while_uploads_run_concurrently(
