@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -63,6 +64,9 @@ class SweepResult:
     hedged_puts: int
     hedged_put_wins: int
     brokers: int
+    # The machine's 1-minute load average at the end of the case: on a shared machine,
+    # what the figures were taken under.
+    load_average: float = 0.0
 
     @property
     def puts(self) -> int:
@@ -109,18 +113,19 @@ def run_case(root: Path, case: SweepCase, args: argparse.Namespace) -> SweepResu
     uploads, hedged, wins = (a - b for a, b in zip(after, before))
     return SweepResult(case.profile, case.commit_interval_ms, case.hedged, latency.records,
                        latency.errors, latency.quantile(0.50), latency.quantile(0.99),
-                       latency.seconds, uploads, hedged, wins, len(RACKS))
+                       latency.seconds, uploads, hedged, wins, len(RACKS), os.getloadavg()[0])
 
 
 def table(results: list[SweepResult]) -> str:
     rows = ["| profile | commit interval | hedged | records | P50 ms | P99 ms "
-            "| PUT/s per broker | hedged PUTs per object | hedges won by the 2nd PUT |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| PUT/s per broker | hedged PUTs per object | hedges won by the 2nd PUT "
+            "| load average |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rows.append(f"| {r.profile} | {r.commit_interval_ms} ms | {'yes' if r.hedged else 'no'} "
                     f"| {r.records} | {r.p50_ms:.0f} | {r.p99_ms:.0f} "
                     f"| {r.puts_per_s_per_broker:.2f} | {r.extra_put_share:.1%} "
-                    f"| {r.hedged_put_wins}/{r.hedged_puts} |")
+                    f"| {r.hedged_put_wins}/{r.hedged_puts} | {r.load_average:.1f} |")
     return "\n".join(rows)
 
 

@@ -73,8 +73,10 @@ def not_run(command: str, what: str) -> Finding:
 
 
 def _modes(runs: Runs) -> dict[str, dict]:
+    """The kipper modes the run measured (peers and failed modes have no produced bytes)."""
     return {name: mode for name, mode in runs.compare["modes"].items()
-            if isinstance(mode, dict) and mode.get("status") == "ok" and mode.get("produced_bytes")}
+            if isinstance(mode, dict) and mode.get("status") == "ok"
+            and mode.get("produced_bytes") and isinstance(mode.get("cross_az"), dict)}
 
 
 def _class_share(mode: dict, traffic_class: str) -> float:
@@ -82,8 +84,7 @@ def _class_share(mode: dict, traffic_class: str) -> float:
 
 
 def _shares(runs: Runs, traffic_class: str) -> dict[str, float]:
-    return {name: _class_share(mode, traffic_class) for name, mode in _modes(runs).items()
-            if "cross_az" in mode}
+    return {name: _class_share(mode, traffic_class) for name, mode in _modes(runs).items()}
 
 
 def cross_az_replication(runs: Runs) -> Finding:
@@ -114,7 +115,7 @@ def producer_cross_az(runs: Runs) -> Finding:
 
 
 def request_economics(runs: Runs) -> Finding:
-    if runs.compare is None:
+    if runs.compare is None or not _modes(runs):
         return not_run(COMPARE_COMMAND, "`kipper bench compare`")
     parts = []
     for name, mode in _modes(runs).items():
@@ -323,6 +324,13 @@ def sweep_section(runs: Runs) -> list[str]:
         table(results), "", *(f"- {line}" for line in verdicts(results)), ""]
 
 
+def claims_table(runs: Runs) -> list[tuple[int, str, str, str]]:
+    """(number, title, answer, source) per claim: the summary table of docs/findings.md and
+    of `kipper bench compare`'s report.html."""
+    return [(claim.number, claim.title, finding.answer, finding.source or "-")
+            for claim, finding in ((claim, claim.finding(runs)) for claim in CLAIMS)]
+
+
 def render(runs: Runs) -> str:
     findings = [(claim, claim.finding(runs)) for claim in CLAIMS]
     lines = [
@@ -337,9 +345,8 @@ def render(runs: Runs) -> str:
         "| # | claim | answer | source |",
         "|---|---|---|---|",
     ]
-    for claim, finding in findings:
-        lines.append(f"| {claim.number} | {claim.title} | {finding.answer} "
-                     f"| {finding.source or '-'} |")
+    for number, title, answer, source in claims_table(runs):
+        lines.append(f"| {number} | {title} | {answer} | {source} |")
     lines.append("")
     for claim, finding in findings:
         lines += [f"## {claim.number}. {claim.title}", "", f"*Claim:* {claim.claim}", "",

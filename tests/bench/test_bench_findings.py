@@ -7,6 +7,7 @@ import json
 import re
 
 from bench.findings import CLAIMS, Runs, main, render
+from bench.report import claim_rows
 
 
 def compare_report() -> dict:
@@ -23,7 +24,8 @@ def compare_report() -> dict:
                               {"PutObject": 400, "GetObject": 2000}, 18.6),
         "diskless": mode(40_000_000, {"diskless-coordinator": 3_000_000},
                          {"PutObject": 200, "GetObject": 1000}, 35.5),
-        "tansu": {"status": "ok"},  # a peer: no produced bytes, left out
+        "tansu": {"status": "ok", "cross_az": "n/a", "cost": "n/a"},  # a peer: left out
+        "shared": {"status": "failed: no answer"},
     }}
 
 
@@ -66,7 +68,7 @@ def test_answers_are_computed_from_the_runs_json():
     assert "per-partition fan-out: 22.00 commit RPCs and 22.02 coordinator appends" in fan
     assert "(22.0x here)" in fan and "computed from `fanout.json`" in fan
     # The sweep's table and the target verdict at 250 ms.
-    assert "| s3-standard | 250 ms | yes | 3000 | 250 | 390 | 4.40 | 10.0% | 3/12 |" in text
+    assert "| s3-standard | 250 ms | yes | 3000 | 250 | 390 | 4.40 | 10.0% | 3/12 | 0.0 |" in text
     assert ("s3-standard, 250 ms (target P99 <= 400 ms): one PUT P99 480 ms (NOT met) at "
             "4.00 PUT/s per broker; hedged P99 390 ms (met) at 4.40 PUT/s per broker") in text
 
@@ -94,3 +96,11 @@ def test_command_writes_the_document_from_the_files(tmp_path):
     text = out.read_text()
     assert f"computed from `{paths['report']}`" in section(text, 1)
     assert "Not run yet: bench/commit_fanout_bench.py has no JSON here." in section(text, 8)
+
+
+def test_report_html_claims_table_answers_from_its_own_run():
+    rows = claim_rows(compare_report())
+    assert [row[0] for row in rows] == [str(n) for n in range(1, 20)]
+    assert rows[0][3] == "computed from report.json"
+    assert rows[7][2].startswith("Not run yet")  # claim 8 needs the fan-out bench
+    assert rows[2][3] == "recorded in bench/README.md, tiered_bench.py"
