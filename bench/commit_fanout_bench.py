@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.diskless_bench import DISKLESS, RACKS, create_topic, measure_latency
+from bench.diskless_sweep_bench import prime
 from bench.local_cluster import LocalCluster
 
 
@@ -80,6 +81,7 @@ def run(root: Path, commit_per_partition: bool, args: argparse.Namespace) -> Fan
     try:
         topic = f"fanout-{name}"
         create_topic(cluster.bootstrap, topic, args.partitions, 3, DISKLESS)
+        prime(cluster.bootstrap, topic, args.partitions)
         before = counts(cluster)
         latency = measure_latency(name, "none", cluster.bootstrap, topic, args)
         after = counts(cluster)

@@ -23,15 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.diskless_bench import DISKLESS, RACKS, create_topic, measure_latency
+from confluent_kafka import Producer
+
+from bench.diskless_bench import DISKLESS, RACKS, LatencyResult, create_topic, measure_latency
 from bench.local_cluster import LocalCluster
-from storage.objectstore.latency import LATENCY_PROFILES
+from storage.objectstore import WAL_BUCKET
+from storage.objectstore.latency import LATENCY_PROFILES, LatencyModel
 
 TARGET_P99_MS = 400
 TARGET_INTERVAL_MS = 250
@@ -97,7 +101,21 @@ def wal_counts(cluster: LocalCluster, brokers: int) -> tuple[int, int, int]:
     return totals[0], totals[1], totals[2]
 
 
-def run_case(root: Path, case: SweepCase, args: argparse.Namespace) -> SweepResult:
+def prime(bootstrap: str, topic: str, partitions: int) -> None:
+    """One acknowledged record per partition before the clock starts: the first diskless
+    commit of a cluster creates the coordinator's log and elects its leader, seconds on a
+    loaded machine, which would otherwise land in the measured latencies."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "client.id": f"diskless-bench az={RACKS[0]}"})
+    for partition in range(partitions):
+        producer.produce(topic, b"prime", partition=partition)
+    if producer.flush(60):
+        raise RuntimeError(f"{topic}: priming records not acknowledged within 60 s")
+
+
+def run_case(root: Path, case: SweepCase,
+             args: argparse.Namespace) -> tuple[SweepResult, list[float]]:
+    """One round of the case: its figures and every measured record's latency (ms)."""
     env = {"KIPPER_DISKLESS_APPEND_COMMIT_INTERVAL_MS": str(case.commit_interval_ms),
            "KIPPER_DISKLESS_APPEND_HEDGE_AFTER_MS": "0" if case.hedged else "-1"}
     cluster = LocalCluster(root / case.name, brokers=len(RACKS), metrics=True, env=env,
@@ -105,6 +123,7 @@ def run_case(root: Path, case: SweepCase, args: argparse.Namespace) -> SweepResu
     try:
         topic = f"sweep-{case.name}"
         create_topic(cluster.bootstrap, topic, len(RACKS), 3, DISKLESS)
+        prime(cluster.bootstrap, topic, len(RACKS))
         before = wal_counts(cluster, len(RACKS))
         latency = measure_latency(case.name, case.profile, cluster.bootstrap, topic, args)
         after = wal_counts(cluster, len(RACKS))
@@ -113,7 +132,69 @@ def run_case(root: Path, case: SweepCase, args: argparse.Namespace) -> SweepResu
     uploads, hedged, wins = (a - b for a, b in zip(after, before))
     return SweepResult(case.profile, case.commit_interval_ms, case.hedged, latency.records,
                        latency.errors, latency.quantile(0.50), latency.quantile(0.99),
-                       latency.seconds, uploads, hedged, wins, len(RACKS), os.getloadavg()[0])
+                       latency.seconds, uploads, hedged, wins, len(RACKS),
+                       os.getloadavg()[0]), latency.latencies_ms
+
+
+def combine(rounds: list[tuple[SweepResult, list[float]]]) -> SweepResult:
+    """The rounds of one case as one: latencies pooled, counts and spans added, load averaged."""
+    latencies = LatencyResult("", "", 0, 0, 0.0, [ms for _, round_ms in rounds for ms in round_ms])
+    results = [result for result, _ in rounds]
+    errors: dict[str, int] = {}
+    for result in results:
+        for name, count in result.errors.items():
+            errors[name] = errors.get(name, 0) + count
+    first = results[0]
+    return SweepResult(
+        first.profile, first.commit_interval_ms, first.hedged,
+        sum(r.records for r in results), errors, latencies.quantile(0.50),
+        latencies.quantile(0.99), sum(r.seconds for r in results),
+        sum(r.uploads for r in results), sum(r.hedged_puts for r in results),
+        sum(r.hedged_put_wins for r in results), first.brokers,
+        sum(r.load_average for r in results) / len(results))
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """What the latency profile alone implies (not measured): a record waits for its buffer to
+    close (uniform over the commit interval) and for the PUT (the profile's lognormal), and
+    with hedging the upload ends at min(first PUT, P95 + second PUT). Commit, broker and
+    client time come on top."""
+
+    profile: str
+    commit_interval_ms: int
+    hedged: bool
+    p50_ms: float
+    p99_ms: float
+    extra_put_share: float
+
+
+def model(profile: str, commit_interval_ms: int, hedged: bool, samples: int = 100_000,
+          seed: int = 1) -> ModelResult:
+    rng = random.Random(seed)
+    latency = LatencyModel(profile, rng)
+    hedge_after_s = latency.quantile_s("put", WAL_BUCKET, 0.95)
+    waits, hedges = [], 0
+    for _ in range(samples):
+        upload_s = latency.sample_s("put", WAL_BUCKET)
+        if hedged and upload_s > hedge_after_s:
+            hedges += 1
+            upload_s = min(upload_s, hedge_after_s + latency.sample_s("put", WAL_BUCKET))
+        waits.append((rng.uniform(0, commit_interval_ms / 1000) + upload_s) * 1000)
+    waits.sort()
+    return ModelResult(profile, commit_interval_ms, hedged, waits[samples // 2],
+                       waits[int(samples * 0.99)], hedges / samples)
+
+
+def model_table(results: list[ModelResult]) -> str:
+    rows = ["| profile | commit interval | hedged | P50 ms | P99 ms | PUT/s per broker "
+            "| hedged PUTs per object |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| {r.profile} | {r.commit_interval_ms} ms | {'yes' if r.hedged else 'no'} "
+                    f"| {r.p50_ms:.0f} | {r.p99_ms:.0f} "
+                    f"| {1000 / r.commit_interval_ms * (1 + r.extra_put_share):.2f} "
+                    f"| {r.extra_put_share:.1%} |")
+    return "\n".join(rows)
 
 
 def table(results: list[SweepResult]) -> str:
@@ -162,28 +243,37 @@ def main(argv: list[str] | None = None) -> int:
                    help="records/s per case, over the 3 producers (default 300)")
     p.add_argument("--warmup-s", type=float, default=2.0, help="not counted (default 2 s)")
     p.add_argument("--record-size", type=int, default=1024)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every case, interleaved (each case once per round, so a "
+                        "shared machine's load falls on all alike); latencies pooled")
     p.add_argument("--json", type=Path, help="write every figure to this file")
     args = p.parse_args(argv)
 
     cases = [SweepCase(profile, interval, hedged) for profile in args.profiles
              for interval in args.intervals for hedged in (False, True)]
-    results = []
+    rounds: dict[SweepCase, list[tuple[SweepResult, list[float]]]] = {c: [] for c in cases}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kipper-diskless-sweep-") as tmp:
-        for case in cases:
-            result = run_case(Path(tmp), case, args)
-            results.append(result)
-            print(f"  {case.name:<28} P50 {result.p50_ms:5.0f} ms  P99 {result.p99_ms:5.0f} ms  "
-                  f"{result.puts_per_s_per_broker:5.2f} PUT/s/broker  hedged "
-                  f"{result.hedged_puts}/{result.uploads}  errors {result.errors or 0}",
-                  flush=True)
+        for round_number in range(args.repeat):
+            for case in cases:
+                rounds[case].append(run_case(Path(tmp) / f"round-{round_number}", case, args))
+                result = rounds[case][-1][0]
+                print(f"  {case.name:<28} P50 {result.p50_ms:5.0f} ms  P99 "
+                      f"{result.p99_ms:5.0f} ms  {result.puts_per_s_per_broker:5.2f} "
+                      f"PUT/s/broker  hedged {result.hedged_puts}/{result.uploads}  "
+                      f"load {result.load_average:.1f}  errors {result.errors or 0}", flush=True)
+    results = [combine(rounds[case]) for case in cases]
     wall_s = time.perf_counter() - started
-    print(f"\n{len(cases)} cases in {wall_s:.0f} s; {args.rate:g} records/s of "
-          f"{args.record_size} B over {len(RACKS)} producers, acks=all, linger.ms=0\n")
+    print(f"\n{len(cases)} cases x {args.repeat} round(s) in {wall_s:.0f} s; {args.rate:g} "
+          f"records/s of {args.record_size} B over {len(RACKS)} producers, acks=all, "
+          f"linger.ms=0\n")
     print(table(results))
     print()
     for line in verdicts(results):
         print(line)
+    print("\nModel (the latency profile alone, not measured: buffer wait + PUT, with hedging "
+          "min(PUT, P95 + PUT); one object per interval per broker):\n")
+    print(model_table([model(c.profile, c.commit_interval_ms, c.hedged) for c in cases]))
     if args.json:
         args.json.write_text(json.dumps({
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

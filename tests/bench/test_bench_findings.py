@@ -81,7 +81,8 @@ def test_every_claim_once_and_missing_runs_say_how_to_make_them():
     assert [int(n) for n in rows] == list(range(1, 20))
     assert "Not run yet: `kipper bench compare` has no JSON here." in section(text, 1)
     assert "python -m bench.commit_fanout_bench --json" in section(text, 8)
-    assert "Not run yet: `python -m bench.diskless_sweep_bench" in text
+    assert "Measured: not run yet (`python -m bench.diskless_sweep_bench" in text
+    assert "**hedging does not reach the target**" in text
     assert "Not measurable here, because" in section(text, 17)
 
 
