@@ -70,7 +70,7 @@ class SweepResult:
     brokers: int
     # The machine's 1-minute load average at the end of the case: on a shared machine,
     # what the figures were taken under.
-    load_average: float = 0.0
+    load_average: float | None = None  # None: not recorded (runs before it was)
 
     @property
     def puts(self) -> int:
@@ -145,13 +145,14 @@ def combine(rounds: list[tuple[SweepResult, list[float]]]) -> SweepResult:
         for name, count in result.errors.items():
             errors[name] = errors.get(name, 0) + count
     first = results[0]
+    loads = [r.load_average for r in results]
     return SweepResult(
         first.profile, first.commit_interval_ms, first.hedged,
         sum(r.records for r in results), errors, latencies.quantile(0.50),
         latencies.quantile(0.99), sum(r.seconds for r in results),
         sum(r.uploads for r in results), sum(r.hedged_puts for r in results),
         sum(r.hedged_put_wins for r in results), first.brokers,
-        sum(r.load_average for r in results) / len(results))
+        None if None in loads else sum(loads) / len(loads))
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ def table(results: list[SweepResult]) -> str:
         rows.append(f"| {r.profile} | {r.commit_interval_ms} ms | {'yes' if r.hedged else 'no'} "
                     f"| {r.records} | {r.p50_ms:.0f} | {r.p99_ms:.0f} "
                     f"| {r.puts_per_s_per_broker:.2f} | {r.extra_put_share:.1%} "
-                    f"| {r.hedged_put_wins}/{r.hedged_puts} | {r.load_average:.1f} |")
+                    f"| {r.hedged_put_wins}/{r.hedged_puts} "
+                    f"| {'n/a' if r.load_average is None else f'{r.load_average:.1f}'} |")
     return "\n".join(rows)
 
 

@@ -73,6 +73,11 @@ def not_measurable(why: str, command: str = "") -> Callable[[Runs], Finding]:
     return lambda runs: Finding(f"Not measurable here, because {why}", "", command, "")
 
 
+def not_measured(why: str) -> Callable[[Runs], Finding]:
+    """Measurable here, but no bench or test does it yet."""
+    return lambda runs: Finding(f"Not measured yet: {why}", "", "", "")
+
+
 def not_run(command: str, what: str) -> Finding:
     return Finding(f"Not run yet: {what} has no JSON here.", "", command, "")
 
@@ -229,14 +234,14 @@ CLAIMS = (
     Claim(9, "Batch-coordinator metadata growth",
           "Growth over time with no merging versus with merging, against Jun's 720 GB "
           "formula scaled to the test.",
-          not_measurable("no run yet measures it over time: it needs hours of produce with and "
+          not_measured("no run measures it over time: it needs hours of produce with and "
                          "without merging (diskless_merge_*); the counters are there "
                          "(/metrics.json diskless.coordinator db_bytes, metadata_log_bytes, "
                          "objects, batches).")),
     Claim(10, "Cold-read cost",
           "GETs and latency to rebuild a cache segment from many small WAL objects versus "
           "merged objects.",
-          not_measurable("no bench reads a cold partition before and after merging yet; "
+          not_measured("no bench reads a cold partition before and after merging; "
                          "the GETs are counted (object_store by_operation) and merging exists "
                          "(coordinator/diskless/housekeeping.py).")),
     Claim(11, "Cache effectiveness",
@@ -281,7 +286,7 @@ CLAIMS = (
     Claim(15, "Local segments are disposable cache",
           "After wiping a broker's disk its diskless partitions serve correct data from "
           "object storage and coordinator metadata only.",
-          not_measurable("no test wipes a diskless broker's data directory yet. Related and "
+          not_measured("no test wipes a diskless broker's data directory. Related and "
                          "tested: a coordinator replica without its database restores the "
                          "newest checkpoint from object storage and the log after it "
                          "(tests/system/test_coordinator_restore.py).")),

@@ -68,7 +68,7 @@ def test_answers_are_computed_from_the_runs_json():
     assert "per-partition fan-out: 22.00 commit RPCs and 22.02 coordinator appends" in fan
     assert "(22.0x here)" in fan and "computed from `fanout.json`" in fan
     # The sweep's table and the target verdict at 250 ms.
-    assert "| s3-standard | 250 ms | yes | 3000 | 250 | 390 | 4.40 | 10.0% | 3/12 | 0.0 |" in text
+    assert "| s3-standard | 250 ms | yes | 3000 | 250 | 390 | 4.40 | 10.0% | 3/12 | n/a |" in text
     assert ("s3-standard, 250 ms (target P99 <= 400 ms): one PUT P99 480 ms (NOT met) at "
             "4.00 PUT/s per broker; hedged P99 390 ms (met) at 4.40 PUT/s per broker") in text
 
