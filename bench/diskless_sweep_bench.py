@@ -12,7 +12,7 @@ diskless topic, per-record produce() -> delivery report latency after a warm-up.
 the WAL writer's own counts from each broker's /metrics.json (`diskless.wal`: uploads, plus
 one more PUT per hedged upload), over the measured run's span.
 
-    python -m bench.diskless_sweep_bench                    # 16 cases, ~10 minutes
+    python -m bench.diskless_sweep_bench                    # 16 cases, ~9 minutes
     python -m bench.diskless_sweep_bench --intervals 250 --profiles s3-standard --json out.json
 
 The issue's target: P99 <= 400 ms at one PUT per 250 ms per broker. See bench/README.md.
