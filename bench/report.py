@@ -13,6 +13,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from bench.cost import CATEGORIES  # noqa: E402
 from bench.cost_scale import plot_report_cost_scale  # noqa: E402
+from bench.findings import Runs, claims_table  # noqa: E402
 
 DPI = 80
 PLOTS = {
@@ -155,6 +156,13 @@ def az_link_rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def claim_rows(report: dict) -> list[list[str]]:
+    """The claims table of docs/findings.md with this report as the only run."""
+    runs = Runs(compare=report, sources=("report.json", "", ""))
+    return [[str(number), html.escape(title), html.escape(answer), html.escape(source)]
+            for number, title, answer, source in claims_table(runs)]
+
+
 def write_report(report: dict, out: Path) -> Path:
     """Write the PNGs and report.html next to report.json in ``out``."""
     out = Path(out)
@@ -192,6 +200,12 @@ records, {trace["bytes"]:,} bytes, {trace["producers"]} producers over
 {options["retention_hours"]:g} hours. Every figure is in <a href="report.json">report.json</a>.</p>
 {_table(header, summary_rows(report))}
 {links_table}
+<h2>Claims of the KIP threads (digest &sect;6)</h2>
+<p>This run's answer where it measures one (&ldquo;computed from report.json&rdquo;), else
+the figure recorded in bench/README.md or why it is not measurable;
+docs/findings.md (<code>python -m bench.findings</code>) adds the diskless sweep and the
+commit fan-out runs.</p>
+{_table(["#", "claim", "answer", "source"], claim_rows(report))}
 {images}
 </body></html>
 """

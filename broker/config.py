@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from storage.config import STORAGE_MODES
-from storage.objectstore.latency import LATENCY_PROFILES
+from storage.objectstore import WAL_BUCKET
+from storage.objectstore.latency import LATENCY_PROFILES, LatencyModel
 
 ENV_PREFIX = "KIPPER_"
 
@@ -307,6 +308,18 @@ class BrokerConfig:
         "`diskless_append_buffer_max_bytes`.")
     diskless_append_buffer_max_bytes: int = setting(
         8 * 1024 * 1024, "Diskless: the WAL buffer is closed once it holds this many bytes.")
+    diskless_append_hedge_after_ms: int = setting(
+        -1, "Diskless: hedged WAL uploads. When a WAL object's PUT has not answered this long "
+        "after it was sent, a second PUT of the same object (same key, same bytes) is sent; "
+        "the first to succeed completes the upload, the other is cancelled. Costs one more "
+        "PUT per hedged object (`kipper_diskless_wal_hedged_puts_total`). -1 = never (one PUT "
+        "per object); 0 = after the P95 of `s3_latency_profile`'s PUT to `kipper-wal` (a "
+        "profile other than `none` needed); above 0: after this many ms.")
+    diskless_append_commit_per_partition: bool = setting(
+        False, "Diskless: commit each partition's batches of a WAL object as a commit request "
+        "of its own (the naive per-partition fan-out, for comparison: as many commit RPCs "
+        "and coordinator appends per WAL file as partitions in it) instead of one per "
+        "object.")
     diskless_read_cache_max_bytes: int = setting(
         256 * 1024 * 1024, "Diskless: size of the LRU cache of WAL object ranges read "
         "(the uploading broker fills it too).")
@@ -450,6 +463,21 @@ class BrokerConfig:
     @property
     def host_port(self) -> tuple[str, int]:
         return split_host_port(self.listener)
+
+    def wal_hedge_after_s(self) -> float | None:
+        """When the diskless WAL writer sends a second PUT of a slow object, None = never
+        (``diskless_append_hedge_after_ms``)."""
+        after_ms = self.diskless_append_hedge_after_ms
+        if after_ms < 0:
+            return None
+        if after_ms > 0:
+            return after_ms / 1000
+        p95_s = LatencyModel(self.s3_latency_profile).quantile_s("put", WAL_BUCKET, 0.95)
+        if p95_s is None:
+            raise ValueError(
+                "diskless_append_hedge_after_ms = 0 means the P95 of s3_latency_profile's PUT, "
+                f"and profile {self.s3_latency_profile!r} has none: give the milliseconds")
+        return p95_s
 
 
 def settings() -> list[Setting]:

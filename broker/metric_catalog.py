@@ -269,6 +269,8 @@ DISKLESS_SNAPSHOT = MetricSpec(
     "The other numbers of /metrics.json's \"diskless\" section, named "
     "kipper_diskless_<section>_<key>: counters (_total) for counts of events, e.g. "
     "kipper_diskless_wal_uploads_total, kipper_diskless_wal_upload_failures_total, "
+    "kipper_diskless_wal_hedged_puts_total (second PUTs of slow WAL objects) and "
+    "kipper_diskless_wal_hedged_put_wins_total, "
     "kipper_diskless_housekeeping_deleted_objects_total, and compaction's "
     "kipper_diskless_housekeeping_compactions_total, _compactions_refused_total, "
     "_compaction_bytes_before_total and _compaction_bytes_after_total (bytes of the batches "

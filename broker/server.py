@@ -421,7 +421,8 @@ class Broker:
         self.wal_writer = WalWriter(
             self.object_store, self.batch_coordinator, config.s3_key_prefix, config.node_id,
             config.diskless_append_commit_interval_ms, config.diskless_append_buffer_max_bytes,
-            cache=cache)
+            cache=cache, hedge_after_s=config.wal_hedge_after_s(),
+            commit_per_partition=config.diskless_append_commit_per_partition)
         self.batch_coordinator.on_change.append(self._wake_diskless_readers)
         self.batch_coordinator.start()
         self.housekeeping = Housekeeping(

@@ -225,13 +225,17 @@ class BatchCoordinatorState(RecordControlPlane):
                                  object_exists=self._object_exists(key))
         if refused is not None:
             return refused
-        self._db.execute("INSERT INTO objects VALUES (?, ?, 0, ?, NULL)",
+        # Registered by the first of the object's commits (one, unless per partition).
+        self._db.execute("INSERT OR IGNORE INTO objects VALUES (?, ?, 0, ?, NULL)",
                          (key, request.object_size, now_ms))
         touched: set[tuple[str, int]] = set()
         results = tuple(self._commit_batch(key, now_ms, batch, touched)
                         for batch in request.batches)
         for log in sorted(touched):
             self._save_producer_state(*log)
+        # A later partition's batches make live an object an earlier one left empty.
+        self._db.execute("UPDATE objects SET emptied_at_ms = NULL WHERE key = ? AND live_bytes > 0",
+                         (key,))
         self._mark_emptied([key], now_ms)
         return CommitFileResult(results)
 

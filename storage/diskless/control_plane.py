@@ -196,6 +196,10 @@ class CommitFile(Request):
     uploader: int
     now_ms: int
     batches: tuple[CommitBatch, ...]
+    # One partition's batches of the object, committed on their own (the naive fan-out of
+    # diskless_append_commit_per_partition, kept for comparison): another partition's
+    # CommitFile may have registered the object already.
+    one_partition_of_object: bool = field(default=False, metadata={"omit_default": True})
 
 
 # --- removing batches -------------------------------------------------------------------------
@@ -597,10 +601,11 @@ class RecordControlPlane(abc.ABC):
 def refused_commit(request: CommitFile, *, object_deleted: bool,
                    object_exists: bool) -> CommitFileResult | None:
     """A commit of an object the GC already deleted, or of one committed before under
-    another request id, stores nothing: every batch fails with a retriable error."""
+    another request id (unless each partition of it is committed on its own), stores
+    nothing: every batch fails with a retriable error."""
     if object_deleted:
         message = GARBAGE_COLLECTED
-    elif object_exists:
+    elif object_exists and not request.one_partition_of_object:
         message = ALREADY_COMMITTED
     else:
         return None

@@ -110,8 +110,11 @@ class InMemoryControlPlane(RecordControlPlane):
                                  object_exists=key in self._objects)
         if refused is not None:
             return refused
-        self._objects[key] = _Object(request.object_size, request.now_ms)
+        # Registered by the first of the object's commits (one, unless per partition).
+        obj = self._objects.setdefault(key, _Object(request.object_size, request.now_ms))
         results = tuple(self._commit_batch(key, request.now_ms, batch) for batch in request.batches)
+        if obj.live_bytes:  # a later partition's batches make live an object left empty
+            obj.emptied_at_ms = None
         self._mark_emptied([key], request.now_ms)
         return CommitFileResult(results)
 

@@ -7,6 +7,17 @@ its batch coordinates are committed to the batch coordinator, which assigns the 
 Only then are the produce requests of that object answered. Uploads of several closed
 buffers run concurrently, but commits happen strictly in buffer order, so one producer's
 requests get offsets in the order the broker received them.
+
+Hedged uploads (``hedge_after_s``, off by default): when a WAL object's PUT has not answered
+that long after it was sent, a second PUT of the same object is sent; whichever succeeds
+first completes the upload and the other is cancelled. Both carry the same key and the same
+bytes, so either one makes the object, and the commit names that key: nothing depends on
+which PUT won. The price is one more PUT for each hedged object.
+
+``commit_per_partition`` (off by default) is the naive design kept for comparison (digest §6
+claim 8): each partition's batches of an object are committed as a CommitFile of their own,
+concurrently, so a WAL file costs as many commit RPCs and coordinator appends as it has
+partitions, instead of one.
 """
 
 from __future__ import annotations
@@ -56,13 +67,18 @@ class WalStats:
     commits: int = 0
     commit_failures: int = 0
     batches: int = 0
+    # Uploads whose first PUT was slower than the hedge delay, so a second PUT was sent,
+    # and how many of those the second PUT completed.
+    hedged_puts: int = 0
+    hedged_put_wins: int = 0
 
 
 class WalWriter:
     def __init__(self, store: ObjectStore, control_plane: ControlPlane, key_prefix: str,
                  node_id: int, commit_interval_ms: int = 250,
                  buffer_max_bytes: int = 8 * 1024 * 1024,
-                 cache: ReadCache | None = None) -> None:
+                 cache: ReadCache | None = None, hedge_after_s: float | None = None,
+                 commit_per_partition: bool = False) -> None:
         self.store = store
         self.control_plane = control_plane
         self.key_prefix = key_prefix
@@ -70,6 +86,9 @@ class WalWriter:
         self.commit_interval_s = commit_interval_ms / 1000
         self.buffer_max_bytes = buffer_max_bytes
         self.cache = cache
+        # None: one PUT per object, however long it takes.
+        self.hedge_after_s = hedge_after_s
+        self.commit_per_partition = commit_per_partition
         self.stats = WalStats()
         # Successful PUTs of WAL objects and commits to the batch coordinator.
         self.upload_seconds = Histogram()
@@ -146,7 +165,7 @@ class WalWriter:
     async def _upload(self, key: str, data: bytes) -> None:
         started = time.monotonic()
         try:
-            await self.store.put(WAL_BUCKET, key, data)
+            await self._put(key, data)
         except ObjectStoreError as e:
             self.stats.upload_failures += 1
             log.warning("WAL upload of %s (%d bytes) failed: %s", key, len(data), e)
@@ -154,6 +173,29 @@ class WalWriter:
         self.upload_seconds.observe(time.monotonic() - started)
         self.stats.uploads += 1
         self.stats.upload_bytes += len(data)
+
+    async def _put(self, key: str, data: bytes) -> None:
+        """PUT the object; with hedging, a second PUT of it once the first has taken
+        ``hedge_after_s``. Fails only if every PUT sent failed (with the first one's error)."""
+        first = asyncio.ensure_future(self.store.put(WAL_BUCKET, key, data))
+        if self.hedge_after_s is None:
+            return await first
+        puts = {first}
+        try:
+            done, _ = await asyncio.wait(puts, timeout=self.hedge_after_s)
+            if not done:
+                self.stats.hedged_puts += 1
+                puts.add(asyncio.ensure_future(self.store.put(WAL_BUCKET, key, data)))
+            while puts:
+                done, puts = await asyncio.wait(puts, return_when=asyncio.FIRST_COMPLETED)
+                for put in done:
+                    if put.exception() is None:
+                        self.stats.hedged_put_wins += put is not first
+                        return
+            raise first.exception()
+        finally:
+            for put in puts:  # the slower PUT of the same bytes, or ours if we were cancelled
+                put.cancel()
 
     async def _commit(self, key: str, data: bytes,
                       pending: list[PendingAppend]) -> list[BatchResult]:
@@ -170,19 +212,35 @@ class WalWriter:
                     -1 if marker is None else marker.coordinator_epoch))
                 if self.cache is not None:
                     self.cache.put(key, start, batch.size, data[start:start + batch.size])
-        request = CommitFile(f"{self.node_id}:{key}", key, len(data), self.node_id,
-                             time.time_ns() // 1_000_000, tuple(batches))
+        now_ms = time.time_ns() // 1_000_000
+        if self.commit_per_partition:
+            groups: dict[tuple[str, int], list[int]] = {}
+            for index, batch in enumerate(batches):
+                groups.setdefault((batch.topic_id, batch.partition), []).append(index)
+            requests = [CommitFile(f"{self.node_id}:{key}:{topic_id}:{partition}", key,
+                                   len(data), self.node_id, now_ms,
+                                   tuple(batches[i] for i in indexes),
+                                   one_partition_of_object=True)
+                        for (topic_id, partition), indexes in groups.items()]
+            positions = list(groups.values())
+        else:
+            requests = [CommitFile(f"{self.node_id}:{key}", key, len(data), self.node_id,
+                                   now_ms, tuple(batches))]
+            positions = [list(range(len(batches)))]
         started = time.monotonic()
         try:
-            results = await self.control_plane.commit_file(request)
+            answers = await asyncio.gather(
+                *(self.control_plane.commit_file(request) for request in requests))
         except Exception as e:
             self.stats.commit_failures += 1
             log.warning("commit of WAL object %s failed: %s (it becomes an orphan)", key, e)
             raise CommitFailed(f"the batch coordinator did not commit: {e}") from e
         self.commit_seconds.observe(time.monotonic() - started)
-        self.stats.commits += 1
+        self.stats.commits += len(requests)
         self.stats.batches += len(batches)
-        return list(results)
+        by_index = {index: result for indexes, answer in zip(positions, answers)
+                    for index, result in zip(indexes, answer)}
+        return [by_index[index] for index in range(len(batches))]
 
     async def close(self) -> None:
         """Flush the open buffer and wait for every upload and commit in flight."""

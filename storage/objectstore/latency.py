@@ -63,13 +63,28 @@ class LatencyModel:
 
     def sample_s(self, kind: str, bucket: str) -> float:
         """One delay in seconds for a request of this kind to this bucket."""
+        parameters = self._lognormal(kind, bucket)
+        if parameters is None:
+            return 0.0
+        return self._rng.lognormvariate(*parameters) / 1000
+
+    def quantile_s(self, kind: str, bucket: str, q: float) -> float | None:
+        """The q-quantile of the delay in seconds (e.g. 0.95 for the P95), None where the
+        profile adds none."""
+        parameters = self._lognormal(kind, bucket)
+        if parameters is None:
+            return None
+        mu, sigma = parameters
+        return math.exp(mu + sigma * NormalDist().inv_cdf(q)) / 1000
+
+    def _lognormal(self, kind: str, bucket: str) -> tuple[float, float] | None:
+        """(mu, sigma) of the delay in ms, from the profile's P50 and P99."""
         table = self.profile.regional if bucket_az(bucket) == REGIONAL else self.profile.zonal
         quantiles = table.get(kind)
         if quantiles is None:
-            return 0.0
-        mu = math.log(quantiles.p50_ms)
-        sigma = math.log(quantiles.p99_ms / quantiles.p50_ms) / _Z99
-        return self._rng.lognormvariate(mu, sigma) / 1000
+            return None
+        return (math.log(quantiles.p50_ms),
+                math.log(quantiles.p99_ms / quantiles.p50_ms) / _Z99)
 
     async def delay(self, kind: str, bucket: str) -> None:
         seconds = self.sample_s(kind, bucket)

@@ -90,3 +90,12 @@ def test_producer_expiration_settings_are_described_under_kafkas_names():
     configs = dynamic_configs(BrokerConfig(producer_id_expiration_ms=5_000), MetadataImage())
     assert configs.broker_value("producer.id.expiration.ms") == "5000"
     assert configs.broker_value("producer.id.expiration.check.interval.ms") == "600000"
+
+
+def test_wal_hedge_delay_is_off_a_number_or_the_profiles_p95() -> None:
+    assert BrokerConfig().wal_hedge_after_s() is None
+    assert BrokerConfig(diskless_append_hedge_after_ms=120).wal_hedge_after_s() == 0.12
+    assert BrokerConfig(diskless_append_hedge_after_ms=0, s3_latency_profile="s3-express"
+                        ).wal_hedge_after_s() == pytest.approx(0.00816, abs=1e-5)
+    with pytest.raises(ValueError, match="give the milliseconds"):
+        BrokerConfig(diskless_append_hedge_after_ms=0).wal_hedge_after_s()

@@ -85,6 +85,26 @@ async def test_commit_is_idempotent_by_request_id(control_plane):
     assert control_plane.stats() == stats and control_plane.log_info("t", 0).high_watermark == 2
 
 
+async def test_each_partition_of_an_object_committed_on_its_own(control_plane):
+    """The naive fan-out (diskless_append_commit_per_partition): one CommitFile per partition
+    of the object; the first registers it, the others join it. A first part whose batches
+    all fail leaves the object empty only until a later part's batches land in it."""
+    await control_plane.delete_topic(DeleteTopic("gone", 7))
+    parts = [batch(topic="gone", byte_offset=0), batch(partition=0, byte_offset=100),
+             batch(partition=1, byte_offset=200, count=3)]
+    results = [await commit(control_plane, "o1", part, request_id=f"o1:{i}",
+                            object_size=300, one_partition_of_object=True)
+               for i, part in enumerate(parts)]
+    assert [r[0].error_code for r in results] == [UNKNOWN_TOPIC, 0, 0]
+    assert live_bytes(control_plane, "o1") == [100, 100]
+    assert control_plane.files_to_delete(now_ms=10_000, delay_ms=0) == []
+    assert control_plane.log_info("t", 1).high_watermark == 3
+    assert control_plane.stats().objects == 1
+    # An object commit that is not one partition's is still refused for a known object.
+    refused = await commit(control_plane, "o1", batch(), request_id="again")
+    assert refused[0].error_code == STORAGE_ERROR
+
+
 async def test_idempotent_producer(control_plane):
     ok = (await commit(control_plane, "o1", batch(producer=7, seq=0, count=2)))[0]
     assert (ok.error_code, ok.base_offset) == (0, 0)

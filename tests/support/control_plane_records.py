@@ -32,9 +32,10 @@ def marker(producer, commit, epoch=0, coordinator_epoch=0, topic="t", partition=
 
 
 def commit_file(key, *batches, now=1_000, request_id=None, object_size=None,
-                uploader=1) -> CommitFile:
+                uploader=1, one_partition_of_object=False) -> CommitFile:
     return CommitFile(request_id or f"req-{key}", key,
-                      object_size or sum(b.byte_size for b in batches), uploader, now, batches)
+                      object_size or sum(b.byte_size for b in batches), uploader, now, batches,
+                      one_partition_of_object)
 
 
 def delete_records(offset, now, topic="t", partition=0) -> DeleteRecords:

@@ -21,10 +21,13 @@ HOUR_MS = 3_600_000
 async def make_writer(store, control_plane, s3_prefix):
     writers = []
 
-    def make(commit_interval_ms=HOUR_MS, buffer_max_bytes=1 << 20, plane=None, cache=None):
+    def make(commit_interval_ms=HOUR_MS, buffer_max_bytes=1 << 20, plane=None, cache=None,
+             hedge_after_s=None, commit_per_partition=False):
         writer = WalWriter(store, plane or control_plane, s3_prefix, node_id=1,
                            commit_interval_ms=commit_interval_ms,
-                           buffer_max_bytes=buffer_max_bytes, cache=cache)
+                           buffer_max_bytes=buffer_max_bytes, cache=cache,
+                           hedge_after_s=hedge_after_s,
+                           commit_per_partition=commit_per_partition)
         writers.append(writer)
         return writer
     yield make
@@ -62,6 +65,24 @@ async def test_buffer_closes_at_its_size_limit(make_writer, build_batch, store):
     assert len(store.puts) == 2 and writer.stats.uploads == 2
     sizes = [len(build_batch([value])) for value in (b"a", b"bb")]
     assert writer.stats.upload_bytes == sum(sizes)
+
+
+async def test_commit_per_partition_sends_one_commit_per_partition_of_the_object(
+        make_writer, build_batch, store, control_plane):
+    writer = make_writer(commit_per_partition=True)
+    pending = [append(writer, build_batch, b"a", partition=0),
+               append(writer, build_batch, b"b", partition=1),
+               append(writer, build_batch, b"c", b"d", partition=0),
+               append(writer, build_batch, b"e", partition=2)]
+    await writer.close()
+    results = await asyncio.wait_for(asyncio.gather(*pending), 10)
+    assert [rs[0].base_offset for rs in results] == [0, 0, 1, 0]
+    assert (writer.stats.uploads, writer.stats.commits, writer.stats.batches) == (1, 3, 4)
+    for partition, high_watermark in ((0, 3), (1, 1), (2, 1)):
+        assert control_plane.log_info("t", partition).high_watermark == high_watermark
+        assert {c.object_key for c in control_plane.find_batches("t", partition, 0, 1 << 20)
+                } == set(store.puts)
+    assert control_plane.stats().objects == 1
 
 
 async def test_commits_follow_buffer_order_while_uploads_run_concurrently(
@@ -122,6 +143,49 @@ async def test_uploader_fills_the_read_cache_and_close_flushes(make_writer, buil
     assert (cache.hits, cache.misses) == (1, 0)
     assert data == await store.store.get_range(WAL_BUCKET, coordinate.object_key,
                                                coordinate.byte_offset, coordinate.byte_size)
+
+
+async def test_hedged_put_completes_the_upload_when_the_first_put_hangs(
+        make_writer, build_batch, store, control_plane):
+    writer = make_writer(hedge_after_s=0.2)
+    hung, = store.hold_puts(1)  # the first PUT never answers
+    produced = [(partition, build_batch([f"value-{partition}".encode()]))
+                for partition in range(3)]
+    pending = [writer.append("t", partition, records, validate_produce_records(records), False)
+               for partition, records in produced]
+    await writer.close()
+    results = await asyncio.wait_for(asyncio.gather(*pending), 10)
+    assert [rs[0].base_offset for rs in results] == [0, 0, 0]
+    assert (writer.stats.hedged_puts, writer.stats.hedged_put_wins) == (1, 1)
+    assert writer.stats.uploads == 1 and writer.stats.upload_failures == 0
+    # Every acknowledged batch reads back, byte for byte, from the object the hedge wrote.
+    for partition, records in produced:
+        [coordinate] = control_plane.find_batches("t", partition, 0, 1 << 20)
+        assert [coordinate.object_key] == store.puts
+        assert await store.store.get_range(WAL_BUCKET, coordinate.object_key,
+                                           coordinate.byte_offset,
+                                           coordinate.byte_size) == bytes(records)
+    hung.set()  # the first PUT was cancelled: it writes nothing more
+    await asyncio.sleep(0.05)
+    assert len(store.puts) == 1
+
+
+async def test_hedged_upload_survives_a_failed_hedge_and_fast_puts_are_not_hedged(
+        make_writer, build_batch, store, control_plane):
+    writer = make_writer(buffer_max_bytes=1, hedge_after_s=0.2)
+    slow, = store.hold_puts(1)
+    first = append(writer, build_batch, b"slow")
+    await asyncio.wait_for(_until(lambda: not store.held), 10)  # the first PUT is waiting
+    store.fail_puts(1)  # ... and the hedge will fail
+    await asyncio.wait_for(_until(lambda: writer.stats.hedged_puts == 1), 10)
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    slow.set()
+    assert (await asyncio.wait_for(first, 10))[0].base_offset == 0
+    assert writer.stats.hedged_put_wins == 0 and writer.stats.upload_failures == 0
+    writer.hedge_after_s = 30  # an ordinary PUT answers long before: one PUT
+    assert (await asyncio.wait_for(append(writer, build_batch, b"fast"), 10))[0].base_offset == 1
+    assert writer.stats.hedged_puts == 1 and len(store.puts) == 2
 
 
 async def _until(predicate):

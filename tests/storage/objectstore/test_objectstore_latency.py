@@ -57,3 +57,12 @@ async def test_requests_are_delayed_by_the_profile(s3_endpoint, s3_prefix: str) 
     expected = LatencyModel("s3-express", random.Random(5))
     added_s = sum(expected.sample_s("put", bucket) for _ in range(20))
     assert row["latency_sum_s"] >= added_s
+
+
+def test_quantiles_of_the_profile() -> None:
+    model = LatencyModel("s3-standard")
+    assert model.quantile_s("put", WAL_BUCKET, 0.5) == pytest.approx(0.100)
+    assert model.quantile_s("put", WAL_BUCKET, 0.99) == pytest.approx(0.300)
+    # Between them for the lognormal: where hedged WAL uploads send their second PUT.
+    assert model.quantile_s("put", WAL_BUCKET, 0.95) == pytest.approx(0.2174, abs=1e-4)
+    assert LatencyModel("none").quantile_s("put", WAL_BUCKET, 0.95) is None

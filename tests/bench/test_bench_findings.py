@@ -1,0 +1,107 @@
+"""docs/findings.md's generator (bench/findings.py) on fixture runs: answers computed from the
+runs' JSON, runs missing, every claim present once, and the command line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from bench.findings import CLAIMS, Runs, main, render
+from bench.report import claim_rows
+
+
+def compare_report() -> dict:
+    """A `kipper bench compare` report.json cut to what the claims read."""
+    def mode(produced, by_class, operations=None, requests_per_tb=0.0):
+        return {"status": "ok", "produced_bytes": produced,
+                "throughput": {"mb_per_s": 2.0},
+                "cross_az": {"bytes_by_class": by_class},
+                "object_store": {"by_operation": operations or {}},
+                "cost": {"per_tb_produced": {"object_store_requests": requests_per_tb}}}
+    return {"modes": {
+        "classic": mode(40_000_000, {"produce": 26_000_000, "replication": 80_000_000}),
+        "active-tiered": mode(40_000_000, {"produce": 28_000_000, "replication": 2_000_000},
+                              {"PutObject": 400, "GetObject": 2000}, 18.6),
+        "diskless": mode(40_000_000, {"diskless-coordinator": 3_000_000},
+                         {"PutObject": 200, "GetObject": 1000}, 35.5),
+        "tansu": {"status": "ok", "cross_az": "n/a", "cost": "n/a"},  # a peer: left out
+        "shared": {"status": "failed: no answer"},
+    }}
+
+
+def sweep() -> dict:
+    def case(interval, hedged, p99, uploads=120):
+        hedged_puts = 12 if hedged else 0
+        return {"profile": "s3-standard", "commit_interval_ms": interval, "hedged": hedged,
+                "records": 3000, "errors": {}, "p50_ms": 250.0, "p99_ms": p99, "seconds": 10.0,
+                "uploads": uploads, "hedged_puts": hedged_puts,
+                "hedged_put_wins": 3 if hedged else 0, "brokers": 3,
+                "puts_per_s_per_broker": (uploads + hedged_puts) / 10.0 / 3}
+    return {"cases": [case(250, False, 480.0), case(250, True, 390.0),
+                      case(500, False, 700.0, uploads=60)]}
+
+
+def fanout() -> dict:
+    def design(per_partition, rpcs, appends):
+        return {"commit_per_partition": per_partition, "partitions": 30, "records": 3000,
+                "errors": {}, "p50_ms": 280.0, "p99_ms": 600.0, "wal_files": 80,
+                "batches": 2000, "commit_rpcs": rpcs, "coordinator_appends": appends,
+                "design": "per-partition fan-out" if per_partition else "per-broker grouping",
+                "commit_rpcs_per_wal_file": rpcs / 80, "appends_per_wal_file": appends / 80}
+    return {"designs": [design(False, 80, 81), design(True, 1760, 1762)]}
+
+
+def section(text: str, number: int) -> str:
+    return re.search(rf"^## {number}\. .*?(?=^## )", text, re.S | re.M).group(0)
+
+
+def test_answers_are_computed_from_the_runs_json():
+    text = render(Runs(compare_report(), sweep(), fanout(),
+                       sources=("`report.json`", "`sweep.json`", "`fanout.json`")))
+    assert "classic 2.000, active-tiered 0.050, diskless 0.000" in section(text, 1)
+    assert "classic 0.650, active-tiered 0.700, diskless 0.000" in section(text, 2)
+    economics = section(text, 6)
+    assert "diskless: 5.00 PUTs and 25.00 GETs per MB, $35.50/TB in requests" in economics
+    assert "250 ms 4.00, 500 ms 2.00" in economics  # the sweep's unhedged PUTs per broker
+    fan = section(text, 8)
+    assert "per-broker grouping: 1.00 commit RPCs and 1.01 coordinator appends" in fan
+    assert "per-partition fan-out: 22.00 commit RPCs and 22.02 coordinator appends" in fan
+    assert "(22.0x here)" in fan and "computed from `fanout.json`" in fan
+    # The sweep's table and the target verdict at 250 ms.
+    assert "| s3-standard | 250 ms | yes | 3000 | 250 | 390 | 4.40 | 10.0% | 3/12 | n/a |" in text
+    assert ("s3-standard, 250 ms (target P99 <= 400 ms): one PUT P99 480 ms (NOT met) at "
+            "4.00 PUT/s per broker; hedged P99 390 ms (met) at 4.40 PUT/s per broker") in text
+
+
+def test_every_claim_once_and_missing_runs_say_how_to_make_them():
+    text = render(Runs())
+    assert [int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)] == list(range(1, 20))
+    assert len(CLAIMS) == 19
+    rows = re.findall(r"^\| (\d+) \| ", text, re.M)
+    assert [int(n) for n in rows] == list(range(1, 20))
+    assert "Not run yet: `kipper bench compare` has no JSON here." in section(text, 1)
+    assert "python -m bench.commit_fanout_bench --json" in section(text, 8)
+    assert "Measured: not run yet (`python -m bench.diskless_sweep_bench" in text
+    assert "**hedging does not reach the target**" in text
+    assert "Not measurable here, because" in section(text, 17)
+
+
+def test_command_writes_the_document_from_the_files(tmp_path):
+    paths = {}
+    for name, data in (("report", compare_report()), ("sweep", sweep()), ("fanout", fanout())):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(data))
+    out = tmp_path / "findings.md"
+    assert main(["--compare", str(paths["report"]), "--sweep", str(paths["sweep"]),
+                 "--fanout", str(tmp_path / "absent.json"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert f"computed from `{paths['report']}`" in section(text, 1)
+    assert "Not run yet: bench/commit_fanout_bench.py has no JSON here." in section(text, 8)
+
+
+def test_report_html_claims_table_answers_from_its_own_run():
+    rows = claim_rows(compare_report())
+    assert [row[0] for row in rows] == [str(n) for n in range(1, 20)]
+    assert rows[0][3] == "computed from report.json"
+    assert rows[7][2].startswith("Not run yet")  # claim 8 needs the fan-out bench
+    assert rows[2][3] == "recorded in bench/README.md, tiered_bench.py"
