@@ -1,0 +1,104 @@
+"""Live storage-mode switches (docs/mode-switch.md) driven and watched by real clients: the
+switch by confluent-kafka's IncrementalAlterConfigs, a consumer-group member reading
+continuously, and whole-partition reads by kafka-python."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka.admin import AlterConfigOpType, ResourceType
+
+from .configs import alter, describe
+from .wait import wait_until
+
+STORAGE_MODE = "kipper.storage.mode"
+
+
+def storage_mode(bootstrap: str, topic: str) -> str:
+    return describe(bootstrap, ResourceType.TOPIC, topic)[STORAGE_MODE].value
+
+
+def switch(bootstrap: str, topic: str, mode: str, timeout: float = 60) -> float:
+    """Switch ``topic`` to ``mode`` and wait until every partition has (the topic's mode is
+    ``mode``); the seconds it took."""
+    started = time.monotonic()
+    alter(bootstrap, ResourceType.TOPIC, topic,
+          kipper_storage_mode=(AlterConfigOpType.SET, mode))
+    wait_until(lambda: storage_mode(bootstrap, topic) == mode, timeout, interval=0.1)
+    return time.monotonic() - started
+
+
+class GroupReader(threading.Thread):
+    """A confluent-kafka consumer-group member reading the topic continuously from its
+    start, committing as it goes; keeps (offset, value) of every record it was given."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        from confluent_kafka import Consumer
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                                  "auto.commit.interval.ms": 200,
+                                  "topic.metadata.refresh.interval.ms": 1000})
+        self.consumer.subscribe([topic])
+        self.read: list[tuple[int, bytes]] = []
+        self.errors: list = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                message = self.consumer.poll(0.2)
+                if message is None:
+                    continue
+                if message.error():
+                    self.errors.append(message.error())
+                else:
+                    self.read.append((message.offset(), message.value()))
+        finally:
+            self.consumer.close()
+
+    def read_up_to(self, count: int, timeout: float = 60) -> None:
+        wait_until(lambda: len(self.read) >= count, timeout, interval=0.1)
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join(30)
+
+
+def read_all_kafka_python(bootstrap: str, topic: str, expected: int,
+                          timeout: float = 60) -> list[tuple[int, bytes]]:
+    """(offset, value) of partition 0 from its log start, by kafka-python."""
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=2000)
+    partition = TopicPartition(topic, 0)
+    consumer.assign([partition])
+    consumer.seek_to_beginning(partition)
+    read: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(read) < expected and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                read += [(record.offset, record.value) for record in records]
+    finally:
+        consumer.close()
+    return read
+
+
+def assert_contiguous_once_in_order(acked: list[tuple[float, int, bytes]],
+                                    read: list[tuple[int, bytes]]) -> None:
+    """Every acknowledged record read exactly once, at the offset it was acknowledged with,
+    the offsets contiguous from 0 and the values (v<i> of one idempotent producer) in the
+    order they were sent."""
+    offsets = [offset for offset, _ in read]
+    if offsets != list(range(len(read))):
+        at = next(i for i, o in enumerate(offsets) if o != i)
+        raise AssertionError(f"offsets not contiguous from 0: at {at} of {len(read)}: "
+                             f"{read[max(at - 3, 0):at + 3]}")
+    stored = dict(read)
+    for _, offset, value in acked:
+        assert stored.get(offset) == value, f"acked {value!r} at {offset}, read {stored.get(offset)!r}"
+    sent_order = [int(value[1:]) for _, value in read]
+    assert sent_order == sorted(sent_order), "records out of the order they were sent in"
+    assert len(set(sent_order)) == len(sent_order), "a record stored twice"

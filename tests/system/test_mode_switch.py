@@ -1,0 +1,62 @@
+"""Live switches of kipper.storage.mode (docs/mode-switch.md) with real clients producing and
+consuming through them: an idempotent confluent-kafka producer (acks=all), a confluent-kafka
+consumer-group member, and kafka-python reading the whole partition afterwards."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.clients import AckedProducer
+from support.mode_switch import (
+    GroupReader,
+    assert_contiguous_once_in_order,
+    read_all_kafka_python,
+    switch,
+)
+from support.processes import Cluster
+from support.topics import create_topic
+
+# The round trip from each mode: there and back again.
+ROUND_TRIPS = [("classic", "diskless"), ("diskless", "classic")]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, s3_endpoint):
+    cluster = Cluster(tmp_path_factory.mktemp("mode-switch"), s3=s3_endpoint,
+                      broker_args=["--metrics-listener", "127.0.0.1:0"]).start()
+    yield cluster
+    cluster.stop()
+
+
+def _start_clients(cluster: Cluster, topic: str) -> tuple[AckedProducer, GroupReader]:
+    writer = AckedProducer(cluster.bootstrap, topic, "az1")
+    reader = GroupReader(cluster.bootstrap, topic, f"group-{topic}")
+    writer.start()
+    reader.start()
+    return writer, reader
+
+
+def _finish(cluster: Cluster, topic: str, writer: AckedProducer, reader: GroupReader) -> None:
+    writer.finish()
+    acked = len(writer.acked)
+    reader.read_up_to(acked)
+    reader.finish()
+    assert not writer.errors, f"the producer saw errors: {writer.errors[:3]}"
+    assert_contiguous_once_in_order(writer.acked, reader.read)
+    assert_contiguous_once_in_order(writer.acked,
+                                    read_all_kafka_python(cluster.bootstrap, topic, acked))
+
+
+@pytest.mark.parametrize(("first", "second"), ROUND_TRIPS, ids=[f"{a}-{b}-{a}" for a, b in ROUND_TRIPS])
+def test_round_trip_under_load(cluster, topic_name, first, second):
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"kipper.storage.mode": first}, in_sync=True)
+    writer, reader = _start_clients(cluster, topic_name)
+    reader.read_up_to(200)
+    switch(cluster.bootstrap, topic_name, second)
+    count = len(writer.acked)
+    reader.read_up_to(count + 200)
+    switch(cluster.bootstrap, topic_name, first)
+    count = len(writer.acked)
+    reader.read_up_to(count + 200)
+    _finish(cluster, topic_name, writer, reader)
