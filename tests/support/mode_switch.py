@@ -19,13 +19,22 @@ def storage_mode(bootstrap: str, topic: str) -> str:
     return describe(bootstrap, ResourceType.TOPIC, topic)[STORAGE_MODE].value
 
 
-def switch(bootstrap: str, topic: str, mode: str, timeout: float = 60) -> float:
-    """Switch ``topic`` to ``mode`` and wait until every partition has (the topic's mode is
-    ``mode``); the seconds it took."""
-    started = time.monotonic()
+def start_switch(bootstrap: str, topic: str, mode: str) -> None:
+    """Ask for the switch (IncrementalAlterConfigs); it goes on after the answer."""
     alter(bootstrap, ResourceType.TOPIC, topic,
           kipper_storage_mode=(AlterConfigOpType.SET, mode))
+
+
+def wait_switched(bootstrap: str, topic: str, mode: str, timeout: float = 60) -> None:
+    """Until every partition has switched: the topic's mode is then ``mode``."""
     wait_until(lambda: storage_mode(bootstrap, topic) == mode, timeout, interval=0.1)
+
+
+def switch(bootstrap: str, topic: str, mode: str, timeout: float = 60) -> float:
+    """Switch ``topic`` to ``mode`` and wait until it has; the seconds it took."""
+    started = time.monotonic()
+    start_switch(bootstrap, topic, mode)
+    wait_switched(bootstrap, topic, mode, timeout)
     return time.monotonic() - started
 
 

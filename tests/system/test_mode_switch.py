@@ -4,6 +4,8 @@ consumer-group member, and kafka-python reading the whole partition afterwards."
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from support.clients import AckedProducer
@@ -11,7 +13,9 @@ from support.mode_switch import (
     GroupReader,
     assert_contiguous_once_in_order,
     read_all_kafka_python,
+    start_switch,
     switch,
+    wait_switched,
 )
 from support.processes import Cluster
 from support.topics import create_topic
@@ -59,4 +63,50 @@ def test_round_trip_under_load(cluster, topic_name, first, second):
     switch(cluster.bootstrap, topic_name, first)
     count = len(writer.acked)
     reader.read_up_to(count + 200)
+    _finish(cluster, topic_name, writer, reader)
+
+
+def test_leader_killed_mid_switch(cluster, topic_name):
+    """kill -9 of a classic leader draining its partition for the switch to diskless: the
+    next leader seals at the same boundary and completes the switch."""
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"kipper.storage.mode": "classic"}, in_sync=True)
+    bootstrap = cluster.bootstrap
+    writer, reader = _start_clients(cluster, topic_name)
+    reader.read_up_to(200)
+    leader = cluster.brokers[cluster.leader_of(topic_name)]
+    follower = next(b for b in cluster.brokers if b is not leader)
+    # A dead follower keeps the leader's high watermark below its log end until it is fenced
+    # out of the ISR (2 s): the leader is killed while it waits to seal.
+    follower.kill()
+    start_switch(bootstrap, topic_name, "diskless")
+    time.sleep(0.5)
+    leader.kill()
+    time.sleep(3)
+    leader.start()
+    follower.start()
+    wait_switched(bootstrap, topic_name, "diskless", timeout=90)
+    count = len(writer.acked)
+    reader.read_up_to(count + 200)
+    switch(bootstrap, topic_name, "classic")
+    reader.read_up_to(len(writer.acked) + 200)
+    _finish(cluster, topic_name, writer, reader)
+
+
+@pytest.mark.parametrize(("first", "second"), ROUND_TRIPS, ids=[f"{a}-{b}-{a}" for a, b in ROUND_TRIPS])
+def test_controller_killed_mid_switch(cluster, topic_name, first, second):
+    """kill -9 of the controller right after it sealed the partitions, each way: the leader's
+    span waits for the restarted controller, which has the sealed state from its log."""
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"kipper.storage.mode": first}, in_sync=True)
+    bootstrap = cluster.bootstrap
+    writer, reader = _start_clients(cluster, topic_name)
+    reader.read_up_to(200)
+    for mode in (second, first):
+        start_switch(bootstrap, topic_name, mode)
+        cluster.controller.kill()
+        time.sleep(1)
+        cluster.controller.start()
+        wait_switched(bootstrap, topic_name, mode, timeout=90)
+        reader.read_up_to(len(writer.acked) + 200)
     _finish(cluster, topic_name, writer, reader)
