@@ -19,6 +19,12 @@ from support.mode_switch import (
 )
 from support.processes import Cluster
 from support.topics import create_topic
+from support.transactions import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    read_confluent_kafka,
+    read_kafka_python,
+)
 
 # The round trip from each mode: there and back again.
 ROUND_TRIPS = [("classic", "diskless"), ("diskless", "classic")]
@@ -110,3 +116,36 @@ def test_controller_killed_mid_switch(cluster, topic_name, first, second):
         wait_switched(bootstrap, topic_name, mode, timeout=90)
         reader.read_up_to(len(writer.acked) + 200)
     _finish(cluster, topic_name, writer, reader)
+
+
+@pytest.mark.parametrize(("first", "second"), ROUND_TRIPS, ids=[f"{a}-{b}-{a}" for a, b in ROUND_TRIPS])
+def test_transactions_open_across_the_boundary(cluster, topic_name, first, second):
+    """A transaction open while its partition switches goes on in the new span: committed,
+    its records on both sides are read by read_committed consumers; aborted, on neither."""
+    from confluent_kafka import Producer
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"kipper.storage.mode": first}, in_sync=True)
+    bootstrap = cluster.bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
+                         "transactional.id": f"txn-{topic_name}"})
+    producer.init_transactions(60)
+
+    def write(tag: str, values: range) -> None:
+        for i in values:
+            producer.produce(topic_name, f"{tag}-{i}".encode(), partition=0)
+        assert producer.flush(60) == 0
+
+    committed: list[bytes] = []
+    for tag, mode, commit in (("c0", second, True), ("a1", first, False), ("c2", second, True)):
+        producer.begin_transaction()
+        write(tag, range(5))
+        switch(bootstrap, topic_name, mode)
+        write(tag, range(5, 10))
+        if commit:
+            producer.commit_transaction(60)
+            committed += [f"{tag}-{i}".encode() for i in range(10)]
+        else:
+            producer.abort_transaction(60)
+    assert read_confluent_kafka(bootstrap, topic_name, READ_COMMITTED, len(committed)) == committed
+    assert read_kafka_python(bootstrap, topic_name, READ_COMMITTED, len(committed)) == committed
+    assert len(read_confluent_kafka(bootstrap, topic_name, READ_UNCOMMITTED, 30)) == 30
