@@ -2,8 +2,8 @@
 classic -> diskless -> classic of a topic under load on a `kipper cluster up` (3 brokers, RF=3).
 
 Two writers run through every switch:
-- a probe: acks=all, no retries, one record in flight at a time, so every refusal a broker
-  answers reaches it (NOT_LEADER_OR_FOLLOWER while the partition is sealed). Per switch:
+- a probe (kafka-python): acks=all, no retries, one record in flight at a time, so every
+  refusal a broker answers reaches it (NOT_LEADER_OR_FOLLOWER while the partition is sealed). Per switch:
   how many of its records were refused, and the refused window, from its first refused send
   to the first send acknowledged after it;
 - an idempotent acks=all producer with retries (what applications run): its longest wait
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewTopic, ResourceType)
 
@@ -39,13 +39,15 @@ QUIET_S = 2.0  # between switches: the writers' baseline
 @dataclass
 class ProbeSend:
     sent_at: float
-    error: KafkaError | None = None
+    error: str | None = None  # the error's name
     answered_at: float | None = None
 
 
 @dataclass(eq=False)  # a thread: hashed by identity
 class Probe(threading.Thread):
-    """acks=all, no retries, one record at a time: each refusal is seen."""
+    """kafka-python, acks=all, no retries, one record at a time: each refusal surfaces
+    (librdkafka retries NOT_LEADER_OR_FOLLOWER after a metadata refresh even with
+    retries=0, so it never shows one)."""
 
     bootstrap: str
     topic: str
@@ -56,22 +58,21 @@ class Probe(threading.Thread):
         super().__init__(daemon=True)
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "retries": 0,
-                             "enable.idempotence": False, "linger.ms": 0,
-                             "max.in.flight.requests.per.connection": 1,
-                             "topic.metadata.refresh.interval.ms": 1000})
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError as PythonKafkaError
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), acks="all",
+                                 retries=0, max_in_flight_requests_per_connection=1,
+                                 linger_ms=0, metadata_max_age_ms=1000)
         while not self.stopping.is_set():
             send = ProbeSend(time.monotonic())
             self.sends.append(send)
-
-            def answered(error, _message, send=send) -> None:
-                send.error, send.answered_at = error, time.monotonic()
-            producer.produce(self.topic, b"probe", partition=0, on_delivery=answered)
-            while send.answered_at is None:
-                producer.poll(0.001)
-            if send.error is not None:
-                time.sleep(0.005)  # librdkafka refreshes its metadata meanwhile
-        producer.flush(30)
+            try:
+                producer.send(self.topic, b"probe", partition=0).get(30)
+            except PythonKafkaError as e:
+                send.error = type(e).__name__
+                time.sleep(0.005)  # the client refreshes its metadata meanwhile
+            send.answered_at = time.monotonic()
+        producer.close(10)
 
 
 @dataclass(eq=False)
@@ -190,7 +191,7 @@ def run(cluster: LocalCluster, rounds: int) -> None:
     print(f"writer's longest gap between switches (baseline): {baseline:.3f} s")
     sent = len(probe.sends)
     print(f"probe: {sent} records, {sum(s.error is not None for s in probe.sends)} refused "
-          f"({', '.join(sorted({s.error.name() for s in probe.sends if s.error}))}); "
+          f"({', '.join(sorted({s.error for s in probe.sends if s.error}))}); "
           f"writer: {len(writer.acks)} acknowledged, {len(writer.errors)} failed")
 
 
