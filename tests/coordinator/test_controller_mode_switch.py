@@ -94,3 +94,11 @@ async def test_deleting_the_mode_config_of_a_topic_in_the_default_mode_changes_n
     await controller.alter_topic_configs("t", [ConfigChange(MODE, ConfigOp.DELETE, None)])
     assert _topic(controller).configs[MODE] == "classic"
     assert controller.image.next_offset == before
+
+
+async def test_alter_configs_switches_and_replaces_the_other_configs(controller):
+    await controller.alter_topic_configs("t", [ConfigChange(MODE, ConfigOp.SET, "diskless"),
+                                               ConfigChange("retention.ms", ConfigOp.SET, "5")],
+                                         replace=True)
+    assert _topic(controller).configs == {MODE: "classic", "retention.ms": "5"}
+    assert {p.switch_to for p in _topic(controller).partitions.values()} == {"diskless"}

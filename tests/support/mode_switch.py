@@ -19,10 +19,25 @@ def storage_mode(bootstrap: str, topic: str) -> str:
     return describe(bootstrap, ResourceType.TOPIC, topic)[STORAGE_MODE].value
 
 
-def start_switch(bootstrap: str, topic: str, mode: str) -> None:
-    """Ask for the switch (IncrementalAlterConfigs); it goes on after the answer."""
-    alter(bootstrap, ResourceType.TOPIC, topic,
-          kipper_storage_mode=(AlterConfigOpType.SET, mode))
+def start_switch(bootstrap: str, topic: str, mode: str, legacy: bool = False) -> None:
+    """Ask for the switch, by confluent-kafka's IncrementalAlterConfigs (``legacy``:
+    kafka-python's AlterConfigs, which sets every config of the topic); it goes on after
+    the answer."""
+    if not legacy:
+        alter(bootstrap, ResourceType.TOPIC, topic,
+              kipper_storage_mode=(AlterConfigOpType.SET, mode))
+        return
+    from kafka.admin import ConfigResource as PythonConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+    try:
+        # incremental=False: AlterConfigs; kafka-python knows no kipper config.
+        result = admin.alter_configs([PythonConfigResource(
+            ConfigResourceType.TOPIC, topic, configs={STORAGE_MODE: mode})],
+            raise_on_unknown=False, incremental=False)
+        assert result == {"topic": {topic: "OK"}}, result
+    finally:
+        admin.close()
 
 
 def wait_switched(bootstrap: str, topic: str, mode: str, timeout: float = 60) -> None:
@@ -30,10 +45,11 @@ def wait_switched(bootstrap: str, topic: str, mode: str, timeout: float = 60) ->
     wait_until(lambda: storage_mode(bootstrap, topic) == mode, timeout, interval=0.1)
 
 
-def switch(bootstrap: str, topic: str, mode: str, timeout: float = 60) -> float:
+def switch(bootstrap: str, topic: str, mode: str, timeout: float = 60,
+           legacy: bool = False) -> float:
     """Switch ``topic`` to ``mode`` and wait until it has; the seconds it took."""
     started = time.monotonic()
-    start_switch(bootstrap, topic, mode)
+    start_switch(bootstrap, topic, mode, legacy)
     wait_switched(bootstrap, topic, mode, timeout)
     return time.monotonic() - started
 

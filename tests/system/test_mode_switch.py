@@ -1,6 +1,7 @@
 """Live switches of kipper.storage.mode (docs/mode-switch.md) with real clients producing and
 consuming through them: an idempotent confluent-kafka producer (acks=all), a confluent-kafka
-consumer-group member, and kafka-python reading the whole partition afterwards."""
+consumer-group member, and kafka-python reading the whole partition afterwards. Switches are
+asked for with confluent-kafka's IncrementalAlterConfigs and kafka-python's AlterConfigs."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_round_trip_under_load(cluster, topic_name, first, second):
     switch(cluster.bootstrap, topic_name, second)
     count = len(writer.acked)
     reader.read_up_to(count + 200)
-    switch(cluster.bootstrap, topic_name, first)
+    switch(cluster.bootstrap, topic_name, first, legacy=True)  # AlterConfigs, by kafka-python
     count = len(writer.acked)
     reader.read_up_to(count + 200)
     _finish(cluster, topic_name, writer, reader)
