@@ -27,6 +27,8 @@ from support.transactions import (
     read_kafka_python,
 )
 
+from replication.cluster_metadata import DISKLESS_METADATA_TOPIC
+
 # The round trip from each mode: there and back again.
 ROUND_TRIPS = [("classic", "diskless"), ("diskless", "classic")]
 
@@ -150,3 +152,23 @@ def test_transactions_open_across_the_boundary(cluster, topic_name, first, secon
     assert read_confluent_kafka(bootstrap, topic_name, READ_COMMITTED, len(committed)) == committed
     assert read_kafka_python(bootstrap, topic_name, READ_COMMITTED, len(committed)) == committed
     assert len(read_confluent_kafka(bootstrap, topic_name, READ_UNCOMMITTED, 30)) == 30
+
+
+def test_batch_coordinator_killed_mid_switch(cluster, topic_name):
+    """kill -9 of the batch coordinator's leader as a diskless partition is sealed and as one
+    is opened: SealLog and OpenLog are records of its replicated log, retried on the next
+    leader, which answers the same boundary."""
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"kipper.storage.mode": "diskless"}, in_sync=True)
+    bootstrap = cluster.bootstrap
+    writer, reader = _start_clients(cluster, topic_name)
+    reader.read_up_to(200)
+    for mode in ("classic", "diskless"):
+        coordinator = cluster.brokers[cluster.leader_of(DISKLESS_METADATA_TOPIC)]
+        start_switch(bootstrap, topic_name, mode)
+        coordinator.kill()
+        time.sleep(3)
+        coordinator.start()
+        wait_switched(bootstrap, topic_name, mode, timeout=90)
+        reader.read_up_to(len(writer.acked) + 200)
+    _finish(cluster, topic_name, writer, reader)
