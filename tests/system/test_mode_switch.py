@@ -20,6 +20,7 @@ from support.mode_switch import (
 )
 from support.processes import Cluster
 from support.topics import create_topic
+from support.wait import wait_until
 from support.transactions import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -172,3 +173,28 @@ def test_batch_coordinator_killed_mid_switch(cluster, topic_name):
         wait_switched(bootstrap, topic_name, mode, timeout=90)
         reader.read_up_to(len(writer.acked) + 200)
     _finish(cluster, topic_name, writer, reader)
+
+
+def test_every_span_readable_after_the_leader_dies(cluster, topic_name):
+    """After classic -> diskless -> classic, kill -9 of the leader: the next one (an in-sync
+    replica) serves the first classic span from its own segments, the diskless span from the
+    WAL objects and the last span; the killed broker, started again, rebuilds the chain from
+    the metadata and serves it too once it leads."""
+    create_topic(cluster.bootstrap, topic_name, replication_factor=3,
+                 config={"kipper.storage.mode": "classic"}, in_sync=True)
+    bootstrap = cluster.bootstrap
+    writer = AckedProducer(bootstrap, topic_name, "az1")
+    writer.start()
+    for mode in ("diskless", "classic"):
+        wait_until(lambda: len(writer.acked) > 300, 30)
+        switch(bootstrap, topic_name, mode)
+    wait_until(lambda: len(writer.acked) > 900, 30)
+    writer.finish()
+    acked = len(writer.acked)
+    for _ in range(2):  # the leader dies, then the next one: the first is back by then
+        leader = cluster.brokers[cluster.leader_of(topic_name)]
+        leader.kill()
+        assert_contiguous_once_in_order(writer.acked,
+                                        read_all_kafka_python(cluster.bootstrap, topic_name, acked))
+        leader.start()
+        wait_until(lambda: len(cluster.isr_of(topic_name)) == 3, 60)
