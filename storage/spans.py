@@ -238,6 +238,8 @@ class SpanChainLog(PartitionLog):
         return self.current.latest_epoch()
 
     async def truncate_to(self, offset: int) -> None:
+        # Below the newest span's base everything was committed before the switch: a
+        # follower's divergence can only be above it.
         await self.current.truncate_to(max(offset, self.spans[-1].base_offset))
 
     # -- lifecycle ------------------------------------------------------------------------
