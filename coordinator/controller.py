@@ -937,6 +937,10 @@ class Controller:
             if topic is None:
                 raise ControllerError(ErrorCode.unknown_topic_or_partition,
                                       f"The topic '{name}' does not exist.")
+            if any(info.switch_to is not None for info in topic.partitions.values()):
+                # A new partition would start in the old mode, which the topic is leaving.
+                raise ControllerError(ErrorCode.reassignment_in_progress,
+                                      f"The topic '{name}' is switching its storage mode.")
             current = len(topic.partitions)
             if count <= current:
                 raise ControllerError(

@@ -102,3 +102,18 @@ async def test_alter_configs_switches_and_replaces_the_other_configs(controller)
                                          replace=True)
     assert _topic(controller).configs == {MODE: "classic", "retention.ms": "5"}
     assert {p.switch_to for p in _topic(controller).partitions.values()} == {"diskless"}
+
+
+async def test_no_partition_is_added_while_the_topic_switches(controller):
+    """A new partition would start in the mode the topic is leaving; once switched, new
+    partitions are of the new mode (one implicit span)."""
+    await controller.alter_topic_configs("t", [ConfigChange(MODE, ConfigOp.SET, "diskless")])
+    with pytest.raises(ControllerError) as refused:
+        await controller.create_partitions("t", 3)
+    assert refused.value.error_code == ErrorCode.reassignment_in_progress
+    for partition in (0, 1):
+        assert await _span(controller, partition, "diskless", 0) == ErrorCode.none
+    await controller.create_partitions("t", 3)
+    added = _topic(controller).partitions[2]
+    assert added.write_mode(_topic(controller).configs[MODE]) == "diskless"
+    assert (added.spans, added.switch_to) == ([], None)
