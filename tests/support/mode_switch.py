@@ -111,6 +111,17 @@ def read_all_kafka_python(bootstrap: str, topic: str, expected: int,
     return read
 
 
+def redelivered_once(read: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """What a consumer-group member read, each offset once: a member may be given records
+    again after a rebalance (from its group's committed offset: Kafka's at-least-once), but
+    never other values at an offset, nor a gap."""
+    seen: dict[int, bytes] = {}
+    for offset, value in read:
+        assert offset <= len(seen), f"a gap: offset {offset} read after {len(seen) - 1}"
+        assert seen.setdefault(offset, value) == value, f"offset {offset} read with two values"
+    return sorted(seen.items())
+
+
 def assert_contiguous_once_in_order(acked: list[tuple[float, int, bytes]],
                                     read: list[tuple[int, bytes]]) -> None:
     """Every acknowledged record read exactly once, at the offset it was acknowledged with,
