@@ -33,6 +33,7 @@ from replication.cluster_metadata import (
     BrokerInfo,
     MetadataImage,
     PartitionInfo,
+    StorageSpan,
     TopicInfo,
     broker_record,
     group_config_record,
@@ -69,6 +70,8 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
 STORAGE_MODE = "kipper.storage.mode"
+# The modes a live topic switches between (docs/mode-switch.md).
+SWITCHABLE_MODES = frozenset({"classic", "diskless"})
 
 
 # Partition changes committed at a time by an election or rebalancing over many partitions.
@@ -649,7 +652,9 @@ class Controller:
     async def alter_topic_configs(self, name: str, changes: Sequence[ConfigChange],
                                   replace: bool = False, validate_only: bool = False) -> None:
         """Change a topic's explicit configs (``replace``: AlterConfigs' legacy semantics, the
-        changes become all of them; kipper.storage.mode is kept, being fixed at creation)."""
+        changes become all of them; kipper.storage.mode is kept unless named). A new
+        kipper.storage.mode starts a live switch (docs/mode-switch.md): every partition is
+        sealed, and the mode changes once each has its span of the new mode."""
         async with self._lock:
             topic = self.image.topics.get(name)
             if topic is None:
@@ -662,13 +667,80 @@ class Controller:
                     TOPIC_CONFIGS.values()).get)
                 if replace and STORAGE_MODE in topic.configs:
                     configs.setdefault(STORAGE_MODE, topic.configs[STORAGE_MODE])
-                if configs.get(STORAGE_MODE) != topic.configs.get(STORAGE_MODE):
-                    raise InvalidConfig(
-                        f"{STORAGE_MODE} is fixed at creation: changing the storage mode of a "
-                        "live topic is not supported yet")
+                current_mode = self._storage_mode(name)
+                target_mode = configs.get(STORAGE_MODE, self.settings.default_storage_mode)
                 configs = validate_topic_configs(configs)
-            if not validate_only and configs != topic.configs:
-                await self._commit([{"type": "config", "topic": name, "configs": configs}])
+                switching_to = next((info.switch_to for info in topic.partitions.values()
+                                     if info.switch_to is not None), None)
+                if switching_to is not None and any(c.name == STORAGE_MODE for c in changes) \
+                        and target_mode != switching_to:
+                    raise InvalidConfig(f"{name} is already switching its storage mode to "
+                                        f"{switching_to}")
+                switch = switching_to is None and target_mode != current_mode
+                if switch:
+                    self._check_storage_switch(topic, current_mode, target_mode)
+                if switch or STORAGE_MODE in topic.configs:
+                    # Kept explicit; a switch changes it once every partition has its new
+                    # span (record_storage_span).
+                    configs[STORAGE_MODE] = current_mode
+            if validate_only:
+                return
+            records = []
+            if configs != topic.configs:
+                records.append({"type": "config", "topic": name, "configs": configs})
+            if switch:
+                log.info("switching %s from %s to %s", name, current_mode, target_mode)
+                records += [_partition_change(info, _switching(info, target_mode))
+                            for info in topic.partitions.values()]
+            if records:
+                await self._commit(records)
+
+    def _check_storage_switch(self, topic: TopicInfo, current: str, target: str) -> None:
+        """A live storage-mode switch (docs/mode-switch.md): between classic and diskless,
+        of a data topic."""
+        if {current, target} != SWITCHABLE_MODES:
+            raise InvalidConfig(
+                f"{STORAGE_MODE} of a live topic switches between "
+                f"{' and '.join(sorted(SWITCHABLE_MODES))} only, not from {current} to {target}")
+        if topic.name.startswith("__"):
+            raise InvalidConfig(f"the storage mode of internal topic {topic.name} is fixed")
+
+    async def record_storage_span(self, broker_id: int, topic_id: uuid.UUID, partition: int,
+                                  leader_epoch: int, mode: str, base_offset: int) -> ErrorCode:
+        """The partition's leader sealed its newest span at ``base_offset`` and started the
+        next one, of ``mode``, there (replication/storage_switch.py): record the span, which
+        unseals the partition with a new leader epoch; with the topic's last partition, the
+        topic's kipper.storage.mode becomes ``mode`` in the same commit."""
+        async with self._lock:
+            self._check_active()
+            topic = self.image.topics_by_id.get(topic_id)
+            info = topic.partitions.get(partition) if topic is not None else None
+            if topic is None or info is None:
+                return ErrorCode.unknown_topic_or_partition
+            current_mode = self._storage_mode(topic.name)
+            chain = info.span_chain(current_mode)
+            if info.switch_to is None:
+                # A retry of a request already recorded: the span is there.
+                return (ErrorCode.none if chain[-1] == StorageSpan(mode, base_offset)
+                        else ErrorCode.invalid_request)
+            if info.leader != broker_id:
+                return ErrorCode.not_leader_or_follower
+            if leader_epoch != info.leader_epoch:
+                return ErrorCode.fenced_leader_epoch
+            if mode != info.switch_to or base_offset < chain[-1].base_offset:
+                return ErrorCode.invalid_request
+            switched = replace(info, spans=[*chain, StorageSpan(mode, base_offset)],
+                               switch_to=None, leader_epoch=info.leader_epoch + 1,
+                               partition_epoch=info.partition_epoch + 1)
+            records = [partition_record(switched)]
+            if all(other.switch_to is None for other in topic.partitions.values()
+                   if other.partition != partition):
+                records.append({"type": "config", "topic": topic.name,
+                                "configs": {**topic.configs, STORAGE_MODE: mode}})
+            log.info("%s-%d continues in %s storage at offset %d", topic.name, partition,
+                     mode, base_offset)
+            await self._commit(records)
+            return ErrorCode.none
 
     async def alter_broker_configs(self, resource: str, changes: Sequence[ConfigChange],
                                    replace: bool = False, validate_only: bool = False) -> None:
@@ -865,6 +937,10 @@ class Controller:
             if topic is None:
                 raise ControllerError(ErrorCode.unknown_topic_or_partition,
                                       f"The topic '{name}' does not exist.")
+            if any(info.switch_to is not None for info in topic.partitions.values()):
+                # A new partition would start in the old mode, which the topic is leaving.
+                raise ControllerError(ErrorCode.reassignment_in_progress,
+                                      f"The topic '{name}' is switching its storage mode.")
             current = len(topic.partitions)
             if count <= current:
                 raise ControllerError(
@@ -1148,6 +1224,11 @@ def _partition_change(before: PartitionInfo, after: PartitionInfo) -> dict:
     return partition_record(replace(
         after, leader_epoch=before.leader_epoch + (1 if after.leader != before.leader else 0),
         partition_epoch=before.partition_epoch + 1))
+
+
+def _switching(info: PartitionInfo, mode: str) -> PartitionInfo:
+    """The partition sealed for a live switch to storage mode ``mode``."""
+    return replace(info, switch_to=mode)
 
 
 def _complete_reassignment_if_caught_up(info: PartitionInfo, live: set[int]) -> PartitionInfo:

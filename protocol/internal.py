@@ -37,6 +37,10 @@ class InternalApiKey(enum.IntEnum):
     # the consumer's ShareFetch / ShareAcknowledge or the group's coordinator. Sent to the
     # leader of the share partition's __share_group_state partition.
     SHARE_PARTITION_CALL = 9003
+    # A partition leader asking the active controller to record the next storage span of
+    # a partition switching storage mode live, once it sealed the old one at the boundary
+    # offset (replication/storage_switch.py, docs/mode-switch.md).
+    STORAGE_SPAN = 9004
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,15 @@ DISKLESS_METADATA_TOPIC = "__diskless-metadata"
 NO_LEADER = -1
 
 
+@dataclass(frozen=True)
+class StorageSpan:
+    """From ``base_offset`` on (up to the next span's base), a partition's records are kept
+    by the engine of ``mode`` (a live storage-mode switch, docs/mode-switch.md)."""
+
+    mode: str
+    base_offset: int
+
+
 @dataclass
 class PartitionInfo:
     topic: str
@@ -38,6 +47,20 @@ class PartitionInfo:
     # have caught up.
     adding_replicas: list[int] = field(default_factory=list)
     removing_replicas: list[int] = field(default_factory=list)
+    # Live storage-mode switches (docs/mode-switch.md). ``spans``: the partition's chain of
+    # storage spans, oldest first; empty for a partition never switched (one span, of the
+    # topic's kipper.storage.mode, from offset 0). ``switch_to``: the mode a switch under way
+    # moves it to; while set, the partition takes no appends (it is sealed) until its leader
+    # has the boundary offset recorded as the base of a new span.
+    spans: list[StorageSpan] = field(default_factory=list)
+    switch_to: str | None = None
+
+    def write_mode(self, topic_mode: str) -> str:
+        """The storage mode appends go to: the newest span's (``topic_mode`` if none)."""
+        return self.spans[-1].mode if self.spans else topic_mode
+
+    def span_chain(self, topic_mode: str) -> list[StorageSpan]:
+        return self.spans or [StorageSpan(topic_mode, 0)]
 
 
 @dataclass
@@ -163,7 +186,9 @@ class MetadataImage:
                 record["topic"], record["partition"], list(record["replicas"]),
                 list(record["isr"]), record["leader"], record["leader_epoch"],
                 record["partition_epoch"], list(record.get("adding_replicas", ())),
-                list(record.get("removing_replicas", ())))
+                list(record.get("removing_replicas", ())),
+                [StorageSpan(mode, base) for mode, base in record.get("spans", ())],
+                record.get("switch_to"))
         elif kind == "config":
             self.topics[record["topic"]].configs = dict(record["configs"])
         elif kind == "broker_config":
@@ -232,4 +257,8 @@ def partition_record(info: PartitionInfo) -> dict:
     if info.adding_replicas or info.removing_replicas:  # older logs have neither
         record["adding_replicas"] = info.adding_replicas
         record["removing_replicas"] = info.removing_replicas
+    if info.spans:  # a partition never switched has none
+        record["spans"] = [[span.mode, span.base_offset] for span in info.spans]
+    if info.switch_to is not None:
+        record["switch_to"] = info.switch_to
     return record

@@ -31,16 +31,22 @@ def diskless_servers(image: MetadataImage) -> list[BrokerInfo]:
 
 
 class LeaderlessPartition(Partition):
-    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo) -> None:
+    def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
+                 served_anywhere: bool = True) -> None:
+        """``served_anywhere``: False while the partition still has records in a span of a
+        leader-based mode (switched live from classic: docs/mode-switch.md), which only its
+        replicas hold; consumers are then not sent to other brokers."""
         super().__init__(node_id, log, info)
         self.leader = node_id
         self.replicas = self.isr = [node_id]
+        self.served_anywhere = served_anywhere
         self.update_info(info)
 
     def update_info(self, info: PartitionInfo) -> None:
         # Clients learn this epoch from Metadata and send it back; it only ever grows.
         self.leader_epoch = info.leader_epoch
         self.partition_epoch = info.partition_epoch
+        self.sealed = info.switch_to is not None
         self.notify_waiters()
 
     @property
@@ -73,6 +79,7 @@ class LeaderlessPartition(Partition):
         # Within the request's timeout, as Kafka's acks=all: the upload and commit go on
         # and may still succeed (REQUEST_TIMED_OUT says "maybe"; an idempotent producer's
         # retry is then recognised by its sequence numbers).
+        self.check_not_sealed()
         try:
             async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
                 return await self.log.append(records, batches, -1, origin)
@@ -81,6 +88,8 @@ class LeaderlessPartition(Partition):
                                  f"not committed within the request's {timeout_s:g} s") from None
 
     def read_replicas(self, image: MetadataImage) -> list[int]:
+        if not self.served_anywhere:
+            return [self.node_id]
         return [broker.node_id for broker in diskless_servers(image)]
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:

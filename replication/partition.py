@@ -105,6 +105,9 @@ class Partition(Watchable, abc.ABC):
         self.partition_epoch = -1
         self.replicas: list[int] = []
         self.isr: list[int] = []
+        # A live storage-mode switch under way (PartitionInfo.switch_to): no appends until
+        # the next span is recorded (docs/mode-switch.md).
+        self.sealed = False
         # Where this broker's log ended when it became the leader (-1: not the leader).
         # Until the high watermark reaches it, records of earlier leaders that were
         # acknowledged may still lie above it (Kafka's leaderEpochStartOffset, KIP-207).
@@ -137,6 +140,20 @@ class Partition(Watchable, abc.ABC):
         self.check_epoch(current_leader_epoch)
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower)
+
+    def check_not_sealed(self) -> None:
+        """Refuse an append while the partition switches storage mode: retriable, and a
+        client refreshes its metadata on it, as during a reassignment in Kafka; the switch
+        bumps the leader epoch when the next span takes appends."""
+        if self.sealed:
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"{self.topic}-{self.index} is switching its storage mode")
+
+    async def drain(self, timeout_s: float) -> None:
+        """Once sealed: return when every append taken is committed, so the log's end is
+        the sealed span's end (raises PartitionError when no longer the leader). A partition
+        whose engine orders appends itself (diskless: the batch coordinator's seal) has
+        nothing to wait for."""
 
     @abc.abstractmethod
     async def append_as_leader(self, records: bytearray, batches: list[BatchHeader],
@@ -171,15 +188,20 @@ class ReplicatedPartition(Partition):
     def __init__(self, node_id: int, log: PartitionLog, info: PartitionInfo,
                  propose_isr: IsrProposer | None = None,
                  isr_changes: IsrChanges | None = None,
-                 last_fetch_by: Callable[[int], float] = lambda replica_id: 0.0) -> None:
-        """``last_fetch_by``: when a follower broker last fetched anything from this one."""
+                 last_fetch_by: Callable[[int], float] = lambda replica_id: 0.0,
+                 committed_offset: int = 0) -> None:
+        """``last_fetch_by``: when a follower broker last fetched anything from this one.
+        ``committed_offset``: what is committed already (the base of a span that follows a
+        diskless one: everything below it was committed by the batch coordinator)."""
         super().__init__(node_id, log, info)
         self.propose_isr = propose_isr
         self.isr_changes = isr_changes
         self.last_fetch_by = last_fetch_by
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
-        self._high_watermark = log.log_start_offset
+        # Appends between the seal check and the log (an engine's append may await).
+        self._appending = 0
+        self._high_watermark = max(log.log_start_offset, committed_offset)
         self.update_info(info)
 
     def update_info(self, info: PartitionInfo) -> None:
@@ -195,6 +217,7 @@ class ReplicatedPartition(Partition):
         self.partition_epoch = info.partition_epoch
         self.replicas = list(info.replicas)
         self.isr = list(info.isr)
+        self.sealed = info.switch_to is not None
         if became_leader:
             now = time.monotonic()
             self._followers = {r: FollowerState(caught_up_at=now)
@@ -239,13 +262,30 @@ class ReplicatedPartition(Partition):
             raise PartitionError(
                 ErrorCode.not_enough_replicas,
                 f"ISR {self.isr} is smaller than min.insync.replicas={min_isr}")
+        self.check_not_sealed()
         self._note_caught_up_followers()
-        result = await self.log.append(records, batches, self.leader_epoch, origin)
+        self._appending += 1
+        try:
+            result = await self.log.append(records, batches, self.leader_epoch, origin)
+        finally:
+            self._appending -= 1
         self.maybe_advance_high_watermark()
         self.notify_waiters()  # followers long-polling for new data
         if required_acks == -1:
             await self._wait_committed(result.last_offset + 1, timeout_s, min_isr)
         return result
+
+    async def drain(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        epoch = self.leader_epoch
+        while self._appending or self.high_watermark < self.log.log_end_offset:
+            if not self.is_leader or self.leader_epoch != epoch:
+                raise PartitionError(ErrorCode.not_leader_or_follower)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PartitionError(ErrorCode.request_timed_out,
+                                     "the ISR did not catch up with the sealed log in time")
+            await self.wait_for_change(min(remaining, 0.1))
 
     async def _wait_committed(self, offset: int, timeout_s: float, min_isr: int) -> None:
         deadline = time.monotonic() + timeout_s

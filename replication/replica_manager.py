@@ -29,6 +29,7 @@ from .leaderless_partition import LeaderlessPartition
 from .node_client import NodeClient, NodeConnection
 from .loop_slice import LoopSlice
 from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
+from .storage_switch import StorageSwitcher
 from .throttle import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, lists_replica, throttled_rate
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,9 @@ class ReplicaManager:
         # throttled replicas out of the ISR.
         self.leader_quota = ReplicationQuota(lambda: throttled_rate(configs, LEADER_RATE))
         self.follower_quota = ReplicationQuota(lambda: throttled_rate(configs, FOLLOWER_RATE))
+        # Live storage-mode switches of the partitions this broker leads.
+        self.switcher = StorageSwitcher(node_id, image, logs, controller, self.log_config,
+                                        lambda topic, index: self.partitions.get((topic, index)))
 
     def start(self) -> None:
         """Once the broker has caught up with the metadata: from now on what it hosts is
@@ -94,6 +98,16 @@ class ReplicaManager:
 
     def log_config(self, topic: str) -> LogConfig:
         return self.configs.log_config(self.image.topics[topic])
+
+    def write_mode(self, info: PartitionInfo) -> str:
+        """The storage mode the partition's appends go to (its newest span's)."""
+        return info.write_mode(self.log_config(info.topic).storage_mode)
+
+    def served_anywhere(self, info: PartitionInfo) -> bool:
+        """Whether every broker can serve all of the partition (diskless, and no span of a
+        leader-based mode left from a live switch): else clients are sent to its leader."""
+        chain = info.span_chain(self.log_config(info.topic).storage_mode)
+        return all(span.mode == "diskless" for span in chain)
 
     def _reconfigure(self, topic: str | None = None) -> None:
         """Give the hosted partitions of ``topic`` (None: all) their current configs."""
@@ -146,7 +160,7 @@ class ReplicaManager:
             # follower that fetches nothing for replica.lag.time.max.ms. What this broker
             # leads (and a diskless partition) is opened by the first request for it.
             if (info.leader not in (self.node_id, NO_LEADER)
-                    and self.log_config(info.topic).storage_mode != "diskless"):
+                    and self.write_mode(info) != "diskless"):
                 self._open_first[key] = None
             self._unopened[key] = None
             if self._started:
@@ -158,7 +172,7 @@ class ReplicaManager:
 
     def _hosts(self, info: PartitionInfo) -> bool:
         # Leaderless: every broker serves every diskless partition, replica or not.
-        return self.node_id in info.replicas or self.log_config(info.topic).storage_mode == "diskless"
+        return self.node_id in info.replicas or self.write_mode(info) == "diskless"
 
     def _open(self, key: tuple[str, int]) -> None:
         """Host the unopened partition ``key`` as the image has it now."""
@@ -200,16 +214,31 @@ class ReplicaManager:
             # offline here): serve the others.
             log.error("cannot host %s-%d: %s", info.topic, info.partition, e)
 
+    def _partition_log(self, info: PartitionInfo, config: LogConfig) -> PartitionLog:
+        """The partition's log over its storage spans (storage.spans): a span of a
+        leader-based mode is held by its replicas only, a diskless span by every broker."""
+        chain = info.span_chain(config.storage_mode)
+        return self.logs.open_spans(info.topic, info.partition, config, [
+            (span.mode, span.base_offset, span.mode == "diskless" or self.node_id in info.replicas)
+            for span in chain])
+
     def _host_partition(self, info: PartitionInfo) -> None:
         key = (info.topic, info.partition)
         config = self.log_config(info.topic)
-        if config.storage_mode == "diskless":
+        current = self.partitions.get(key)
+        if self.write_mode(info) == "diskless":
             # Leaderless: every broker serves every diskless partition, replica or not.
-            if key in self.partitions:
-                self.partitions[key].update_info(info)
+            if isinstance(current, LeaderlessPartition):
+                current.update_info(info)
+                current.served_anywhere = self.served_anywhere(info)
             else:
+                if current is not None:  # switched live from a leader-based mode
+                    self._stop_following(*key)
+                    current.notify_waiters()
                 self.partitions[key] = LeaderlessPartition(
-                    self.node_id, self.logs.open(info.topic, info.partition, config), info)
+                    self.node_id, self._partition_log(info, config), info,
+                    self.served_anywhere(info))
+            self.switcher.on_partition(info)
             return
         if self.node_id not in info.replicas:
             if key in self.partitions:
@@ -217,18 +246,26 @@ class ReplicaManager:
                 log.info("%s-%d no longer has a replica here: deleting it", *key)
                 self._delete_replica(key)
             return
-        partition = self.partitions.get(key)
+        partition = current if isinstance(current, ReplicatedPartition) else None
         if partition is None:
-            log_ = self.logs.open(info.topic, info.partition, config)
+            log_ = self._partition_log(info, config)
+            if current is not None:
+                current.notify_waiters()  # switched live from diskless
+            # Below the newest span's base everything is committed (by another engine).
             partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
-                                            self.isr_changes, self.last_fetch_by)
+                                            self.isr_changes, self.last_fetch_by,
+                                            committed_offset=info.span_chain(
+                                                config.storage_mode)[-1].base_offset)
             self.partitions[key] = partition
         else:
+            if info.spans:  # its chain gets the spans recorded
+                partition.log = self._partition_log(info, config)
             partition.update_info(info)
         if partition.is_leader or info.leader == NO_LEADER:
             self._stop_following(*key)
         else:
             self._follow(partition)
+        self.switcher.on_partition(info)
 
     def _delete_replica(self, key: tuple[str, int]) -> None:
         self._stop_serving(key)
@@ -352,9 +389,13 @@ class ReplicaManager:
         if result.error_code == ErrorCode.none:
             log.info("ISR of %s-%d is now %s", partition.topic, partition.index, list(result.isr))
             # Apply now rather than when the metadata log brings it: acks=all may be waiting.
+            known = self.image.topics.get(partition.topic)
+            info = known.partitions.get(partition.index) if known is not None else None
             partition.update_info(PartitionInfo(
                 partition.topic, partition.index, partition.replicas, list(result.isr),
-                result.leader_id, result.leader_epoch, result.partition_epoch))
+                result.leader_id, result.leader_epoch, result.partition_epoch,
+                spans=info.spans if info is not None else [],
+                switch_to=info.switch_to if info is not None else None))
         else:
             log.info("ISR change for %s-%d refused: %s", partition.topic, partition.index,
                      result.error_code.name)

@@ -95,6 +95,17 @@ class EpochEndOffset:
     end_offset: int
 
 
+@dataclass(slots=True, frozen=True)
+class SpanEnd:
+    """Where a sealed storage span ends (its log end offset, the next span's base) and its
+    producers' state then (a storage.producer_state snapshot), which the next span's engine
+    starts from: idempotent producers and open transactions go on across a live storage-mode
+    switch (docs/mode-switch.md)."""
+
+    offset: int
+    producer_state: bytes
+
+
 class Leadership(enum.Enum):
     """This broker's role for a partition, as the replica layer tells the log."""
 
@@ -304,3 +315,22 @@ class PartitionLog(abc.ABC):
 
     def reconfigure(self, config: LogConfig) -> None:
         self.config = config
+
+    # -- live storage-mode switches (storage.spans, docs/mode-switch.md) ------------------
+
+    async def seal(self) -> SpanEnd:
+        """Take no more appends and say where this log ends. The replica layer calls it once
+        nothing is appended any more and everything is committed (a leader-based log: its
+        high watermark at its log end); an engine whose appends come from every broker
+        (diskless) seals at its single writer and answers the same end to every call."""
+        raise KafkaStorageError(f"a {type(self).__name__} cannot be switched to another mode")
+
+    async def start_span(self, previous: SpanEnd) -> None:
+        """Continue this log at ``previous.offset`` (the offsets before it are another
+        engine's), with ``previous``'s producer state. Idempotent."""
+        raise KafkaStorageError(f"a {type(self).__name__} cannot be switched to from another mode")
+
+    def skip_to(self, offset: int) -> None:
+        """Continue at ``offset`` above the log end (a replica of a span that starts there,
+        whose earlier offsets are another engine's)."""
+        raise KafkaStorageError(f"a {type(self).__name__} cannot leave a gap of offsets")

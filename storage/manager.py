@@ -16,6 +16,7 @@ from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
 from .log_cleaner import CleanerSettings, LogCleaner
+from .spans import Span, SpanChainLog
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class LogManager:
         self.engines: dict[str, EngineFactory] = {"classic": ClassicLog}
         self._engine_retention: dict[str, EngineRetention] = {}
         self._engine_producer_expiration: dict[str, ProducerExpiration] = {}
+        # Each partition's engine logs by storage mode: the one log, or the logs of a
+        # SpanChainLog (a partition switched live between modes, docs/mode-switch.md).
+        self._engine_logs: dict[tuple[str, int], dict[str, PartitionLog]] = {}
         # Logs detached for deletion and not deleted yet, by partition.
         self._detached: dict[tuple[str, int], list[PartitionLog]] = {}
         self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
@@ -80,19 +84,57 @@ class LogManager:
         log = self._logs.get(key)
         if log is not None:
             return log
-        factory = self.engines.get(config.storage_mode)
-        if factory is None:
-            raise InvalidConfig(
-                f"kipper.storage.mode={config.storage_mode!r} of {topic} has no storage engine "
-                f"in this broker (available: {', '.join(sorted(self.engines))})")
-        for old in self._detached.get(key, ()):
-            old.release_directory()  # a deleted log of the same name not yet removed
-        log = factory(topic, partition, config, self.partition_dir(topic, partition))
-        if not is_internal_topic(topic):
-            log.disk_space = self.disk_space
+        log = self.engine_log(topic, partition, config, config.storage_mode)
         log.on_flush_pending = self._note_flush_pending
         self._logs[key] = log
         return log
+
+    def engine_log(self, topic: str, partition: int, config: LogConfig,
+                   mode: str) -> PartitionLog:
+        """The partition's log of the engine of ``mode``, opened on first use, whether or
+        not it serves the partition yet (the next span of a live mode switch)."""
+        key = (topic, partition)
+        by_mode = self._engine_logs.setdefault(key, {})
+        log = by_mode.get(mode)
+        if log is not None:
+            return log
+        factory = self.engines.get(mode)
+        if factory is None:
+            raise InvalidConfig(
+                f"kipper.storage.mode={mode!r} of {topic} has no storage engine "
+                f"in this broker (available: {', '.join(sorted(self.engines))})")
+        if not by_mode:
+            for old in self._detached.get(key, ()):
+                old.release_directory()  # a deleted log of the same name not yet removed
+        log = by_mode[mode] = factory(topic, partition, config,
+                                      self.partition_dir(topic, partition))
+        if not is_internal_topic(topic):
+            log.disk_space = self.disk_space
+        return log
+
+    def open_spans(self, topic: str, partition: int, config: LogConfig,
+                   spans: list[tuple[str, int, bool]]) -> PartitionLog:
+        """The log of a partition whose storage spans are ``spans``: (mode, base offset,
+        whether this broker holds it), oldest first. One span is its engine's log; several
+        a SpanChainLog over one log per mode (storage.spans), the same object from call to
+        call, whose spans are brought up to date."""
+        if len(spans) == 1:
+            return self.open(topic, partition, config)
+        key = (topic, partition)
+        chain = self._logs.get(key)
+        if not isinstance(chain, SpanChainLog):
+            chain = SpanChainLog(topic, partition, config, [])
+            if not is_internal_topic(topic):
+                chain.disk_space = self.disk_space
+            chain.on_flush_pending = self._note_flush_pending
+            self._logs[key] = chain
+        chain.spans = [Span(mode, base, self.engine_log(topic, partition, config, mode)
+                            if held else None) for mode, base, held in spans]
+        for log in chain.held_logs():
+            # Its flushes are the chain's: the flush loop flushes the logs it serves.
+            log.on_flush_pending = lambda _, chain=chain: self._note_flush_pending(chain)
+        chain.skip_gaps()
+        return chain
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -116,6 +158,7 @@ class LogManager:
         self._flush_pending.pop(key, None)
         self.cleaner.forget(key)
         log = self._logs.pop(key, None)
+        self._engine_logs.pop(key, None)
         if log is not None:
             self._detached.setdefault(key, []).append(log)
         return log

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -14,6 +15,7 @@ from coordinator.controller import Controller, ControllerError, IsrChange
 from coordinator.metadata_log import SnapshotId
 from protocol.apis import ApiKey
 from protocol.build import millis
+from protocol.internal import InternalApiKey, JsonBody
 from replication.acls import AclOperation, ResourceType
 from replication.cluster_metadata import METADATA_TOPIC
 from replication.raft import RaftFetchResponse
@@ -100,6 +102,24 @@ async def alter_partition(ctx: RequestContext, request) -> object:
         topics.append(ctx.response("TopicData", topic_id=topic.topic_id, partitions=tuple(results)))
     return ctx.response("AlterPartitionResponse", throttle_time=0, error_code=ErrorCode.none,
                         topics=tuple(topics))
+
+
+@handles(InternalApiKey.STORAGE_SPAN)
+async def storage_span(ctx: RequestContext, request: JsonBody) -> JsonBody:
+    """A partition leader's next storage span of a live mode switch (docs/mode-switch.md)."""
+    controller = _active(ctx)
+    if controller is None:
+        return JsonBody({"error_code": int(ErrorCode.not_controller)})
+    try:
+        asked = request.value
+        error = await controller.record_storage_span(
+            int(asked["broker_id"]), uuid.UUID(asked["topic_id"]), int(asked["partition"]),
+            int(asked["leader_epoch"]), str(asked["mode"]), int(asked["base_offset"]))
+    except (KeyError, TypeError, ValueError):
+        error = ErrorCode.invalid_request
+    except ControllerError as e:
+        error = e.error_code
+    return JsonBody({"error_code": int(error)})
 
 
 # Most snapshot bytes one FetchSnapshot answer carries, whatever the request allows.

@@ -48,7 +48,7 @@ async def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: b
 
 def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
     leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
-    if ctx.services.replicas.log_config(p.topic).storage_mode == "diskless":
+    if ctx.services.replicas.served_anywhere(p):
         # Leaderless: name the broker this client should use (KIP-1181); a Metadata
         # request has no rack, so only the client id can say where the client is.
         servers = diskless_servers(ctx.services.image)

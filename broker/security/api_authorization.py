@@ -354,6 +354,7 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
         _rule(_topic(Op.READ, "topics[].topic_name"), scope=Scope.RESOURCE),
     )),
     InternalApiKey.SHARE_PARTITION_CALL: ApiAuthorization((), note=_BROKER_ONLY),
+    InternalApiKey.STORAGE_SPAN: ApiAuthorization((), note=_BROKER_ONLY),
     InternalApiKey.BROKER_CHALLENGE: ApiAuthorization((), note="The membership proof itself."),
     InternalApiKey.BROKER_PROOF: ApiAuthorization((), note="The membership proof itself."),
 }

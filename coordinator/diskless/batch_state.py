@@ -53,18 +53,26 @@ from storage.diskless.control_plane import (
     ObjectsDeletedResult,
     RecordControlPlane,
     Request,
+    OpenLog,
     RetentionLimits,
+    SealLog,
+    SpanResult,
     StateStats,
     apply_commit_plan,
     batches_from,
+    carried_producers,
     check_commit_batch,
     compaction_refusal,
     compaction_result,
     kept_checkpoints,
     new_log_start,
+    opened_span,
     refused_commit,
     retention_keep_from,
+    sealed_span,
 )
+from kio.schema.errors import ErrorCode
+
 from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerState
 
 _SCHEMA = """
@@ -93,7 +101,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (offset INTEGER PRIMARY KEY, object_key T
 """
 # Columns added since the first schema, with their defaults: added to older databases.
 _ADDED_COLUMNS = (("logs", "cleaned_offset", 0), ("batches", "cleaned_at_ms", -1),
-                  ("logs", "tombstone_horizon_ms", -1))
+                  ("logs", "tombstone_horizon_ms", -1), ("logs", "sealed", 0))
 _TABLES = ("applied", "logs", "batches", "objects", "deleted_objects", "deleted_topics",
            "producer_state", "requests", "checkpoints")
 
@@ -474,7 +482,35 @@ class BatchCoordinatorState(RecordControlPlane):
         self._db.executemany("INSERT INTO checkpoints VALUES (?, ?)", kept)
         return result
 
+    # -- live storage-mode switches ------------------------------------------------------------
+
+    def _seal_log(self, request: SealLog) -> SpanResult:
+        topic_id, partition = request.topic_id, request.partition
+        exists = self._log_exists(topic_id, partition)
+        if exists:
+            self._db.execute("UPDATE logs SET sealed = 1 WHERE topic_id = ? AND partition = ?",
+                             (topic_id, partition))
+        return sealed_span(self.log_info(topic_id, partition) if exists else None,
+                           self._producer_state(topic_id, partition))
+
+    def _open_log(self, request: OpenLog) -> SpanResult:
+        topic_id, partition, offset = request.topic_id, request.partition, request.offset
+        exists = self._log_exists(topic_id, partition)
+        unchanged = opened_span(request, self.log_info(topic_id, partition) if exists else None)
+        if unchanged is not None:
+            return unchanged
+        self._db.execute("INSERT OR IGNORE INTO logs (topic_id, partition, log_start_offset, "
+                         "high_watermark, size_bytes) VALUES (?, ?, ?, ?, 0)",
+                         (topic_id, partition, offset, offset))
+        self._db.execute("UPDATE logs SET high_watermark = ?, sealed = 0 "
+                         "WHERE topic_id = ? AND partition = ?", (offset, topic_id, partition))
+        self._producer_states[(topic_id, partition)] = carried_producers(request)
+        self._save_producer_state(topic_id, partition)
+        return SpanResult(ErrorCode.none, offset)
+
     _HANDLERS = {
+        SealLog: _seal_log,
+        OpenLog: _open_log,
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
         EnforceRetention: _enforce_retention,
@@ -495,9 +531,9 @@ class BatchCoordinatorState(RecordControlPlane):
         if info is None:
             row = self._db.execute(
                 "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset, "
-                "tombstone_horizon_ms FROM logs WHERE topic_id = ? AND partition = ?",
+                "tombstone_horizon_ms, sealed FROM logs WHERE topic_id = ? AND partition = ?",
                 (topic_id, partition)).fetchone()
-            info = LogInfo(0, 0, 0) if row is None else LogInfo(*row)
+            info = LogInfo(0, 0, 0) if row is None else LogInfo(*row[:5], bool(row[5]))
             if not changing:
                 self._log_infos[(topic_id, partition)] = info
         return info

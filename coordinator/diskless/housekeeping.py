@@ -157,7 +157,10 @@ class Housekeeping:
         configs = {}
         for topic in self.image.topics.values():
             config = self.configs.log_config(topic)
-            if config.storage_mode == "diskless":
+            # Also a topic switched away from diskless: its diskless spans keep retention.
+            if config.storage_mode == "diskless" or any(
+                    span.mode == "diskless" for info in topic.partitions.values()
+                    for span in info.spans):
                 configs[str(topic.topic_id)] = config
         return configs
 

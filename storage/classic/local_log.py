@@ -200,6 +200,19 @@ class LocalLog:
         self.active.seal()
         return self._start_segment()
 
+    def skip_to(self, offset: int) -> None:
+        """Continue at ``offset`` above the log end in a new segment based there, leaving a
+        gap of offsets (held by another storage engine: storage.spans)."""
+        self._before_change()
+        if self.active.size == 0:
+            self._segments.pop().delete()
+            self._bases.pop()
+        else:
+            self.active.seal()
+        segment = self._new_segment(offset)
+        self._segments.append(segment)
+        self._bases.append(offset)
+
     def _start_segment(self) -> LogSegment:
         segment = self._new_segment(self.next_offset)
         self._segments.append(segment)

@@ -43,6 +43,7 @@ from ..log import (
     OffsetOutOfRange,
     PartitionLog,
     ReadResult,
+    SpanEnd,
     StorageError,
     TimestampOffset,
 )
@@ -433,6 +434,35 @@ class ClassicLog(PartitionLog):
         with storage_io(f"checkpoint the log start of {self.directory}"):
             write_offset(self._log_start_file, offset)
             self._epochs.truncate_from_start(offset)
+
+    # -- live storage-mode switches (storage.spans) ----------------------------------------
+
+    async def seal(self) -> SpanEnd:
+        # The partition calls this with nothing appending and everything committed.
+        return SpanEnd(self.log_end_offset, self._producers.snapshot())
+
+    async def start_span(self, previous: SpanEnd) -> None:
+        self.skip_to(previous.offset)
+        carried = ProducerState.restore(previous.producer_state)
+        # The previous span's state is the newer one for every producer it knows.
+        self._producers.producers.update(carried.producers)
+        known = {(a.producer_id, a.first_offset) for a in self._producers.aborted}
+        self._producers.aborted += [a for a in carried.aborted
+                                    if (a.producer_id, a.first_offset) not in known]
+        with storage_io(f"save the producer state of {self.directory}"):
+            self._save_producer_state(self.log_end_offset)
+
+    def skip_to(self, offset: int) -> None:
+        if offset <= self._local.next_offset:
+            return
+        with storage_io(f"continue {self.directory} at {offset}"):
+            if self._local.next_offset == self._log_start:  # empty: it starts there
+                self._local.truncate_fully_and_start_at(offset)
+                self._epochs.clear()
+                self._set_log_start(offset)
+            else:
+                self._local.skip_to(offset)
+            self._save_producer_state(offset)
 
     async def truncate_to(self, offset: int) -> None:
         if offset >= self._local.next_offset:

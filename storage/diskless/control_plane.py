@@ -18,6 +18,7 @@ rules both follow are the functions at the end of this module.
 from __future__ import annotations
 
 import abc
+import base64
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
@@ -291,6 +292,64 @@ class DeleteTopic(Request):
     now_ms: int
 
 
+# --- live storage-mode switches (docs/mode-switch.md) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpanResult(WireRecord):
+    """Where the log's diskless span ends (SealLog) or starts (OpenLog), and the producer
+    state there (a storage.producer_state snapshot, base64: SealLog only)."""
+
+    error_code: ErrorCode
+    offset: int = -1
+    producer_state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SealLog(Request):
+    """End the log's diskless span at its high watermark: every later commit of a batch to
+    it is refused, retriably (NOT_LEADER_OR_FOLLOWER: the partition moves to another mode).
+    Sealing a sealed log answers the same end, so a retry or a new leader gets it again."""
+
+    TYPE: ClassVar = "seal_log"
+    RESULT: ClassVar = SpanResult
+    topic_id: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenLog(Request):
+    """Start the log's diskless span at ``offset`` (a new log, or a sealed one continuing
+    above its high watermark) with ``producer_state`` (base64 snapshot), and take commits
+    again. Repeating it changes nothing once batches were committed from ``offset`` on."""
+
+    TYPE: ClassVar = "open_log"
+    RESULT: ClassVar = SpanResult
+    topic_id: str
+    partition: int
+    offset: int
+    producer_state: str
+
+
+def sealed_span(info: LogInfo | None, producers: ProducerState) -> SpanResult:
+    return SpanResult(ErrorCode.none, 0 if info is None else info.high_watermark,
+                      base64.b64encode(producers.snapshot()).decode("ascii"))
+
+
+def opened_span(request: OpenLog, info: LogInfo | None) -> SpanResult | None:
+    """The answer to an OpenLog that changes nothing (a repeat, or refused), else None."""
+    if info is not None and not info.sealed:
+        if info.high_watermark >= request.offset:
+            return SpanResult(ErrorCode.none, request.offset)  # opened already
+    if info is not None and info.high_watermark > request.offset:
+        return SpanResult(ErrorCode.invalid_request)  # would overlap the sealed span
+    return None
+
+
+def carried_producers(request: OpenLog) -> ProducerState:
+    return ProducerState.restore(base64.b64decode(request.producer_state, validate=True))
+
+
 # --- objects ----------------------------------------------------------------------------------
 
 
@@ -423,7 +482,8 @@ class CheckpointTaken(Request):
 
 _REQUEST_TYPES: dict[str, type[Request]] = {
     cls.TYPE: cls for cls in (CommitFile, DeleteRecords, EnforceRetention, ExpireProducers,
-                              DeleteTopic, ObjectsDeleted, Merge, Compact, CheckpointTaken)}
+                              DeleteTopic, ObjectsDeleted, Merge, Compact, CheckpointTaken,
+                              SealLog, OpenLog)}
 
 
 def decode_request(wire: dict[str, Any]) -> Request:
@@ -446,6 +506,8 @@ class LogInfo:
     cleaned_offset: int = 0
     # When a tombstone the last cleaning kept may go (-1: none kept; Compact's).
     tombstone_horizon_ms: int = -1
+    # Its diskless span was ended by a live storage-mode switch (SealLog): no commits.
+    sealed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,6 +572,10 @@ class ControlPlane(Protocol):
     async def compact(self, request: Compact) -> CompactResult: ...
 
     async def checkpoint_taken(self, request: CheckpointTaken) -> CheckpointTakenResult: ...
+
+    async def seal_log(self, request: SealLog) -> SpanResult: ...
+
+    async def open_log(self, request: OpenLog) -> SpanResult: ...
 
     async def catch_up(self, since: float) -> None:
         """Return once the queries below include every state change acknowledged before
@@ -594,6 +660,12 @@ class RecordControlPlane(abc.ABC):
     async def checkpoint_taken(self, request: CheckpointTaken) -> CheckpointTakenResult:
         return await self.submit(request)
 
+    async def seal_log(self, request: SealLog) -> SpanResult:
+        return await self.submit(request)
+
+    async def open_log(self, request: OpenLog) -> SpanResult:
+        return await self.submit(request)
+
 
 # --- rules every implementation applies ----------------------------------------------------------
 
@@ -619,6 +691,9 @@ def check_commit_batch(producers: ProducerState, batch: CommitBatch, info: LogIn
     else the plan to apply with ``apply_commit_plan``. A rejected batch (e.g. of a producer
     whose epoch a marker fenced) takes no offset: its bytes stay dead in its object."""
     append_time = now_ms if batch.log_append_time else None
+    if info.sealed:
+        return BatchResult(ErrorCode.not_leader_or_follower,
+                           error_message="the partition is switching to another storage mode")
     try:
         plan = producers.check_append([batch], info.high_watermark, append_time, batch.marker)
     except ProducerStateError as e:

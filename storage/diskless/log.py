@@ -3,6 +3,7 @@ writer, offsets and reads come from the batch coordinator, bytes from object sto
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 
@@ -27,10 +28,18 @@ from ..log import (
     PartitionLog,
     ReadResult,
     RecordsLost,
+    SpanEnd,
     TimestampOffset,
 )
 from ..objectstore import ObjectNotFound
-from .control_plane import LOG_APPEND_TIME, BatchCoordinate, ControlPlane, DeleteRecords
+from .control_plane import (
+    LOG_APPEND_TIME,
+    BatchCoordinate,
+    ControlPlane,
+    DeleteRecords,
+    OpenLog,
+    SealLog,
+)
 from .read_cache import ReadCache
 from .wal_writer import WalWriter
 
@@ -79,6 +88,25 @@ class DisklessLog(PartitionLog):
 
     async def catch_up(self, since: float) -> None:
         await self.control_plane.catch_up(since)
+
+    # -- live storage-mode switches: the batch coordinator cuts the span ---------------------
+
+    async def seal(self) -> SpanEnd:
+        # Every broker appends: only the coordinator's log orders the seal against commits.
+        result = await self.control_plane.seal_log(SealLog(self.topic_id, self.partition))
+        return SpanEnd(result.offset, base64.b64decode(result.producer_state))
+
+    def skip_to(self, offset: int) -> None:
+        pass  # the offsets are the batch coordinator's, which OpenLog moved there
+
+    async def start_span(self, previous: SpanEnd) -> None:
+        result = await self.control_plane.open_log(OpenLog(
+            self.topic_id, self.partition, previous.offset,
+            base64.b64encode(previous.producer_state).decode("ascii")))
+        if result.error_code != ErrorCode.none:
+            raise KafkaStorageError(f"the batch coordinator cannot start {self.topic}-"
+                                    f"{self.partition} at {previous.offset}: "
+                                    f"{result.error_code.name}")
 
     def last_stable_offset(self, high_watermark: int) -> int:
         # Markers are committed into the log like any batch: the coordinator's copy knows

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from storage.producer_state import AbortedTransaction, ProducerEntry, ProducerState
 
 from .control_plane import (
@@ -36,18 +38,24 @@ from .control_plane import (
     MergeResult,
     ObjectsDeleted,
     ObjectsDeletedResult,
+    OpenLog,
     RecordControlPlane,
     Request,
+    SealLog,
+    SpanResult,
     StateStats,
     apply_commit_plan,
     batches_from,
+    carried_producers,
     check_commit_batch,
     compaction_refusal,
     compaction_result,
     kept_checkpoints,
     new_log_start,
+    opened_span,
     refused_commit,
     retention_keep_from,
+    sealed_span,
 )
 
 
@@ -58,12 +66,13 @@ class _Log:
     size_bytes: int = 0
     cleaned_offset: int = 0
     tombstone_horizon_ms: int = -1
+    sealed: bool = False
     batches: list[BatchCoordinate] = field(default_factory=list)  # by base offset
     producers: ProducerState = field(default_factory=ProducerState)
 
     def info(self) -> LogInfo:
         return LogInfo(self.log_start_offset, self.high_watermark, self.size_bytes,
-                       self.cleaned_offset, self.tombstone_horizon_ms)
+                       self.cleaned_offset, self.tombstone_horizon_ms, self.sealed)
 
     def move_start(self, log_start_offset: int) -> None:
         self.log_start_offset = log_start_offset
@@ -289,7 +298,28 @@ class InMemoryControlPlane(RecordControlPlane):
             [*self._checkpoints, (request.offset, request.object_key)], request.keep)
         return result
 
+    def _seal_log(self, request: SealLog) -> SpanResult:
+        log = self._logs.get((request.topic_id, request.partition))
+        if log is not None:
+            log.sealed = True
+        return sealed_span(None if log is None else log.info(),
+                           ProducerState() if log is None else log.producers)
+
+    def _open_log(self, request: OpenLog) -> SpanResult:
+        key = (request.topic_id, request.partition)
+        log = self._logs.get(key)
+        unchanged = opened_span(request, None if log is None else log.info())
+        if unchanged is not None:
+            return unchanged
+        if log is None:
+            log = self._logs[key] = _Log(request.offset, request.offset)
+        log.high_watermark, log.sealed = request.offset, False
+        log.producers = carried_producers(request)
+        return SpanResult(ErrorCode.none, request.offset)
+
     _HANDLERS = {
+        SealLog: _seal_log,
+        OpenLog: _open_log,
         CommitFile: _commit_file,
         DeleteRecords: _delete_records,
         EnforceRetention: _enforce_retention,

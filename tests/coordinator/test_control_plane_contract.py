@@ -4,6 +4,7 @@ directly (no replicated log); both must answer the same."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import random
 
@@ -39,13 +40,16 @@ from storage.diskless.control_plane import (
     MergeResult,
     ObjectsDeleted,
     ObjectsDeletedResult,
+    OpenLog,
+    SealLog,
     decode_request,
 )
 from storage.diskless.memory_control_plane import InMemoryControlPlane
-from storage.producer_state import AbortedTransaction
+from storage.producer_state import AbortedTransaction, ProducerState
 
 STORAGE_ERROR, UNKNOWN_TOPIC, OUT_OF_ORDER, FENCED_EPOCH, INVALID_RECORD = 56, 3, 45, 47, 87
 OFFSET_OUT_OF_RANGE, INVALID_TXN_STATE, COORDINATOR_FENCED = 1, 48, 52
+NOT_LEADER_OR_FOLLOWER, INVALID_REQUEST = 6, 42
 
 
 @pytest.fixture(params=["in-memory", "sqlite"])
@@ -465,3 +469,41 @@ async def test_checkpoints_kept_and_where_the_log_may_start(control_plane):
         CheckpointTaken(30, "c/30", keep=2)) == CheckpointTakenResult(31)
     record = CheckpointTaken(50, "c/50", keep=2)
     assert decode_request(record.to_wire()) == record
+
+
+# --- live storage-mode switches (docs/mode-switch.md) ----------------------------------------
+
+
+async def test_a_sealed_log_refuses_commits_retriably_and_answers_the_same_end(control_plane):
+    await commit(control_plane, "o1", batch(count=3, producer=7, seq=0))
+    first = await control_plane.seal_log(SealLog("t", 0))
+    assert (first.error_code, first.offset) == (0, 3)
+    carried = ProducerState.restore(base64.b64decode(first.producer_state))
+    assert carried.producers[7].last_sequence == 2
+    (refused,) = await commit(control_plane, "o2", batch(count=1, producer=7, seq=3))
+    assert refused.error_code == NOT_LEADER_OR_FOLLOWER
+    assert await control_plane.seal_log(SealLog("t", 0)) == first
+    assert control_plane.log_info("t", 0).high_watermark == 3
+
+
+async def test_an_opened_log_continues_at_the_boundary_with_the_carried_producers(control_plane):
+    producers = ProducerState()
+    producers.load_batch(batch(count=5, producer=7, seq=0), 0)
+    state = base64.b64encode(producers.snapshot()).decode()
+    opened = await control_plane.open_log(OpenLog("t", 0, 40, state))
+    assert (opened.error_code, opened.offset) == (0, 40)
+    # A retry of the producer's last batch is a duplicate; the next one takes offset 40.
+    (duplicate,) = await commit(control_plane, "o1", batch(count=5, producer=7, seq=0))
+    assert (duplicate.error_code, duplicate.base_offset) == (0, 0)
+    (stored,) = await commit(control_plane, "o2", batch(count=2, producer=7, seq=5))
+    assert (stored.error_code, stored.base_offset) == (0, 40)
+    assert await control_plane.open_log(OpenLog("t", 0, 40, state)) == opened  # a repeat
+
+    # Sealed again and reopened further on: the offsets in between are another engine's.
+    await control_plane.seal_log(SealLog("t", 0))
+    assert (await control_plane.open_log(OpenLog("t", 0, 41, state))).error_code == INVALID_REQUEST
+    assert (await control_plane.open_log(OpenLog("t", 0, 60, state))).offset == 60
+    (later,) = await commit(control_plane, "o3", batch(count=1))
+    assert later.base_offset == 60
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 45, 1 << 20)] == [60]
+    assert [c.base_offset for c in control_plane.find_batches("t", 0, 40, 1 << 20)] == [40, 60]

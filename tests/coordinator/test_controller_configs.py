@@ -72,10 +72,8 @@ async def test_validate_only_changes_nothing(controller):
     ([ConfigChange("retention.ms", APPEND, "1")], ErrorCode.invalid_config, "not a list"),
     ([ConfigChange("retention.ms", SET, "1"), ConfigChange("retention.ms", DELETE, None)],
      ErrorCode.invalid_request, "duplicate config keys"),
-    ([ConfigChange("kipper.storage.mode", SET, "diskless")], ErrorCode.invalid_config,
-     "kipper.storage.mode is fixed at creation"),
-    ([ConfigChange("kipper.storage.mode", DELETE, None)], ErrorCode.invalid_config,
-     "kipper.storage.mode is fixed at creation"),
+    ([ConfigChange("kipper.storage.mode", SET, "active-tiered")], ErrorCode.invalid_config,
+     "switches between classic and diskless only"),
 ])
 async def test_bad_topic_changes_are_refused_with_kafkas_codes(controller, changes, code, message):
     with pytest.raises(ControllerError) as refused:
