@@ -83,7 +83,8 @@ def test_every_claim_once_and_missing_runs_say_how_to_make_them():
     assert "python -m bench.commit_fanout_bench --json" in section(text, 8)
     assert "Measured: not run yet (`python -m bench.diskless_sweep_bench" in text
     assert "**hedging does not reach the target**" in text
-    assert "Not measurable here, because" in section(text, 17)
+    assert "Not measurable here, because" in section(text, 18)
+    assert "python -m bench.mode_switch_bench" in section(text, 17)
 
 
 def test_command_writes_the_document_from_the_files(tmp_path):
