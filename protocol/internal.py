@@ -37,6 +37,10 @@ class InternalApiKey(enum.IntEnum):
     # the consumer's ShareFetch / ShareAcknowledge or the group's coordinator. Sent to the
     # leader of the share partition's __share_group_state partition.
     SHARE_PARTITION_CALL = 9003
+    # Commit ranges of object storage to shared partitions' streams (KIP-1183,
+    # storage/shared/stream.py), checked against their leadership. Sent to the active
+    # controller by the partitions' leaders.
+    SHARED_STREAM_COMMIT = 9004
 
 
 @dataclass(frozen=True, slots=True)

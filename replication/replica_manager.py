@@ -26,6 +26,7 @@ from storage.manager import LogManager, is_internal_topic
 
 from .dynamic_config import DynamicConfigs
 from .leaderless_partition import LeaderlessPartition
+from .shared_partition import SharedPartition
 from .node_client import NodeClient, NodeConnection
 from .loop_slice import LoopSlice
 from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
@@ -220,12 +221,17 @@ class ReplicaManager:
         partition = self.partitions.get(key)
         if partition is None:
             log_ = self.logs.open(info.topic, info.partition, config)
-            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
-                                            self.isr_changes, self.last_fetch_by)
+            if config.storage_mode == "shared":
+                partition = SharedPartition(self.node_id, log_, info)
+            else:
+                partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
+                                                self.isr_changes, self.last_fetch_by)
             self.partitions[key] = partition
         else:
             partition.update_info(info)
-        if partition.is_leader or info.leader == NO_LEADER:
+        # A shared partition's other replicas fetch nothing: object storage holds its data.
+        if (partition.is_leader or info.leader == NO_LEADER
+                or isinstance(partition, SharedPartition)):
             self._stop_following(*key)
         else:
             self._follow(partition)

@@ -1,0 +1,83 @@
+"""What the shared engine keeps about one partition on this broker: whether it leads it and
+in which epoch, the committed end (what its stream in the metadata holds), and the
+*generation*, which a reset bumps so that records appended before it are never committed
+after it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ..log import KafkaStorageError
+
+if TYPE_CHECKING:
+    from .log import SharedLog
+
+
+class NotCommitted(KafkaStorageError):
+    """The records were not committed to the stream (retriable for every Kafka client)."""
+
+
+class SharedPartitionState:
+    def __init__(self, log: "SharedLog") -> None:
+        self.log = log
+        self.leading = False
+        self.leader_epoch = -1
+        self.generation = 0
+        # Offsets below it are in object storage and in the stream metadata.
+        self.committed_end = 0
+        self._reason = ""
+        self._change: asyncio.Future | None = None
+
+    def __repr__(self) -> str:
+        return (f"SharedPartitionState({self.topic}-{self.partition}, leading={self.leading}, "
+                f"committed_end={self.committed_end})")
+
+    @property
+    def topic(self) -> str:
+        return self.log.topic
+
+    @property
+    def partition(self) -> int:
+        return self.log.partition
+
+    def became_leader(self, leader_epoch: int, committed_end: int) -> None:
+        self.leading = True
+        self.leader_epoch = leader_epoch
+        self.committed_end = committed_end
+        self.generation += 1
+        self._wake()
+
+    def stopped_leading(self) -> None:
+        self.leading = False
+        self.generation += 1
+        self._reason = "this broker no longer leads the partition"
+        self._wake()
+
+    def committed(self, end: int) -> None:
+        if end > self.committed_end:
+            self.committed_end = end
+            self._wake()
+
+    def reset(self, reason: str) -> None:
+        """What is above the committed end will never be committed: drop it from the local
+        log (and the producer state it built), fail whoever waits for it."""
+        self.generation += 1
+        self._reason = reason
+        if self.leading:
+            self.log.truncate_locally(self.committed_end)
+        self._wake()
+
+    async def wait_committed(self, end: int, generation: int) -> None:
+        """Return once offsets below ``end`` are committed; raise NotCommitted if the
+        partition is reset or loses its leadership first."""
+        while self.committed_end < end:
+            if self.generation != generation:
+                raise NotCommitted(f"{self.topic}-{self.partition}: {self._reason}")
+            if self._change is None or self._change.done():
+                self._change = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._change)
+
+    def _wake(self) -> None:
+        if self._change is not None and not self._change.done():
+            self._change.set_result(None)

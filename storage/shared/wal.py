@@ -1,0 +1,179 @@
+"""The broker's shared-storage WAL (KIP-1183, AutoMQ's S3 WAL): one object for the new
+records of every shared partition this broker leads.
+
+Data flow: the leader appends to its local log (offsets, producer state), then hands the
+bytes here (``append``). The open buffer closes after ``shared_wal_interval_ms`` or at
+``shared_wal_max_bytes``; it is PUT as one object to the regional bucket, then one commit
+names each partition's range of it to the controller (stream.StreamCommit). Only an
+accepted commit moves a partition's committed end, which is what its producers wait for.
+Objects are PUT concurrently but committed strictly in buffer order, so each partition's
+ranges reach the controller in offset order.
+
+A part the controller refuses (this broker no longer leads, or the stream does not end
+where the part starts), or a failed PUT, *resets* the partition: its local log is cut back
+to the committed end and its waiting producers get a retriable error. Parts appended before
+the reset and still buffered are dropped unsent. An object none of whose parts was
+committed is deleted at once; the others stay until compaction (storage.shared.compactor)
+has replaced every range of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from storage.histogram import Histogram
+from storage.objectstore import ObjectStore, ObjectStoreError
+
+from .state import SharedPartitionState
+from .stream import WAL, CommitOutcome, StreamCommit, StreamMetadata, StreamRange
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Part:
+    state: SharedPartitionState
+    generation: int
+    leader_epoch: int
+    base_offset: int
+    last_offset: int
+    position: int
+    length: int
+
+
+class SharedWal:
+    def __init__(self, store: ObjectStore, bucket: str, key_prefix: str, interval_ms: int,
+                 max_bytes: int) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.key_prefix = key_prefix
+        self.interval_s = interval_ms / 1000
+        self.max_bytes = max_bytes
+        self.streams: StreamMetadata | None = None
+        self.put_seconds = Histogram()
+        self.commit_seconds = Histogram()
+        self._buffer = bytearray()
+        self._parts: list[_Part] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._previous_commit: asyncio.Future | None = None
+        self._in_flight: set[asyncio.Task] = set()
+
+    def append(self, state: SharedPartitionState, data: bytes | bytearray | memoryview,
+               base_offset: int, last_offset: int) -> None:
+        """Buffer records the leader just appended at [base_offset, last_offset]."""
+        self._parts.append(_Part(state, state.generation, state.leader_epoch, base_offset,
+                                 last_offset, len(self._buffer), len(data)))
+        self._buffer += data
+        if len(self._buffer) >= self.max_bytes:
+            self._close_buffer()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.interval_s,
+                                                                self._close_buffer)
+
+    def _close_buffer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._parts:
+            return
+        data, parts = bytes(self._buffer), self._parts
+        self._buffer, self._parts = bytearray(), []
+        previous = self._previous_commit
+        committed = self._previous_commit = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._upload_and_commit(data, parts, previous, committed))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _upload_and_commit(self, data: bytes, parts: list[_Part],
+                                 previous: asyncio.Future | None,
+                                 committed: asyncio.Future) -> None:
+        key = f"{self.key_prefix}{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:12]}"
+        try:
+            started = time.monotonic()
+            try:
+                await self.store.put(self.bucket, key, data)
+                self.put_seconds.observe(time.monotonic() - started)
+                uploaded = True
+            except ObjectStoreError as e:
+                log.warning("shared WAL upload of %s (%d bytes) failed: %s", key, len(data), e)
+                uploaded = False
+            finally:
+                if previous is not None:
+                    await asyncio.shield(previous)  # commits in buffer order
+            if not uploaded:
+                self._reset(parts, "the WAL object could not be uploaded")
+                return
+            await self._commit(key, parts)
+        except Exception:  # every waiting producer must get an answer
+            log.exception("shared WAL object %s failed", key)
+            self._reset(parts, "the WAL object failed")
+        finally:
+            committed.set_result(None)
+
+    async def _commit(self, key: str, parts: list[_Part]) -> None:
+        by_partition: dict[int, list[_Part]] = {}
+        dropped = []
+        for part in parts:
+            if part.state.generation == part.generation and part.state.leading:
+                by_partition.setdefault(id(part.state), []).append(part)
+            else:
+                dropped.append(part)
+        self._reset(dropped, "the partition was reset or lost its leadership before its commit")
+        commits = [StreamCommit(p[0].state.topic, p[0].state.partition, p[0].leader_epoch,
+                                tuple(self._ranges(key, p))) for p in by_partition.values()]
+        outcomes: list[CommitOutcome] = []
+        if commits:
+            started = time.monotonic()
+            try:
+                outcomes = await self.streams.commit(commits)
+            except Exception as e:
+                log.warning("commit of shared WAL object %s failed: %s", key, e)
+                self._reset(parts, f"the controller did not commit: {e}")
+                return
+            self.commit_seconds.observe(time.monotonic() - started)
+        accepted = False
+        for group, commit, outcome in zip(by_partition.values(), commits, outcomes):
+            if outcome.error_code == 0:
+                accepted = True
+                group[0].state.committed(commit.ranges[-1].last_offset + 1)
+            else:
+                self._reset(group, f"the controller refused the commit: "
+                                   f"{outcome.error_code.name} {outcome.message}")
+        if not accepted:
+            await self._delete_unreferenced(key)
+
+    def _ranges(self, key: str, parts: list[_Part]) -> list[StreamRange]:
+        """One range per run of parts adjacent in the object and in offsets."""
+        ranges: list[StreamRange] = []
+        for part in parts:
+            last = ranges[-1] if ranges else None
+            if (last is not None and last.last_offset + 1 == part.base_offset
+                    and last.position + last.length == part.position):
+                ranges[-1] = StreamRange(self.bucket, key, last.base_offset, part.last_offset,
+                                         last.position, last.length + part.length,
+                                         part.leader_epoch, WAL)
+            else:
+                ranges.append(StreamRange(self.bucket, key, part.base_offset, part.last_offset,
+                                          part.position, part.length, part.leader_epoch, WAL))
+        return ranges
+
+    @staticmethod
+    def _reset(parts: list[_Part], reason: str) -> None:
+        for part in parts:
+            if part.state.generation == part.generation:
+                part.state.reset(reason)
+
+    async def _delete_unreferenced(self, key: str) -> None:
+        try:
+            await self.store.delete(self.bucket, [key])
+        except ObjectStoreError as e:
+            log.warning("cannot delete the uncommitted WAL object %s: %s", key, e)
+
+    async def close(self) -> None:
+        """Flush the open buffer and wait for what is in flight."""
+        self._close_buffer()
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
