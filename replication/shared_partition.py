@@ -20,6 +20,7 @@ from protocol.records import BatchHeader
 from storage.append_rules import AppendOrigin
 from storage.log import AppendResult
 from storage.shared import SharedLog
+from storage.shared.state import NotCommitted
 
 from .cluster_metadata import MetadataImage, PartitionInfo
 from .partition import PartitionError, ReplicatedPartition
@@ -56,6 +57,10 @@ class SharedPartition(ReplicatedPartition):
             # recognised by its sequence numbers.
             raise PartitionError(ErrorCode.request_timed_out,
                                  f"not committed within the request's {timeout_s:g} s") from None
+        except NotCommitted as e:
+            if e.deposed:  # the client looks for the new leader
+                raise PartitionError(ErrorCode.not_leader_or_follower, str(e)) from e
+            raise
         self.log.on_high_watermark_updated(self.high_watermark)
         self.notify_waiters()  # consumers long-polling for the committed records
         return result

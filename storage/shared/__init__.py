@@ -13,6 +13,9 @@ through the controller (replication.shared_streams).
 from __future__ import annotations
 
 import asyncio
+import logging
+import statistics
+import time
 from pathlib import Path
 
 from ..config import LogConfig
@@ -30,6 +33,8 @@ from .stream import (
     StreamRange,
 )
 from .wal import SharedWal
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SHARED_STREAM_RECORD", "CommitOutcome", "SharedLog", "SharedStorage",
            "SharedStreams", "StreamCommit", "StreamMetadata", "StreamRange"]
@@ -50,6 +55,11 @@ class SharedStorage:
         self.reopen_seconds = Histogram()
         self._leading: dict[tuple[str, int], SharedLog] = {}
         self._compacting: asyncio.Task | None = None
+        # The reopens under way, and since when and how long each took, for one log line
+        # per wave of new leaderships (a failover moves hundreds at once).
+        self._reopening: set[int] = set()
+        self._wave_started = 0.0
+        self._wave: list[float] = []
 
     def open_log(self, topic: str, partition: int, config: LogConfig,
                  directory: Path) -> SharedLog:
@@ -60,10 +70,25 @@ class SharedStorage:
         if role is not Leadership.LEADER and self._leading.get(key) is log_:
             del self._leading[key]
 
-    def reopened(self, log_: SharedLog, seconds: float, ranges: int) -> None:
-        """``log_`` was rebuilt from ``ranges`` ranges of its stream and now leads."""
-        self._leading[(log_.topic, log_.partition)] = log_
-        self.reopen_seconds.observe(seconds)
+    def reopening(self, log_: SharedLog) -> None:
+        if not self._reopening:
+            self._wave_started, self._wave = time.monotonic(), []
+        self._reopening.add(id(log_))
+
+    def reopened(self, log_: SharedLog, seconds: float | None) -> None:
+        """``log_`` was rebuilt from its stream in ``seconds`` and now leads (None: its
+        reopening was abandoned, the leadership having moved on)."""
+        if seconds is not None:
+            self._leading[(log_.topic, log_.partition)] = log_
+            self.reopen_seconds.observe(seconds)
+            self._wave.append(seconds)
+        self._reopening.discard(id(log_))
+        if not self._reopening and self._wave:
+            log.info("reopened %d partition(s) from object storage in %.3f s (per partition: "
+                     "median %.3f s, max %.3f s)", len(self._wave),
+                     time.monotonic() - self._wave_started, statistics.median(self._wave),
+                     max(self._wave))
+            self._wave = []
 
     async def start(self, streams: StreamMetadata) -> None:
         self.streams = self.wal.streams = streams

@@ -74,7 +74,8 @@ class SharedLog(ClassicLog):
     async def _append(self, records: bytearray, batches: list[BatchHeader], leader_epoch: int,
                       decision: AppendDecision) -> AppendResult:
         if not self.state.leading:
-            raise NotCommitted(f"{self.topic}-{self.partition} is not open for appends here")
+            raise NotCommitted(f"{self.topic}-{self.partition} is not open for appends here",
+                               deposed=True)
         generation = self.state.generation
         end_before = self.log_end_offset
         result = await super()._append(records, batches, leader_epoch, decision)
@@ -97,19 +98,24 @@ class SharedLog(ClassicLog):
 
     async def _reopen(self, leader_epoch: int) -> None:
         await self._engine.started.wait()
-        while True:
-            started = time.monotonic()
-            ranges = self._engine.streams.stream(self.topic, self.partition)
-            try:
-                await self._rebuild(ranges)
-            except (ObjectStoreError, asyncio.TimeoutError) as e:
-                log.warning("%r: reopening from object storage failed (retrying): %s", self, e)
-                await asyncio.sleep(REOPEN_RETRY_S)
-                continue
-            break
+        self._engine.reopening(self)
+        started = time.monotonic()
+        try:
+            while True:
+                ranges = self._engine.streams.stream(self.topic, self.partition)
+                try:
+                    await self._rebuild(ranges)
+                    break
+                except (ObjectStoreError, asyncio.TimeoutError) as e:
+                    log.warning("%r: reopening from object storage failed (retrying): %s",
+                                self, e)
+                    await asyncio.sleep(REOPEN_RETRY_S)
+        except asyncio.CancelledError:
+            self._engine.reopened(self, None)
+            raise
         end = ranges[-1].last_offset + 1 if ranges else self.log_start_offset
         self.state.became_leader(leader_epoch, end)
-        self._engine.reopened(self, time.monotonic() - started, len(ranges))
+        self._engine.reopened(self, time.monotonic() - started)
 
     async def _rebuild(self, ranges: list[StreamRange]) -> None:
         """The local log made the stream's copy: emptied, then every range appended."""

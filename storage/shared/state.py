@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 
 class NotCommitted(KafkaStorageError):
-    """The records were not committed to the stream (retriable for every Kafka client)."""
+    """The records were not committed to the stream (retriable for every Kafka client);
+    ``deposed``: because this broker no longer leads the partition."""
+
+    def __init__(self, message: str, deposed: bool) -> None:
+        super().__init__(message)
+        self.deposed = deposed
 
 
 class SharedPartitionState:
@@ -27,6 +32,7 @@ class SharedPartitionState:
         # Offsets below it are in object storage and in the stream metadata.
         self.committed_end = 0
         self._reason = ""
+        self._deposed = False
         self._change: asyncio.Future | None = None
 
     def __repr__(self) -> str:
@@ -51,7 +57,7 @@ class SharedPartitionState:
     def stopped_leading(self) -> None:
         self.leading = False
         self.generation += 1
-        self._reason = "this broker no longer leads the partition"
+        self._reason, self._deposed = "this broker no longer leads the partition", True
         self._wake()
 
     def committed(self, end: int) -> None:
@@ -59,11 +65,12 @@ class SharedPartitionState:
             self.committed_end = end
             self._wake()
 
-    def reset(self, reason: str) -> None:
+    def reset(self, reason: str, deposed: bool = False) -> None:
         """What is above the committed end will never be committed: drop it from the local
-        log (and the producer state it built), fail whoever waits for it."""
+        log (and the producer state it built), fail whoever waits for it. ``deposed``: the
+        controller says another broker leads the partition now."""
         self.generation += 1
-        self._reason = reason
+        self._reason, self._deposed = reason, deposed
         if self.leading:
             self.log.truncate_locally(self.committed_end)
         self._wake()
@@ -73,7 +80,8 @@ class SharedPartitionState:
         partition is reset or loses its leadership first."""
         while self.committed_end < end:
             if self.generation != generation:
-                raise NotCommitted(f"{self.topic}-{self.partition}: {self._reason}")
+                raise NotCommitted(f"{self.topic}-{self.partition}: {self._reason}",
+                                   self._deposed)
             if self._change is None or self._change.done():
                 self._change = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._change)

@@ -25,6 +25,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from storage.histogram import Histogram
 from storage.objectstore import ObjectStore, ObjectStoreError
 
@@ -32,6 +34,8 @@ from .state import SharedPartitionState
 from .stream import WAL, CommitOutcome, StreamCommit, StreamMetadata, StreamRange
 
 log = logging.getLogger(__name__)
+# The controller's answers that mean another broker leads the partition now.
+DEPOSED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 @dataclass(slots=True)
@@ -142,7 +146,8 @@ class SharedWal:
                 group[0].state.committed(commit.ranges[-1].last_offset + 1)
             else:
                 self._reset(group, f"the controller refused the commit: "
-                                   f"{outcome.error_code.name} {outcome.message}")
+                                   f"{outcome.error_code.name} {outcome.message}",
+                            deposed=outcome.error_code in DEPOSED)
         if not accepted:
             await self._delete_unreferenced(key)
 
@@ -162,10 +167,10 @@ class SharedWal:
         return ranges
 
     @staticmethod
-    def _reset(parts: list[_Part], reason: str) -> None:
+    def _reset(parts: list[_Part], reason: str, deposed: bool = False) -> None:
         for part in parts:
             if part.state.generation == part.generation:
-                part.state.reset(reason)
+                part.state.reset(reason, deposed)
 
     async def _delete_unreferenced(self, key: str) -> None:
         try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.storage_modes import (MODES, ClassicMode, DisklessMode, StorageMode, TieredMode,
-                                   compressions)
+from support.storage_modes import (MODES, ClassicMode, DisklessMode, SharedMode, StorageMode,
+                                   TieredMode, compressions)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -37,6 +37,8 @@ def storage_mode(request) -> StorageMode:
         return ClassicMode(request.getfixturevalue("shared_broker"))
     if request.param == "diskless":
         return DisklessMode(request.getfixturevalue("diskless_cluster"))
+    if request.param == "shared":
+        return SharedMode(request.getfixturevalue("shared_cluster"))
     return TieredMode(request.getfixturevalue("tiered_cluster"))
 
 
