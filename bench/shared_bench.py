@@ -8,6 +8,10 @@ the broker again and waits until every live replica is back in the ISRs. At the 
 acknowledged record is read back: none may be missing or appear twice. Printed: the write
 stop of the partitions the killed broker led, and the reopen figures the new leaders log.
 
+Produce latency (`--latency-profiles`, a cluster per S3 latency profile): acks=all P50/P99
+of the shared mode next to the other three, each on a 3-partition RF=3 topic of its mode,
+with bench/diskless_bench.py's paced producers (one per AZ, 1 KiB records, linger.ms=0).
+
 Reopen (`--reopen-partitions`, on a cluster of its own): a shared topic of N partitions, all
 led by one broker that is not the active controller, each partition written
 `--records-per-partition` records of 1 KiB; once they are in data objects the broker is
@@ -16,12 +20,14 @@ the wave; and per partition). Run with `--reopen-partitions 1` for one partition
 
     python -m bench.shared_bench [--cycles 20] [--reopen-partitions 1,1000]
                                  [--records-per-partition 20]
+                                 [--latency-profiles s3-standard,s3-express]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -37,9 +43,11 @@ from bench.controller_failover_bench import (
     start_broker,
     wait_for,
 )
+from bench.diskless_bench import LatencyResult, latency_case, start_cluster
 from bench.local_cluster import LocalCluster
 
 BROKERS = 3
+MODES = ("classic", "active-tiered", "diskless", "shared")
 CLUSTER_ENV = {"KIPPER_BROKER_SESSION_TIMEOUT_MS": "3000",
                "KIPPER_REPLICA_LAG_TIME_MAX_MS": "4000",
                "KIPPER_SHARED_DATA_OBJECT_INTERVAL_MS": "1000"}
@@ -69,11 +77,13 @@ def _admin(cluster: LocalCluster):
     return AdminClient({"bootstrap.servers": cluster.bootstrap})
 
 
-def _create(cluster: LocalCluster, topic: str, partitions: int, assignment=None) -> None:
+def create_shared_topic(cluster: LocalCluster, topic: str, partitions: int,
+                        assignment: list[list[int]] | None = None) -> None:
     from confluent_kafka.admin import NewTopic
     new = (NewTopic(topic, replica_assignment=assignment, config=SHARED) if assignment
            else NewTopic(topic, partitions, BROKERS, config=SHARED))
-    for future in _admin(cluster).create_topics([new], operation_timeout=60).values():
+    admin = _admin(cluster)  # kept alive until the answer: its futures die with it
+    for future in admin.create_topics([new], operation_timeout=60).values():
         future.result(120)
 
 
@@ -96,7 +106,7 @@ class FailoverResult:
 
 def run_failover(cluster: LocalCluster, cycles: int, topic: str = "shared-failover"
                  ) -> FailoverResult:
-    _create(cluster, topic, PARTITIONS)
+    create_shared_topic(cluster, topic, PARTITIONS)
     wait_for(lambda: fully_replicated(cluster.bootstrap, topic), 60, "topic ready")
     producing = Producing(cluster.bootstrap, topic).start()
     alive = set(range(BROKERS))
@@ -139,7 +149,7 @@ def run_reopen(cluster: LocalCluster, partitions: int, records_per_partition: in
     controller = active_controller(cluster, set(range(BROKERS))).leader_id
     victim, heir = [n for n in range(BROKERS) if n != controller][:2]
     topic = f"shared-reopen-{partitions}"
-    _create(cluster, topic, partitions, [[victim, heir]] * partitions)
+    create_shared_topic(cluster, topic, partitions, [[victim, heir]] * partitions)
     wait_for(lambda: all(leader == victim for leader in leaders(cluster, topic).values())
              and len(leaders(cluster, topic)) == partitions, 120, "partitions led")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
@@ -169,6 +179,21 @@ def run_reopen(cluster: LocalCluster, partitions: int, records_per_partition: in
     return found
 
 
+# --- produce latency per mode ------------------------------------------------------------
+
+def run_latency(root: Path, profiles: list[str], args: argparse.Namespace) -> list[LatencyResult]:
+    results = []
+    for profile in profiles:
+        cluster = start_cluster(root, profile)
+        try:
+            for mode in MODES:
+                results.append(latency_case(cluster, f"{mode} RF=3", profile,
+                                            {"kipper.storage.mode": mode}, args))
+        finally:
+            cluster.stop()
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shared_bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reopen-partitions", default="1,1000",
                         help="partition counts reopened at once (default 1,1000)")
     parser.add_argument("--records-per-partition", type=int, default=20)
+    parser.add_argument("--latency-profiles", default="s3-standard,s3-express",
+                        help="S3 latency profiles of the produce latency runs ('' for none)")
+    parser.add_argument("--records", type=int, default=3000,
+                        help="measured records per latency case, over 3 producers")
+    parser.add_argument("--rate", type=float, default=150, help="records/s per latency case")
+    parser.add_argument("--warmup-s", type=float, default=2.0)
+    parser.add_argument("--record-size", type=int, default=1024)
     args = parser.parse_args(argv)
     failed = False
     if args.cycles:
@@ -209,6 +241,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(f'{w.wave_s:.2f} s' for w in waves)}; per partition median "
               f"{max(w.median_s for w in waves):.3f} s, max {max(w.max_s for w in waves):.3f} s",
               flush=True)
+    profiles = [p for p in args.latency_profiles.split(",") if p]
+    if profiles:
+        with tempfile.TemporaryDirectory(prefix="shared-latency-") as root:
+            latencies = run_latency(Path(root), profiles, args)
+        print("acks=all produce latency (ms):")
+        for result in latencies:
+            mean = statistics.fmean(result.latencies_ms) if result.latencies_ms else float("nan")
+            print(f"  {result.profile:<12} {result.case:<20} P50 {result.quantile(0.5):6.0f}  "
+                  f"P99 {result.quantile(0.99):6.0f}  mean {mean:6.0f}  "
+                  f"errors {result.errors or 0}", flush=True)
     return int(failed)
 
 

@@ -88,6 +88,11 @@ class SharedLog(ClassicLog):
     def durable_end_offset(self) -> int:
         return self.state.committed_end if self.state.leading else -1
 
+    def resync(self, leader_epoch: int) -> None:
+        """Still the leader, but unsure where the stream ends: reopen from it."""
+        self._stop_reopening()
+        self._reopening = asyncio.ensure_future(self._reopen(leader_epoch))
+
     def truncate_locally(self, offset: int) -> None:
         """Cut the local log at ``offset`` now (records that will never be committed)."""
         if offset < self.log_end_offset:

@@ -6,6 +6,7 @@ after it."""
 from __future__ import annotations
 
 import asyncio
+import enum
 from typing import TYPE_CHECKING
 
 from ..log import KafkaStorageError
@@ -21,6 +22,19 @@ class NotCommitted(KafkaStorageError):
     def __init__(self, message: str, deposed: bool) -> None:
         super().__init__(message)
         self.deposed = deposed
+
+
+class Reset(enum.Enum):
+    """How a partition recovers from records that will not be committed."""
+
+    # Known not committed (the WAL object was not uploaded): cut the local log back to the
+    # committed end.
+    TRUNCATE = "truncate"
+    # The controller says another broker leads: the metadata will say so too.
+    DEPOSED = "deposed"
+    # Whether they were committed is unknown here (a commit got no answer, or the stream
+    # does not end where this broker thought): rebuild the local log from the stream.
+    RESYNC = "resync"
 
 
 class SharedPartitionState:
@@ -65,14 +79,16 @@ class SharedPartitionState:
             self.committed_end = end
             self._wake()
 
-    def reset(self, reason: str, deposed: bool = False) -> None:
-        """What is above the committed end will never be committed: drop it from the local
-        log (and the producer state it built), fail whoever waits for it. ``deposed``: the
-        controller says another broker leads the partition now."""
+    def reset(self, reason: str, how: Reset) -> None:
+        """Fail whoever waits for records above the committed end, and make the local log
+        the stream's copy again (the producer state it builds with it)."""
         self.generation += 1
-        self._reason, self._deposed = reason, deposed
-        if self.leading:
+        self._reason, self._deposed = reason, how is Reset.DEPOSED
+        if self.leading and how is Reset.TRUNCATE:
             self.log.truncate_locally(self.committed_end)
+        elif self.leading and how is Reset.RESYNC:
+            self.leading = False
+            self.log.resync(self.leader_epoch)
         self._wake()
 
     async def wait_committed(self, end: int, generation: int) -> None:

@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from storage.histogram import Histogram
 from storage.objectstore import ObjectStore, ObjectStoreError
 
-from .state import SharedPartitionState
+from .state import Reset, SharedPartitionState
 from .stream import WAL, CommitOutcome, StreamCommit, StreamMetadata, StreamRange
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class SharedWal:
             await self._commit(key, parts)
         except Exception:  # every waiting producer must get an answer
             log.exception("shared WAL object %s failed", key)
-            self._reset(parts, "the WAL object failed")
+            self._reset(parts, "the WAL object failed", Reset.RESYNC)
         finally:
             committed.set_result(None)
 
@@ -136,7 +136,8 @@ class SharedWal:
                 outcomes = await self.streams.commit(commits)
             except Exception as e:
                 log.warning("commit of shared WAL object %s failed: %s", key, e)
-                self._reset(parts, f"the controller did not commit: {e}")
+                # Maybe committed, maybe not: only the stream can tell.
+                self._reset(parts, f"no answer to the commit: {e}", Reset.RESYNC)
                 return
             self.commit_seconds.observe(time.monotonic() - started)
         accepted = False
@@ -145,9 +146,11 @@ class SharedWal:
                 accepted = True
                 group[0].state.committed(commit.ranges[-1].last_offset + 1)
             else:
+                # Deposed; or the stream does not end where this broker thinks (an earlier
+                # commit whose answer was lost did land): only the stream can tell.
                 self._reset(group, f"the controller refused the commit: "
                                    f"{outcome.error_code.name} {outcome.message}",
-                            deposed=outcome.error_code in DEPOSED)
+                            Reset.DEPOSED if outcome.error_code in DEPOSED else Reset.RESYNC)
         if not accepted:
             await self._delete_unreferenced(key)
 
@@ -167,10 +170,10 @@ class SharedWal:
         return ranges
 
     @staticmethod
-    def _reset(parts: list[_Part], reason: str, deposed: bool = False) -> None:
+    def _reset(parts: list[_Part], reason: str, how: Reset = Reset.TRUNCATE) -> None:
         for part in parts:
             if part.state.generation == part.generation:
-                part.state.reset(reason, deposed)
+                part.state.reset(reason, how)
 
     async def _delete_unreferenced(self, key: str) -> None:
         try:
