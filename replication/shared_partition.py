@@ -42,6 +42,13 @@ class SharedPartition(ReplicatedPartition):
             return self.log.log_start_offset
         return min(self.log.durable_end_offset(), self.log.log_end_offset)
 
+    def check_epoch(self, current_leader_epoch: int) -> None:
+        """Also for consumers' fetches, which Kafka lets read from followers (KIP-392): a
+        replica that does not lead holds nothing to read."""
+        super().check_epoch(current_leader_epoch)
+        if not self.is_leader:
+            raise PartitionError(ErrorCode.not_leader_or_follower)
+
     def maybe_advance_high_watermark(self) -> None:
         """The high watermark is the stream's committed end: nothing to compute."""
 

@@ -53,6 +53,15 @@ class SharedLog(ClassicLog):
                 f"[{self.log_start_offset}, {self.log_end_offset}))")
 
     @property
+    def size_bytes(self) -> int:
+        """The bytes of the partition's stream in object storage, as every replica's metadata
+        has them (as diskless partitions report theirs): the local copy is a cache."""
+        streams = self._engine.streams
+        if streams is None:
+            return 0
+        return sum(r.length for r in streams.stream(self.topic, self.partition))
+
+    @property
     def serving(self) -> bool:
         """Leading, and reopened from object storage in this leadership."""
         return self.state.leading

@@ -3,7 +3,7 @@ mode (support.storage_modes), from one definition.
 
 Each mode's cluster is a session fixture, started once per worker on first use and kept to
 the end: classic the shared broker, diskless the diskless cluster (shared with
-tests/storage/diskless), active-tiered the tiered cluster. (With ``--dist loadfile`` a worker
+tests/storage/diskless), active-tiered the tiered cluster, shared the shared-storage cluster. (With ``--dist loadfile`` a worker
 moves from mode to mode at every file: a cluster of this package's would start again each
 time.)
 """
