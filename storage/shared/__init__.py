@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from ..config import LogConfig
-from ..histogram import Histogram
 from ..log import Leadership
 from ..objectstore import WAL_BUCKET, ObjectStore
 from .compactor import Compactor
@@ -52,7 +51,6 @@ class SharedStorage:
                                    data_object_interval_ms)
         self.streams: StreamMetadata | None = None
         self.started = asyncio.Event()
-        self.reopen_seconds = Histogram()
         self._leading: dict[tuple[str, int], SharedLog] = {}
         self._compacting: asyncio.Task | None = None
         # The reopens under way, and since when and how long each took, for one log line
@@ -80,7 +78,6 @@ class SharedStorage:
         reopening was abandoned, the leadership having moved on)."""
         if seconds is not None:
             self._leading[(log_.topic, log_.partition)] = log_
-            self.reopen_seconds.observe(seconds)
             self._wave.append(seconds)
         self._reopening.discard(id(log_))
         if not self._reopening and self._wave:

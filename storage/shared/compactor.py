@@ -32,8 +32,6 @@ class Compactor:
         self.bucket = bucket
         self.key_prefix = key_prefix
         self.interval_s = interval_ms / 1000
-        self.data_objects = 0
-        self.deleted_objects = 0
 
     async def run(self, leading: dict[tuple[str, int], SharedLog],
                   streams: StreamMetadata) -> None:
@@ -72,7 +70,6 @@ class Compactor:
             log.info("%r: data object refused (%s), deleting it", log_, outcome.message)
             await self.store.delete(self.bucket, [key])
             return
-        self.data_objects += 1
         await self._delete(outcome.freed)
 
     async def _delete(self, objects: tuple[tuple[str, str], ...]) -> None:
@@ -84,8 +81,6 @@ class Compactor:
                 await self.store.delete(bucket, keys)
             except ObjectStoreError as e:
                 log.warning("deleting %d unreferenced WAL objects failed: %s", len(keys), e)
-                continue
-            self.deleted_objects += len(keys)
 
 
 def _first_wal_run(stream: list[StreamRange]) -> list[StreamRange]:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from storage.histogram import Histogram
 from storage.objectstore import ObjectStore, ObjectStoreError
 
 from .state import Reset, SharedPartitionState
@@ -58,8 +57,6 @@ class SharedWal:
         self.interval_s = interval_ms / 1000
         self.max_bytes = max_bytes
         self.streams: StreamMetadata | None = None
-        self.put_seconds = Histogram()
-        self.commit_seconds = Histogram()
         self._buffer = bytearray()
         self._parts: list[_Part] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -97,10 +94,8 @@ class SharedWal:
                                  committed: asyncio.Future) -> None:
         key = f"{self.key_prefix}{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:12]}"
         try:
-            started = time.monotonic()
             try:
                 await self.store.put(self.bucket, key, data)
-                self.put_seconds.observe(time.monotonic() - started)
                 uploaded = True
             except ObjectStoreError as e:
                 log.warning("shared WAL upload of %s (%d bytes) failed: %s", key, len(data), e)
@@ -131,7 +126,6 @@ class SharedWal:
                                 tuple(self._ranges(key, p))) for p in by_partition.values()]
         outcomes: list[CommitOutcome] = []
         if commits:
-            started = time.monotonic()
             try:
                 outcomes = await self.streams.commit(commits)
             except Exception as e:
@@ -139,7 +133,6 @@ class SharedWal:
                 # Maybe committed, maybe not: only the stream can tell.
                 self._reset(parts, f"no answer to the commit: {e}", Reset.RESYNC)
                 return
-            self.commit_seconds.observe(time.monotonic() - started)
         accepted = False
         for group, commit, outcome in zip(by_partition.values(), commits, outcomes):
             if outcome.error_code == 0:
