@@ -38,3 +38,6 @@ class BrokerStreamMetadata:
 
     def stream(self, topic: str, partition: int) -> list[StreamRange]:
         return self.image.shared_streams.stream(topic, partition)
+
+    def stream_epochs(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        return self.image.shared_streams.stream_epochs(topic, partition)

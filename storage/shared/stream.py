@@ -112,16 +112,26 @@ class StreamMetadata(Protocol):
     def stream(self, topic: str, partition: int) -> list[StreamRange]:
         """The partition's committed ranges as this broker's metadata image has them."""
 
+    def stream_epochs(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(leader epoch, first offset) of each leadership that committed to the stream."""
+
 
 class SharedStreams:
     """Every shared partition's stream, and how many ranges refer to each object."""
 
     def __init__(self) -> None:
         self._streams: dict[tuple[str, int], list[StreamRange]] = {}
+        # Per stream, (leader epoch, first offset) of each leadership that appended to it,
+        # as a local log's leader-epoch cache: a new leader keeps what of its local log
+        # agrees with them (storage.shared.log).
+        self._epochs: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self._references: Counter[tuple[str, str]] = Counter()
 
     def stream(self, topic: str, partition: int) -> list[StreamRange]:
         return list(self._streams.get((topic, partition), ()))
+
+    def stream_epochs(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        return list(self._epochs.get((topic, partition), ()))
 
     def end_offset(self, topic: str, partition: int) -> int:
         ranges = self._streams.get((topic, partition))
@@ -170,14 +180,18 @@ class SharedStreams:
         commit = StreamCommit.from_wire(record)
         key = (commit.topic, commit.partition)
         stream = self._streams.setdefault(key, [])
+        epochs = self._epochs.setdefault(key, [])
         if record.get("whole"):  # a snapshot's: the stream as it is, replacing any copy
             removed, stream[:] = list(stream), list(commit.ranges)
+            epochs[:] = [(epoch, start) for epoch, start in record["epochs"]]
         elif commit.compaction:
             i, j = self._covered(stream, commit.ranges[0])
             removed, stream[i:j] = stream[i:j], list(commit.ranges)
         else:
             removed = []
             stream.extend(commit.ranges)
+            if not epochs or epochs[-1][0] != commit.leader_epoch:
+                epochs.append((commit.leader_epoch, commit.ranges[0].base_offset))
         for r in commit.ranges:
             self._references[r.bucket, r.key] += 1
         return self._release(removed)
@@ -186,6 +200,7 @@ class SharedStreams:
         removed = []
         for key in [k for k in self._streams if k[0] == topic]:
             removed += self._streams.pop(key)
+            self._epochs.pop(key, None)
         return self._release(removed)
 
     def _release(self, removed: list[StreamRange]) -> list[tuple[str, str]]:
@@ -201,5 +216,6 @@ class SharedStreams:
         """One record per stream, each replacing the stream it names: rebuilds the same
         state in an empty image, or in a lagging one (MetadataImage.snapshot_delta)."""
         return [{**StreamCommit(topic, partition, ranges[-1].leader_epoch,
-                                tuple(ranges)).record(), "whole": True}
+                                tuple(ranges)).record(), "whole": True,
+                 "epochs": [list(e) for e in self._epochs.get((topic, partition), ())]}
                 for (topic, partition), ranges in self._streams.items() if ranges]

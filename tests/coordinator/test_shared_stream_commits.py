@@ -122,3 +122,19 @@ async def test_streams_survive_a_snapshot(controller):
     for image in (rebuilt, lagging):
         assert image.shared_streams.stream("s", 0) == controller.image.shared_streams.stream("s", 0)
     assert rebuilt.checksum() == controller.image.checksum()
+
+
+async def test_the_stream_keeps_the_epochs_of_its_leaderships(controller):
+    first = info(controller).leader_epoch
+    await controller.commit_shared_streams(0, [append(first, wal("w1", 0, 9, first))])
+    await controller.commit_shared_streams(0, [append(first, wal("w2", 10, 19, first))])
+    await fence(controller, 0)
+    new = info(controller)
+    await controller.commit_shared_streams(
+        new.leader, [append(new.leader_epoch, wal("w3", 20, 29, new.leader_epoch))])
+    epochs = [(first, 0), (new.leader_epoch, 20)]
+    assert controller.image.shared_streams.stream_epochs("s", 0) == epochs
+    rebuilt = MetadataImage()
+    for offset, record in enumerate(controller.image.snapshot_records()):
+        rebuilt.apply(offset, record)
+    assert rebuilt.shared_streams.stream_epochs("s", 0) == epochs
