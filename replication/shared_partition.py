@@ -22,15 +22,12 @@ from storage.log import AppendResult
 from storage.shared import SharedLog
 from storage.shared.state import NotCommitted
 
-from .cluster_metadata import MetadataImage, PartitionInfo
+from .cluster_metadata import MetadataImage
 from .partition import PartitionError, ReplicatedPartition
 
 
 class SharedPartition(ReplicatedPartition):
     log: SharedLog
-
-    def __init__(self, node_id: int, log: SharedLog, info: PartitionInfo) -> None:
-        super().__init__(node_id, log, info)
 
     @property
     def is_leader(self) -> bool:
