@@ -80,7 +80,7 @@ def _admin(cluster: LocalCluster):
 def create_shared_topic(cluster: LocalCluster, topic: str, partitions: int,
                         assignment: list[list[int]] | None = None) -> None:
     from confluent_kafka.admin import NewTopic
-    new = (NewTopic(topic, replica_assignment=assignment, config=SHARED) if assignment
+    new = (NewTopic(topic, -1, -1, replica_assignment=assignment, config=SHARED) if assignment
            else NewTopic(topic, partitions, BROKERS, config=SHARED))
     admin = _admin(cluster)  # kept alive until the answer: its futures die with it
     for future in admin.create_topics([new], operation_timeout=60).values():
