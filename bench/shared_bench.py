@@ -79,12 +79,23 @@ def _admin(cluster: LocalCluster):
 
 def create_shared_topic(cluster: LocalCluster, topic: str, partitions: int,
                         assignment: list[list[int]] | None = None) -> None:
-    from confluent_kafka.admin import NewTopic
-    new = (NewTopic(topic, -1, -1, replica_assignment=assignment, config=SHARED) if assignment
-           else NewTopic(topic, partitions, BROKERS, config=SHARED))
-    admin = _admin(cluster)  # kept alive until the answer: its futures die with it
-    for future in admin.create_topics([new], operation_timeout=60).values():
-        future.result(120)
+    """``assignment``: the replicas of each partition, the first its leader (through
+    kafka-python: confluent-kafka refuses a replica assignment without a partition count)."""
+    if assignment is None:
+        from confluent_kafka.admin import NewTopic
+        admin = _admin(cluster)  # kept alive until the answer: its futures die with it
+        for future in admin.create_topics([NewTopic(topic, partitions, BROKERS, config=SHARED)],
+                                          operation_timeout=60).values():
+            future.result(120)
+        return
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as AssignedTopic
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=120_000)
+    try:
+        admin.create_topics([AssignedTopic(topic, -1, -1, dict(enumerate(assignment)), SHARED)],
+                            timeout_ms=120_000)
+    finally:
+        admin.close()
 
 
 def leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:
