@@ -151,7 +151,8 @@ class SharedLog(ClassicLog):
         end = ranges[-1].last_offset + 1 if ranges else 0
         keep = self._agreeing_end(epochs, start, end)
         if keep is None:
-            await self.truncate_fully_and_start_at(start)
+            if not self.log_start_offset == self.log_end_offset == start:  # else: empty already
+                await self.truncate_fully_and_start_at(start)
         else:
             await self.truncate_to(keep)
         missing = [r for r in ranges if r.last_offset >= self.log_end_offset]
