@@ -7,7 +7,9 @@ bytes here (``append``). The open buffer closes after ``shared_wal_interval_ms``
 names each partition's range of it to the controller (stream.StreamCommit). Only an
 accepted commit moves a partition's committed end, which is what its producers wait for.
 Objects are PUT concurrently but committed strictly in buffer order, so each partition's
-ranges reach the controller in offset order.
+ranges reach the controller in offset order; one commit is in flight at a time, and the
+objects uploaded meanwhile are committed together by the next (a commit is a metadata-log
+append replicated by the controller quorum: one per object would queue behind each other).
 
 A part the controller refuses (this broker no longer leads, or the stream does not end
 where the part starts), or a failed PUT, *resets* the partition: its local log is cut back
@@ -23,7 +25,8 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -48,6 +51,16 @@ class _Part:
     length: int
 
 
+@dataclass(slots=True)
+class _Closed:
+    """A closed buffer: its object's key, its parts, and whether its PUT succeeded."""
+
+    key: str
+    parts: list[_Part]
+    uploaded: asyncio.Future = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
 class SharedWal:
     def __init__(self, store: ObjectStore, bucket: str, key_prefix: str, interval_ms: int,
                  max_bytes: int) -> None:
@@ -60,8 +73,10 @@ class SharedWal:
         self._buffer = bytearray()
         self._parts: list[_Part] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._previous_commit: asyncio.Future | None = None
-        self._in_flight: set[asyncio.Task] = set()
+        # Closed buffers not committed yet, oldest first; the committer takes them in order.
+        self._closed: deque[_Closed] = deque()
+        self._committer: asyncio.Task | None = None
+        self._uploads: set[asyncio.Task] = set()
 
     def append(self, state: SharedPartitionState, data: bytes | bytearray | memoryview,
                base_offset: int, last_offset: int) -> None:
@@ -83,76 +98,93 @@ class SharedWal:
             return
         data, parts = bytes(self._buffer), self._parts
         self._buffer, self._parts = bytearray(), []
-        previous = self._previous_commit
-        committed = self._previous_commit = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._upload_and_commit(data, parts, previous, committed))
-        self._in_flight.add(task)
-        task.add_done_callback(self._in_flight.discard)
-
-    async def _upload_and_commit(self, data: bytes, parts: list[_Part],
-                                 previous: asyncio.Future | None,
-                                 committed: asyncio.Future) -> None:
         key = f"{self.key_prefix}{time.time_ns() // 1_000_000:013d}-{uuid.uuid4().hex[:12]}"
-        try:
-            try:
-                await self.store.put(self.bucket, key, data)
-                uploaded = True
-            except ObjectStoreError as e:
-                log.warning("shared WAL upload of %s (%d bytes) failed: %s", key, len(data), e)
-                uploaded = False
-            finally:
-                if previous is not None:
-                    await asyncio.shield(previous)  # commits in buffer order
-            if not uploaded:
-                self._reset(parts, "the WAL object could not be uploaded")
-                return
-            await self._commit(key, parts)
-        except Exception:  # every waiting producer must get an answer
-            log.exception("shared WAL object %s failed", key)
-            self._reset(parts, "the WAL object failed", Reset.RESYNC)
-        finally:
-            committed.set_result(None)
+        closed = _Closed(key, parts)
+        self._closed.append(closed)
+        upload = asyncio.create_task(self._upload(closed, data))
+        self._uploads.add(upload)
+        upload.add_done_callback(self._uploads.discard)
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_in_order())
 
-    async def _commit(self, key: str, parts: list[_Part]) -> None:
-        by_partition: dict[int, list[_Part]] = {}
+    async def _upload(self, closed: _Closed, data: bytes) -> None:
+        try:
+            await self.store.put(self.bucket, closed.key, data)
+        except Exception as e:  # every waiting producer must get an answer
+            log.warning("shared WAL upload of %s (%d bytes) failed: %s", closed.key,
+                        len(data), e)
+            closed.uploaded.set_result(False)
+            return
+        closed.uploaded.set_result(True)
+
+    async def _commit_in_order(self) -> None:
+        """Commit closed buffers oldest first: once the oldest is uploaded, it and every
+        uploaded buffer right after it go in one commit."""
+        while self._closed:
+            await asyncio.shield(self._closed[0].uploaded)
+            ready: list[_Closed] = []
+            while self._closed and self._closed[0].uploaded.done():
+                ready.append(self._closed.popleft())
+            try:
+                await self._commit(ready)
+            except Exception:
+                log.exception("committing %d shared WAL object(s) failed", len(ready))
+                for closed in ready:
+                    self._reset(closed.parts, "the commit failed", Reset.RESYNC)
+
+    async def _commit(self, ready: list[_Closed]) -> None:
+        # Parts of a failed upload are not committed: resetting their partitions (in buffer
+        # order) also drops their later parts, which no longer continue the stream.
+        for closed in ready:
+            if not closed.uploaded.result():
+                self._reset(closed.parts, "the WAL object could not be uploaded")
+        by_partition: dict[int, list[tuple[str, _Part]]] = {}
         dropped = []
-        for part in parts:
-            if part.state.generation == part.generation and part.state.leading:
-                by_partition.setdefault(id(part.state), []).append(part)
-            else:
-                dropped.append(part)
+        for closed in ready:
+            if not closed.uploaded.result():
+                continue
+            for part in closed.parts:
+                if part.state.generation == part.generation and part.state.leading:
+                    by_partition.setdefault(id(part.state), []).append((closed.key, part))
+                else:
+                    dropped.append(part)
         self._reset(dropped, "the partition was reset or lost its leadership before its commit")
-        commits = [StreamCommit(p[0].state.topic, p[0].state.partition, p[0].leader_epoch,
-                                tuple(self._ranges(key, p))) for p in by_partition.values()]
+        groups = list(by_partition.values())
+        commits = [StreamCommit(group[0][1].state.topic, group[0][1].state.partition,
+                                group[0][1].leader_epoch, tuple(self._ranges(group)))
+                   for group in groups]
         outcomes: list[CommitOutcome] = []
         if commits:
             try:
                 outcomes = await self.streams.commit(commits)
             except Exception as e:
-                log.warning("commit of shared WAL object %s failed: %s", key, e)
+                log.warning("commit of %d shared WAL object(s) failed: %s", len(ready), e)
                 # Maybe committed, maybe not: only the stream can tell.
-                self._reset(parts, f"no answer to the commit: {e}", Reset.RESYNC)
+                self._reset([part for group in groups for _, part in group],
+                            f"no answer to the commit: {e}", Reset.RESYNC)
                 return
-        accepted = False
-        for group, commit, outcome in zip(by_partition.values(), commits, outcomes):
+        referenced: set[str] = set()
+        for group, commit, outcome in zip(groups, commits, outcomes):
+            parts = [part for _, part in group]
             if outcome.error_code == 0:
-                accepted = True
-                group[0].state.committed(commit.ranges[-1].last_offset + 1)
+                referenced |= {r.key for r in commit.ranges}
+                parts[0].state.committed(commit.ranges[-1].last_offset + 1)
             else:
                 # Deposed; or the stream does not end where this broker thinks (an earlier
                 # commit whose answer was lost did land): only the stream can tell.
-                self._reset(group, f"the controller refused the commit: "
+                self._reset(parts, f"the controller refused the commit: "
                                    f"{outcome.error_code.name} {outcome.message}",
                             Reset.DEPOSED if outcome.error_code in DEPOSED else Reset.RESYNC)
-        if not accepted:
-            await self._delete_unreferenced(key)
+        for closed in ready:
+            if closed.uploaded.result() and closed.key not in referenced:
+                await self._delete_unreferenced(closed.key)
 
-    def _ranges(self, key: str, parts: list[_Part]) -> list[StreamRange]:
-        """One range per run of parts adjacent in the object and in offsets."""
+    def _ranges(self, parts: list[tuple[str, _Part]]) -> list[StreamRange]:
+        """One range per run of parts adjacent in one object and in offsets."""
         ranges: list[StreamRange] = []
-        for part in parts:
+        for key, part in parts:
             last = ranges[-1] if ranges else None
-            if (last is not None and last.last_offset + 1 == part.base_offset
+            if (last is not None and last.key == key and last.last_offset + 1 == part.base_offset
                     and last.position + last.length == part.position):
                 ranges[-1] = StreamRange(self.bucket, key, last.base_offset, part.last_offset,
                                          last.position, last.length + part.length,
@@ -177,4 +209,6 @@ class SharedWal:
     async def close(self) -> None:
         """Flush the open buffer and wait for what is in flight."""
         self._close_buffer()
-        await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await asyncio.gather(*self._uploads, return_exceptions=True)
+        if self._committer is not None:
+            await asyncio.gather(self._committer, return_exceptions=True)
