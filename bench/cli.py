@@ -180,7 +180,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
 
     compare = commands.add_parser("compare", help="one trace against every storage mode")
     compare.add_argument("--trace", type=Path, help="default: a synthetic trace")
-    compare.add_argument("--modes", default="classic,active-tiered,diskless")
+    compare.add_argument("--modes", default="classic,active-tiered,diskless,shared")
     compare.add_argument("--peer", action="append", default=[], choices=["tansu"])
     compare.add_argument("--out", type=Path, default=Path("bench-report"))
     compare.add_argument("--speedup", type=float, default=1.0)

@@ -344,6 +344,16 @@ class BrokerConfig:
         "merged, once there are `diskless_merge_min_objects` of them.")
     diskless_merge_min_objects: int = setting(
         8, "Diskless: the fewest small objects that are worth a merge.")
+    shared_wal_interval_ms: int = setting(
+        100, "Shared (KIP-1183): the broker's WAL buffer (one object for all the shared "
+        "partitions it leads) is closed, uploaded and committed this long after its first "
+        "records, or sooner at `shared_wal_max_bytes`.")
+    shared_wal_max_bytes: int = setting(
+        4 << 20, "Shared: the WAL buffer is closed once it holds this many bytes.")
+    shared_data_object_interval_ms: int = setting(
+        5000, "Shared: how often a leader copies each partition's committed WAL ranges into "
+        "one data object of that partition, after which WAL objects no stream needs are "
+        "deleted.")
     active_tiered_upload_interval_ms: int = setting(
         100, "Active-tiered (KIP-1176): the broker's WAL uploader closes and uploads one "
         "object with the new bytes of all its leader partitions this often, or sooner at "

@@ -35,6 +35,7 @@ from coordinator.transaction_config import TransactionConfig
 from coordinator.group.timer import AsyncioTimer
 from protocol.internal import ClusterCredentials, InternalApiKey
 from replication.active_tiered import BrokerReplicaLink
+from replication.shared_streams import BrokerStreamMetadata
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
@@ -47,6 +48,7 @@ from replication.scram_credentials import (
     credential_from_password,
 )
 from storage.active_tiered import ActiveTiered
+from storage.shared import SharedStorage
 from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
 from storage.log_cleaner import CleanerSettings
@@ -147,6 +149,7 @@ class Broker:
         # Shared by the engines that keep data in object storage (active-tiered, diskless).
         self.object_store: ObjectStore | None = None
         self.active_tiered: ActiveTiered | None = None
+        self.shared_storage: SharedStorage | None = None
         if config.broker_role and config.s3_endpoint is not None:
             self.object_store = ObjectStore(ObjectStoreConfig(
                 endpoint_url=config.s3_endpoint, access_key=config.s3_access_key,
@@ -163,6 +166,12 @@ class Broker:
                 upload_timeout_ms=config.active_tiered_upload_timeout_ms,
                 download_timeout_ms=config.active_tiered_download_timeout_ms)
             self.logs.register_engine("active-tiered", self.active_tiered.open_log)
+            self.shared_storage = SharedStorage(
+                self.object_store, node_id=config.node_id, key_prefix=config.s3_key_prefix,
+                wal_interval_ms=config.shared_wal_interval_ms,
+                wal_max_bytes=config.shared_wal_max_bytes,
+                data_object_interval_ms=config.shared_data_object_interval_ms)
+            self.logs.register_engine("shared", self.shared_storage.open_log)
             if self.metrics is not None:
                 self.metrics.add_source("active_tiered", self.active_tiered.metrics)
         self.capture = None
@@ -307,6 +316,10 @@ class Broker:
             if self.active_tiered is not None:
                 await self.active_tiered.start(BrokerReplicaLink(
                     self.replicas, self.image, self.nodes, self.controller_channel.create_topic))
+            if self.shared_storage is not None:
+                await self.shared_storage.start(BrokerStreamMetadata(
+                    self.config.node_id, self.image,
+                    self.active_controller.connection(self.nodes, "shared-streams")))
             await self.group_coordinator.start()
             await self.transaction_coordinator.start()
             await self.share.start()
@@ -557,6 +570,8 @@ class Broker:
             await _bounded("the metrics listener", self.metrics.stop())
         if self.active_tiered is not None:
             await _bounded("active-tiered uploads", self.active_tiered.stop())
+        if self.shared_storage is not None:
+            await _bounded("shared WAL uploads", self.shared_storage.stop())
         for task in list(self._connections) + self._background:
             task.cancel()
         await _bounded("connections and background tasks", asyncio.gather(

@@ -52,6 +52,7 @@ from replication.scram_credentials import (
 )
 from storage.config import TOPIC_CONFIGS, ConfigDef, InvalidConfig, validate_topic_configs
 from storage.log import KafkaStorageError
+from storage.shared import CommitOutcome, StreamCommit
 
 from .acl_changes import AclDeletion, AclError, creation_records, deletion_records
 from .config_changes import ConfigChange, changed_configs
@@ -72,6 +73,8 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 STORAGE_MODE = "kipper.storage.mode"
 # The modes a live topic switches between (docs/mode-switch.md).
 SWITCHABLE_MODES = frozenset({"classic", "diskless"})
+# Storage modes whose replicas need no catch-up (Controller._nominal_replicas).
+NOMINAL_REPLICA_MODES = ("diskless", "shared")
 
 
 # Partition changes committed at a time by an election or rebalancing over many partitions.
@@ -539,6 +542,8 @@ class Controller:
                 if nodes.isdisjoint(info.isr) and info.leader not in nodes:
                     continue
                 isr = [r for r in info.isr if r not in nodes] or info.isr
+                if self._storage_mode(topic.name) == "shared":
+                    isr = self._shared_isr(info, live)
                 leader = info.leader
                 if leader in nodes:
                     leader = self._choose_leader(info, isr, live)
@@ -587,13 +592,29 @@ class Controller:
         return (configured == "true" if configured is not None
                 else self.settings.unclean_leader_election)
 
+    @staticmethod
+    def _shared_isr(info: PartitionInfo, live: set[int]) -> list[int]:
+        """A shared partition's ISR: its live replicas (object storage holds its records, so
+        any of them can lead it), or, with none live, the last ISR (as for any partition)."""
+        return [r for r in info.replicas if r in live] or info.isr
+
     def _elect_leaderless(self) -> list[dict]:
+        """Elect a leader for the partitions without one; and bring the live replicas of
+        shared partitions back into their ISRs (after a broker is unfenced)."""
         live = {b.node_id for b in self.image.live_brokers()}
         records = []
         for topic in self.image.topics.values():
+            shared = self._storage_mode(topic.name) == "shared"
             for info in topic.partitions.values():
+                if shared and info.leader != NO_LEADER:
+                    isr = self._shared_isr(info, live)
+                    if set(isr) != set(info.isr):
+                        records.append(self._changed(info, isr, info.leader))
+                    continue
                 if info.leader != NO_LEADER:
                     continue
+                if shared:
+                    info = replace(info, isr=self._shared_isr(info, live))
                 leader = self._choose_leader(info, info.isr, live)
                 if leader != NO_LEADER:
                     isr = info.isr if leader in info.isr else [leader]
@@ -1039,6 +1060,56 @@ class Controller:
         return self.image.topics[topic].configs.get("kipper.storage.mode",
                                                     self.settings.default_storage_mode)
 
+    def _nominal_replicas(self, topic: str) -> bool:
+        """Whether the topic's replicas need no catch-up to serve or lead it: diskless
+        (every broker serves it) and shared (object storage holds it; a new leader reopens
+        it from there)."""
+        return self._storage_mode(topic) in NOMINAL_REPLICA_MODES
+
+    # --- shared partitions' streams (KIP-1183) -------------------------------------------
+
+    async def commit_shared_streams(self, broker_id: int,
+                                    commits: Sequence[StreamCommit]) -> list[CommitOutcome]:
+        """Commit ranges of object storage to shared partitions' streams, each only if
+        ``broker_id`` leads the partition in the commit's leader epoch (a deposed leader
+        still uploading is refused) and the ranges continue the stream
+        (storage.shared.stream). The accepted ones are committed together."""
+        async with self._lock:
+            self._check_active()
+            streams = self.image.shared_streams
+            outcomes: list[CommitOutcome] = []
+            accepted: list[StreamCommit] = []
+            seen: set[tuple[str, int]] = set()
+            for commit in commits:
+                error, message = self._check_stream_commit(broker_id, commit, seen)
+                outcomes.append(CommitOutcome(error, message))
+                if error == ErrorCode.none:
+                    accepted.append(commit)
+            replaced = {id(commit): streams.replaced_objects(commit) for commit in accepted}
+            await self._commit([commit.record() for commit in accepted])
+            # The objects no stream refers to any more: the committer deletes them.
+            return [replace(outcome, freed=tuple(sorted(
+                        obj for obj in replaced.get(id(commit), ())
+                        if not streams.referenced(*obj))))
+                    for commit, outcome in zip(commits, outcomes)]
+
+    def _check_stream_commit(self, broker_id: int, commit: StreamCommit,
+                             seen: set[tuple[str, int]]) -> tuple[ErrorCode, str]:
+        topic = self.image.topics.get(commit.topic)
+        info = topic.partitions.get(commit.partition) if topic is not None else None
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, ""
+        if self._storage_mode(commit.topic) != "shared":
+            return ErrorCode.invalid_request, f"{commit.topic} is not a shared topic"
+        if info.leader != broker_id:
+            return ErrorCode.not_leader_or_follower, f"the leader is {info.leader}"
+        if info.leader_epoch != commit.leader_epoch:
+            return ErrorCode.fenced_leader_epoch, f"the leader epoch is {info.leader_epoch}"
+        if (commit.topic, commit.partition) in seen:
+            return ErrorCode.invalid_request, "one commit per partition and request"
+        seen.add((commit.topic, commit.partition))
+        return self.image.shared_streams.check(commit)
+
     async def alter_partition_reassignment(self, topic: str, partition: int,
                                            target: list[int] | None) -> None:
         """Move a partition to ``target`` (None: cancel the reassignment under way).
@@ -1060,7 +1131,7 @@ class Controller:
                 return
             self._check_replicas(partition, target, None)
             original = [r for r in info.replicas if r not in info.adding_replicas]
-            if self._storage_mode(topic) == "diskless":
+            if self._nominal_replicas(topic):
                 isr = [r for r in target if r in live]
                 moved = replace(info, replicas=list(target), isr=isr, adding_replicas=[],
                                 removing_replicas=[],

@@ -41,6 +41,10 @@ class InternalApiKey(enum.IntEnum):
     # a partition switching storage mode live, once it sealed the old one at the boundary
     # offset (replication/storage_switch.py, docs/mode-switch.md).
     STORAGE_SPAN = 9004
+    # Commit ranges of object storage to shared partitions' streams (KIP-1183,
+    # storage/shared/stream.py), checked against their leadership. Sent to the active
+    # controller by the partitions' leaders.
+    SHARED_STREAM_COMMIT = 9005
 
 
 @dataclass(frozen=True, slots=True)

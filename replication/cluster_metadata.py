@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from .acls import (ACL_RECORD, REMOVE_ACL_RECORD, Authorizer, binding_from_record,
                    remove_acl_record)
+from storage.shared import SHARED_STREAM_RECORD, SharedStreams
+
 from .scram_credentials import ScramCredentials, ScramMechanism, credential_from_record
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -113,6 +115,8 @@ class MetadataImage:
         # The ACLs (CreateAcls/DeleteAcls); the node's settings (super users, the answer
         # when no ACL names a resource) are set on it once by whoever serves requests.
         self.acls = Authorizer()
+        # Shared partitions' streams (KIP-1183): which object holds which of their offsets.
+        self.shared_streams = SharedStreams()
         # Offset of the next record to apply.
         self.next_offset = 0
 
@@ -135,6 +139,7 @@ class MetadataImage:
             records.append({"type": "topic", "name": topic.name, "id": str(topic.topic_id),
                             "configs": topic.configs})
             records += [partition_record(info) for info in topic.partitions.values()]
+        records += self.shared_streams.snapshot_records()
         return records + self.acls.snapshot_records()
 
     def checksum(self) -> str:
@@ -204,6 +209,7 @@ class MetadataImage:
         elif kind == "remove_topic":
             topic = self.topics.pop(record["name"])
             self.topics_by_id.pop(topic.topic_id, None)
+            self.shared_streams.remove_topic(topic.name)
         elif kind == "broker":
             self.brokers[record["node_id"]] = BrokerInfo(
                 record["node_id"], record["host"], record["port"], record.get("rack"),
@@ -224,6 +230,8 @@ class MetadataImage:
             self.brokers[record["node_id"]].log_dir_offline = record["offline"]
         elif kind in (ACL_RECORD, REMOVE_ACL_RECORD):
             self.acls.apply(record)
+        elif kind == SHARED_STREAM_RECORD:
+            self.shared_streams.apply(record)
         elif kind == "leader_change":
             pass  # the quorum's (replication.raft): a new leader's first record
         else:

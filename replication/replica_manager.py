@@ -26,6 +26,7 @@ from storage.manager import LogManager, is_internal_topic
 
 from .dynamic_config import DynamicConfigs
 from .leaderless_partition import LeaderlessPartition
+from .shared_partition import SharedPartition
 from .node_client import NodeClient, NodeConnection
 from .loop_slice import LoopSlice
 from .partition import IsrChanges, Partition, PartitionError, ReplicatedPartition
@@ -249,19 +250,24 @@ class ReplicaManager:
         partition = current if isinstance(current, ReplicatedPartition) else None
         if partition is None:
             log_ = self._partition_log(info, config)
-            if current is not None:
-                current.notify_waiters()  # switched live from diskless
-            # Below the newest span's base everything is committed (by another engine).
-            partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
-                                            self.isr_changes, self.last_fetch_by,
-                                            committed_offset=info.span_chain(
-                                                config.storage_mode)[-1].base_offset)
+            if config.storage_mode == "shared":  # never switched live: one span
+                partition = SharedPartition(self.node_id, log_, info)
+            else:
+                if current is not None:
+                    current.notify_waiters()  # switched live from diskless
+                # Below the newest span's base everything is committed (by another engine).
+                partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
+                                                self.isr_changes, self.last_fetch_by,
+                                                committed_offset=info.span_chain(
+                                                    config.storage_mode)[-1].base_offset)
             self.partitions[key] = partition
         else:
             if info.spans:  # its chain gets the spans recorded
                 partition.log = self._partition_log(info, config)
             partition.update_info(info)
-        if partition.is_leader or info.leader == NO_LEADER:
+        # A shared partition's other replicas fetch nothing: object storage holds its data.
+        if (partition.is_leader or info.leader == NO_LEADER
+                or isinstance(partition, SharedPartition)):
             self._stop_following(*key)
         else:
             self._follow(partition)

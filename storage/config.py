@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-STORAGE_MODES = ("classic", "active-tiered", "diskless")
+STORAGE_MODES = ("classic", "active-tiered", "diskless", "shared")
 WAL_METADATA_SCHEMES = ("topic", "fetch", "memory")
 
 
@@ -86,9 +86,9 @@ class ConfigDef:
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("kipper.storage.mode", "classic", _choice(*STORAGE_MODES),
-              "Storage engine of the topic: classic, active-tiered or diskless (the last two need "
-              "brokers with an S3 endpoint); a live topic switches between classic and diskless "
-              "(docs/mode-switch.md)"),
+              "Storage engine of the topic: classic, active-tiered, diskless or shared (the last "
+              "three need brokers with an S3 endpoint); a live topic switches between classic "
+              "and diskless (docs/mode-switch.md)"),
     ConfigDef("cleanup.policy", "delete", _cleanup_policy,
               "delete: old segments are deleted by retention; compact: the log cleaner keeps "
               "the latest record of each key; compact,delete: both", "list"),

@@ -1,5 +1,5 @@
 """The controller's own APIs: broker registration, heartbeats, ISR changes and metadata
-snapshots (KRaft's), answered by the active controller (NOT_CONTROLLER elsewhere); and the
+snapshots (KRaft's), shared partitions' stream commits (KIP-1183, internal), answered by the active controller (NOT_CONTROLLER elsewhere); and the
 controller quorum's (KIP-595): Vote, BeginQuorumEpoch, EndQuorumEpoch, the Fetch of
 ``__cluster_metadata`` (voters and brokers alike) and DescribeQuorum."""
 
@@ -26,6 +26,7 @@ from replication.raft.wire import (
     fetch_partition_fields,
     refusal,
 )
+from storage.shared import StreamCommit
 
 from ..security.authorize import allowed
 from .admin import ClusterGate, handles_on_controller
@@ -120,6 +121,26 @@ async def storage_span(ctx: RequestContext, request: JsonBody) -> JsonBody:
     except ControllerError as e:
         error = e.error_code
     return JsonBody({"error_code": int(error)})
+
+
+@handles(InternalApiKey.SHARED_STREAM_COMMIT)
+async def shared_stream_commit(ctx: RequestContext, request: JsonBody) -> JsonBody:
+    """A shared partition leader's commits of WAL or data-object ranges (docs/shared.md)."""
+    controller = _active(ctx)
+    if controller is None:
+        return JsonBody({"error_code": int(ErrorCode.not_controller)})
+    try:
+        broker_id = int(request.value["broker_id"])
+        commits = [StreamCommit.from_wire(wire) for wire in request.value["commits"]]
+    except (KeyError, TypeError, ValueError) as e:
+        return JsonBody({"error_code": int(ErrorCode.invalid_request),
+                         "error_message": f"cannot decode the commits: {e!r}"})
+    try:
+        outcomes = await controller.commit_shared_streams(broker_id, commits)
+    except ControllerError as e:
+        return JsonBody({"error_code": int(e.error_code), "error_message": str(e)})
+    return JsonBody({"error_code": int(ErrorCode.none),
+                     "outcomes": [outcome.to_wire() for outcome in outcomes]})
 
 
 # Most snapshot bytes one FetchSnapshot answer carries, whatever the request allows.

@@ -175,6 +175,9 @@ def _not_leader(response: Any) -> int | None:
     NOT_LEADER_OR_FOLLOWER in its partition, with the current leader."""
     if getattr(response, "error_code", ErrorCode.none) in _NOT_LEADER:
         return -1
+    value = getattr(response, "value", None)  # an internal API's JSON body
+    if isinstance(value, dict) and value.get("error_code") in _NOT_LEADER:
+        return -1
     if not hasattr(response, "responses") or not hasattr(response, "session_id"):
         return None  # not a Fetch (IncrementalAlterConfigs also answers `responses`)
     for topic in response.responses:

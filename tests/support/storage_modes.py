@@ -16,9 +16,10 @@ from .diskless import DisklessCluster
 from .groups import Restartable
 from .processes import BrokerProcess, Cluster, start_all
 from .s3 import S3Endpoint
+from .shared_storage import SharedCluster
 from .tiered import TieredCluster
 
-MODES = ("classic", "active-tiered", "diskless")
+MODES = ("classic", "active-tiered", "diskless", "shared")
 
 # Active-tiered round trips run on RF=3 with every follower downloading from object storage:
 # fewer records, and one codec per client (together they cover all four codecs).
@@ -152,4 +153,24 @@ class TieredMode(_ClusterMode):
         assert grown["download_bytes"] >= 2 * grown["upload_bytes"] > 0, grown
 
 
-StorageMode = ClassicMode | DisklessMode | TieredMode
+@dataclass
+class SharedMode(_ClusterMode):
+    """Three brokers with shared topics (KIP-1183): the leader's appends are acknowledged once
+    in object storage; no broker replicates from another."""
+
+    cluster: SharedCluster
+    name: str = "shared"
+    replication_factor: int = 3
+    records: int = N_RECORDS
+
+    def watch(self, topic: str) -> None:
+        """Called before a scenario creates ``topic``; shared has nothing to remember."""
+
+    def assert_stored(self, topic: str, codec: str, n_records: int) -> None:
+        """Every record, with the client's codec, in the partition's data objects in object
+        storage (what a new leader reopens it from)."""
+        assert_stored_codec(self.cluster.wait_for_data_objects(topic, n_records), codec,
+                            n_records)
+
+
+StorageMode = ClassicMode | DisklessMode | TieredMode | SharedMode

@@ -3,7 +3,7 @@ mode (support.storage_modes), from one definition.
 
 Each mode's cluster is a session fixture, started once per worker on first use and kept to
 the end: classic the shared broker, diskless the diskless cluster (shared with
-tests/storage/diskless), active-tiered the tiered cluster. (With ``--dist loadfile`` a worker
+tests/storage/diskless), active-tiered the tiered cluster, shared the shared-storage cluster. (With ``--dist loadfile`` a worker
 moves from mode to mode at every file: a cluster of this package's would start again each
 time.)
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.storage_modes import (MODES, ClassicMode, DisklessMode, StorageMode, TieredMode,
-                                   compressions)
+from support.storage_modes import (MODES, ClassicMode, DisklessMode, SharedMode, StorageMode,
+                                   TieredMode, compressions)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -37,6 +37,8 @@ def storage_mode(request) -> StorageMode:
         return ClassicMode(request.getfixturevalue("shared_broker"))
     if request.param == "diskless":
         return DisklessMode(request.getfixturevalue("diskless_cluster"))
+    if request.param == "shared":
+        return SharedMode(request.getfixturevalue("shared_cluster"))
     return TieredMode(request.getfixturevalue("tiered_cluster"))
 
 

@@ -23,6 +23,9 @@ EXPORTED_WHERE = {
                  catalog.OBJECT_STORE, catalog.DISKLESS},
     "active-tiered": {catalog.EVERY_NODE, catalog.BROKER, catalog.GROUP_COORDINATOR,
                       catalog.OBJECT_STORE, catalog.DISKLESS, catalog.ACTIVE_TIERED},
+    # Brokers with an object store; no active-tiered topic has uploaded anything.
+    "shared": {catalog.EVERY_NODE, catalog.BROKER, catalog.GROUP_COORDINATOR,
+               catalog.OBJECT_STORE, catalog.DISKLESS},
 }
 
 
