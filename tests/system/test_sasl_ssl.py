@@ -34,7 +34,7 @@ from protocol.apis import ApiKey
 from protocol.framing import encode_request
 from support.identity_provider import KEY_ID, sign
 from support.kcat import kcat
-from support.processes import BrokerProcess
+from support.processes import READY_TIMEOUT_S, BrokerProcess
 from support.raw import assert_closed, call, entity, recv_frame
 from support.wait import wait_until
 from support.secure_broker import (
@@ -341,8 +341,9 @@ def test_a_broker_with_a_wrong_password_is_refused_and_backs_off(secure, tmp_pat
         extra_args=["--controller", secure.address("SASL_SSL")])
     intruder.launch()
     try:
+        # (as long as a node may take to start: its first login comes after its imports)
         wait_until(lambda: "refused SASL SCRAM-SHA-512 authentication as 'kipper-broker'"
-                   in intruder.log_tail(), 20)
+                   in intruder.log_tail(), READY_TIMEOUT_S)
         time.sleep(3)
         assert intruder.alive()
         assert 1 not in AdminClient(secure.librdkafka("SASL_SSL", "SCRAM-SHA-512")

@@ -419,6 +419,8 @@ def test_bad_share_group_input_gets_kafkas_error_codes(cluster, topic_name, grou
 
     with connect(coordinator) as sock:
         assert described_start() == 2  # offsets 0 and 1 accepted
+        # m1 (again) a member: its 6 s session may have run out since it last heartbeated.
+        assert _heartbeat(sock, group, "m1", 0, (topic_name,)).error_code == ErrorCode.none
         assert alter(4) == ErrorCode.non_empty_group
         assert _heartbeat(sock, group, "m1", -1).error_code == 0
         assert alter(4) == ErrorCode.none
