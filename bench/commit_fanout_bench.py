@@ -18,7 +18,6 @@ commit RPCs the WAL writers sent, appends to `__diskless-metadata` the coordinat
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from bench.diskless_bench import DISKLESS, RACKS, create_topic, measure_latency
 from bench.diskless_sweep_bench import prime
 from bench.local_cluster import LocalCluster
+from bench.run_json import write_run
 
 
 @dataclass(frozen=True)
@@ -131,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{naive.commit_rpcs_per_wal_file / grouped.commit_rpcs_per_wal_file:.1f}x "
               f"commit RPCs per WAL file")
     if args.json:
-        args.json.write_text(json.dumps({
-            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "wall_s": wall_s, "designs": [r.as_dict() for r in results]}, indent=2))
-        print(f"wrote {args.json}")
+        write_run(args.json, args, wall_s, designs=[r.as_dict() for r in results])
     return 0 if all(not r.errors for r in results) else 1
 
 

@@ -21,7 +21,6 @@ The issue's target: P99 <= 400 ms at one PUT per 250 ms per broker. See bench/RE
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -34,6 +33,7 @@ from confluent_kafka import Producer
 
 from bench.diskless_bench import DISKLESS, RACKS, LatencyResult, create_topic, measure_latency
 from bench.local_cluster import LocalCluster
+from bench.run_json import write_run
 from storage.objectstore import WAL_BUCKET
 from storage.objectstore.latency import LATENCY_PROFILES, LatencyModel
 
@@ -277,10 +277,7 @@ def main(argv: list[str] | None = None) -> int:
           "min(PUT, P95 + PUT); one object per interval per broker):\n")
     print(model_table([model(c.profile, c.commit_interval_ms, c.hedged) for c in cases]))
     if args.json:
-        args.json.write_text(json.dumps({
-            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "wall_s": wall_s, "cases": [r.as_dict() for r in results]}, indent=2))
-        print(f"wrote {args.json}")
+        write_run(args.json, args, wall_s, cases=[r.as_dict() for r in results])
     return 0 if all(not r.errors for r in results) else 1
 
 

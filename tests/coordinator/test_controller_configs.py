@@ -5,6 +5,7 @@ after a restart or from a snapshot."""
 from __future__ import annotations
 
 import pytest
+from support.coordinators import controller_with_brokers
 from kio.schema.errors import ErrorCode
 
 from coordinator.config_changes import ConfigChange, ConfigOp
@@ -21,10 +22,7 @@ CLEANER_IO = "log.cleaner.io.max.bytes.per.second"
 
 @pytest.fixture
 async def controller(tmp_path):
-    controller = Controller(tmp_path, ControllerSettings())
-    await controller.start()
-    epoch = await controller.register_broker(0, "127.0.0.1", 9092, None)
-    await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+    controller = await controller_with_brokers(tmp_path, 1)
     await controller.create_topic("t", 1, 1, {"kipper.storage.mode": "classic",
                                               "retention.ms": "1000"})
     yield controller

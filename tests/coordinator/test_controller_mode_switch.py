@@ -5,6 +5,7 @@ last one changes the topic's mode; the state survives snapshots and restarts."""
 from __future__ import annotations
 
 import pytest
+from support.coordinators import controller_with_brokers
 from kio.schema.errors import ErrorCode
 
 from coordinator.config_changes import ConfigChange, ConfigOp
@@ -17,10 +18,7 @@ MODE = "kipper.storage.mode"
 
 @pytest.fixture
 async def controller(tmp_path):
-    controller = Controller(tmp_path, ControllerSettings())
-    await controller.start()
-    epoch = await controller.register_broker(0, "127.0.0.1", 9092, None)
-    await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+    controller = await controller_with_brokers(tmp_path, 1)
     await controller.create_topic("t", 2, 1, {MODE: "classic"})
     yield controller
     await controller.stop()

@@ -4,6 +4,7 @@ ElectLeaders (KIP-460) and preferred-leader rebalancing, with Kafka's error code
 from __future__ import annotations
 
 import pytest
+from support.coordinators import controller_with_brokers
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import (
@@ -19,11 +20,8 @@ from replication.cluster_metadata import NO_LEADER
 @pytest.fixture
 async def controller(tmp_path):
     """A controller with four ready brokers, 0..3."""
-    controller = Controller(tmp_path, ControllerSettings(auto_leader_rebalance=False))
-    await controller.start()
-    for node in range(4):
-        epoch = await controller.register_broker(node, "127.0.0.1", 9092 + node, None)
-        await controller.heartbeat(node, epoch, want_fence=False, want_shut_down=False)
+    controller = await controller_with_brokers(
+        tmp_path, 4, ControllerSettings(auto_leader_rebalance=False))
     yield controller
     await controller.stop()
 

@@ -6,6 +6,7 @@ ISR of a shared partition is every live replica; the state survives a snapshot."
 from __future__ import annotations
 
 import pytest
+from support.coordinators import controller_with_brokers
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import Controller, ControllerSettings
@@ -18,11 +19,8 @@ SHARED = {"kipper.storage.mode": "shared"}
 @pytest.fixture
 async def controller(tmp_path):
     """A controller with three ready brokers, 0..2, and a shared topic led by broker 0."""
-    controller = Controller(tmp_path, ControllerSettings(auto_leader_rebalance=False))
-    await controller.start()
-    for node in range(3):
-        epoch = await controller.register_broker(node, "127.0.0.1", 9092 + node, None)
-        await controller.heartbeat(node, epoch, want_fence=False, want_shut_down=False)
+    controller = await controller_with_brokers(
+        tmp_path, 3, ControllerSettings(auto_leader_rebalance=False))
     await controller.create_topic("s", -1, -1, SHARED, assignments=[(0, [0, 1, 2])])
     yield controller
     await controller.stop()

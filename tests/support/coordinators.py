@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from coordinator.controller import Controller, ControllerSettings
 from coordinator.coordinator_log import (
     CoordinatorLog,
     CoordinatorLogError,
@@ -124,3 +126,15 @@ async def clock():
     clock.start()
     yield clock
     await clock.stop()
+
+
+async def controller_with_brokers(directory: Path, brokers: int,
+                                  settings: ControllerSettings | None = None) -> Controller:
+    """A started controller (a quorum of one) with ready brokers 0..brokers-1 registered and
+    unfenced, as the controllers of the coordinator tests begin."""
+    controller = Controller(directory, settings or ControllerSettings())
+    await controller.start()
+    for node in range(brokers):
+        epoch = await controller.register_broker(node, "127.0.0.1", 9092 + node, None)
+        await controller.heartbeat(node, epoch, want_fence=False, want_shut_down=False)
+    return controller
