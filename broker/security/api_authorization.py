@@ -355,6 +355,7 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     )),
     InternalApiKey.SHARE_PARTITION_CALL: ApiAuthorization((), note=_BROKER_ONLY),
     InternalApiKey.STORAGE_SPAN: ApiAuthorization((), note=_BROKER_ONLY),
+    InternalApiKey.SHARED_STREAM_COMMIT: ApiAuthorization((), note=_BROKER_ONLY),
     InternalApiKey.BROKER_CHALLENGE: ApiAuthorization((), note="The membership proof itself."),
     InternalApiKey.BROKER_PROOF: ApiAuthorization((), note="The membership proof itself."),
 }
