@@ -66,7 +66,7 @@ class LocalLog:
         # opened at start-up.
         names = set(os.listdir(self.dir))
         clean = CLEAN_SHUTDOWN_FILE in names
-        if any(name.endswith((CLEANED_SUFFIX, f".log{SWAP_SUFFIX}")) for name in names):
+        if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
             self._finish_swaps()
             names = set(os.listdir(self.dir))
         bases = sorted(int(name[:-4]) for name in names
@@ -99,8 +99,15 @@ class LocalLog:
         """Discard the cleaner's unfinished rewrites and complete its finished swaps."""
         cleaned_files = list(self.dir.glob(f"*{CLEANED_SUFFIX}"))
         swaps = sorted(self.dir.glob(f"*.log{SWAP_SUFFIX}"))
-        if not cleaned_files and not swaps:
+        # Index files of a swap whose log file was renamed before the crash (a segment's
+        # files are renamed log first): that segment's recovery rebuilds its indexes.
+        stray_indexes = [path for path in self.dir.glob(f"*index{SWAP_SUFFIX}")
+                         if not log_file(self.dir, int(path.name.partition(".")[0]),
+                                         SWAP_SUFFIX).exists()]
+        if not cleaned_files and not swaps and not stray_indexes:
             return
+        for stray in stray_indexes:
+            stray.unlink()
         for cleaned in cleaned_files:
             cleaned.unlink()
         for swap in swaps:

@@ -351,6 +351,22 @@ def _kill_9_when(moment, directory: Path, script: str) -> None:
         process.wait()
 
 
+async def test_a_swap_cut_between_its_files_leaves_no_swap_file(tmp_path):
+    """A crash between renaming a cleaned segment's log file out of .swap and its index
+    files: the stray index files go, and the segment's indexes are rebuilt."""
+    directory = tmp_path / "t-0"
+    log = ClassicLog("t", 0, LogConfig(**COMPACT), directory)
+    writes = [(await put(log, b"k%d" % i, b"v%d" % i), b"k%d" % i, b"v%d" % i)
+              for i in range(20)]
+    await log.close()
+    first = min(directory.glob("*.log"))
+    for index in (first.with_suffix(".index"), first.with_suffix(".timeindex")):
+        index.rename(index.with_name(index.name + ".swap"))
+    log = ClassicLog("t", 0, LogConfig(**COMPACT), directory)
+    assert not list(directory.glob("*.swap"))
+    assert await contents(log) == latest_per_key(writes)
+
+
 @pytest.mark.parametrize("moment", [_writing, _swapped_some])
 async def test_kill_9_during_cleaning_leaves_a_correct_log(tmp_path, moment):
     directory = tmp_path / "t-0"
