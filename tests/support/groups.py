@@ -146,13 +146,20 @@ def wait_for_assigned_members(bootstrap: str, group: str, count: int) -> None:
     """Wait until ``group`` is stable with ``count`` members, each assigned some partition."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
+    def partitions(assignment) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in assignment.topic_partitions}
+
     def assigned() -> bool:
         try:
             description = admin.describe_consumer_groups([group])[group].result(10)
         except KafkaException:  # not known yet, or its coordinator is loading
             return False
+        # A KIP-848 member also holds its target assignment: until it does, it may still
+        # read a partition the coordinator has moved to another member.
         return (len(description.members) == count
                 and all(m.assignment and m.assignment.topic_partitions
+                        and (m.target_assignment is None
+                             or partitions(m.assignment) == partitions(m.target_assignment))
                         for m in description.members))
     wait_until(assigned, STEP_TIMEOUT, 0.2)
 
