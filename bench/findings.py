@@ -101,31 +101,31 @@ def _shares(runs: Runs, traffic_class: str) -> dict[str, float]:
     return {name: _class_share(mode, traffic_class) for name, mode in _modes(runs).items()}
 
 
-def cross_az_replication(runs: Runs) -> Finding:
+def _cross_az_finding(runs: Runs, traffic_class: str, answer: str) -> Finding:
+    """A claim about the cross-AZ bytes of one traffic class per produced byte, by mode."""
     if runs.compare is None:
         return not_run(COMPARE_COMMAND, "`kipper bench compare`")
-    shares = _shares(runs, "replication")
+    shares = _shares(runs, traffic_class)
     figure = ", ".join(f"{name} {share:.3f}" for name, share in shares.items())
-    return Finding(
+    return Finding(answer, f"cross-AZ {traffic_class} bytes per produced byte: {figure}",
+                   COMPARE_COMMAND, f"computed from {runs.sources[0]}")
+
+
+def cross_az_replication(runs: Runs) -> Finding:
+    return _cross_az_finding(
+        runs, "replication",
         "Confirmed: classic RF=3 replicates about 2x the produced bytes across AZs, "
         "active-tiered and diskless almost nothing (followers read object storage; "
-        "diskless has no followers).",
-        f"cross-AZ replication bytes per produced byte: {figure}",
-        COMPARE_COMMAND, f"computed from {runs.sources[0]}")
+        "diskless has no followers).")
 
 
 def producer_cross_az(runs: Runs) -> Finding:
-    if runs.compare is None:
-        return not_run(COMPARE_COMMAND, "`kipper bench compare`")
-    shares = _shares(runs, "produce")
-    figure = ", ".join(f"{name} {share:.3f}" for name, share in shares.items())
-    return Finding(
+    return _cross_az_finding(
+        runs, "produce",
         "Confirmed: diskless routes every producer to a broker of its AZ (0 produce bytes "
         "cross); classic and active-tiered send a producer's bytes to the leader wherever it "
         "is (about 2/3 with leaders spread over 3 AZs; the quick trace's hot partitions make "
-        "it a little more).",
-        f"cross-AZ produce bytes per produced byte: {figure}",
-        COMPARE_COMMAND, f"computed from {runs.sources[0]}")
+        "it a little more).")
 
 
 def request_economics(runs: Runs) -> Finding:
