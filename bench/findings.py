@@ -16,8 +16,8 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.diskless_sweep_bench import (
@@ -36,17 +36,45 @@ COMPARE_COMMAND = "python -m broker.cli bench compare --quick --peer tansu --out
 SWEEP_COMMAND = ("python -m bench.diskless_sweep_bench --repeat 2 "
                  "--json docs/findings/diskless-sweep.json")
 FANOUT_COMMAND = "python -m bench.commit_fanout_bench --json docs/findings/commit-fanout.json"
+FULL_COMMAND = "python -m broker.cli bench compare --full --out docs/bench-full"
 GENERATE_COMMAND = "python -m bench.findings"
 
 
 @dataclass(frozen=True)
-class Runs:
-    """The JSON of each run (None: not run, or its file is missing)."""
+class RunFile:
+    """A bench's JSON that claims are computed from: where it is kept and what writes it."""
 
-    compare: dict | None = None  # `kipper bench compare`'s report.json
-    sweep: dict | None = None  # bench/diskless_sweep_bench.py --json
-    fanout: dict | None = None  # bench/commit_fanout_bench.py --json
-    sources: tuple[str, str, str] = ("", "", "")  # where each was read, for the doc
+    name: str
+    path: str  # relative to the repository
+    command: str
+    what: str  # the bench, for "not run yet"
+
+
+RUN_FILES = (
+    RunFile("compare", "docs/bench-report/report.json", COMPARE_COMMAND, "`kipper bench compare`"),
+    RunFile("sweep", "docs/findings/diskless-sweep.json", SWEEP_COMMAND,
+            "bench/diskless_sweep_bench.py"),
+    RunFile("fanout", "docs/findings/commit-fanout.json", FANOUT_COMMAND,
+            "bench/commit_fanout_bench.py"),
+    RunFile("cost_scale", "docs/bench-full/cost-scale/cost_scale.json", FULL_COMMAND,
+            "`kipper bench compare --full`"),
+)
+RUN_FILE = {run.name: run for run in RUN_FILES}
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The JSON of each run by RunFile name (absent: not run, or its file is missing), and
+    where each was read, for the doc."""
+
+    json: Mapping[str, dict] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> dict | None:
+        return self.json.get(name)
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, f"`{RUN_FILE[name].path}`")
 
 
 @dataclass(frozen=True)
@@ -79,8 +107,9 @@ def not_measured(why: str) -> Callable[[Runs], Finding]:
     return lambda runs: Finding(f"Not measured yet: {why}", "", "", "")
 
 
-def not_run(command: str, what: str) -> Finding:
-    return Finding(f"Not run yet: {what} has no JSON here.", "", command, "")
+def not_run(name: str) -> Finding:
+    run = RUN_FILE[name]
+    return Finding(f"Not run yet: {run.what} has no JSON here.", "", run.command, "")
 
 
 # --- answers computed from the runs' JSON ------------------------------------------------------
@@ -88,7 +117,7 @@ def not_run(command: str, what: str) -> Finding:
 
 def _modes(runs: Runs) -> dict[str, dict]:
     """The kipper modes the run measured (peers and failed modes have no produced bytes)."""
-    return {name: mode for name, mode in runs.compare["modes"].items()
+    return {name: mode for name, mode in runs.get("compare")["modes"].items()
             if isinstance(mode, dict) and mode.get("status") == "ok"
             and mode.get("produced_bytes") and isinstance(mode.get("cross_az"), dict)}
 
@@ -103,12 +132,12 @@ def _shares(runs: Runs, traffic_class: str) -> dict[str, float]:
 
 def _cross_az_finding(runs: Runs, traffic_class: str, answer: str) -> Finding:
     """A claim about the cross-AZ bytes of one traffic class per produced byte, by mode."""
-    if runs.compare is None:
-        return not_run(COMPARE_COMMAND, "`kipper bench compare`")
+    if runs.get("compare") is None:
+        return not_run("compare")
     shares = _shares(runs, traffic_class)
     figure = ", ".join(f"{name} {share:.3f}" for name, share in shares.items())
     return Finding(answer, f"cross-AZ {traffic_class} bytes per produced byte: {figure}",
-                   COMPARE_COMMAND, f"computed from {runs.sources[0]}")
+                   COMPARE_COMMAND, f"computed from {runs.source('compare')}")
 
 
 def cross_az_replication(runs: Runs) -> Finding:
@@ -129,8 +158,8 @@ def producer_cross_az(runs: Runs) -> Finding:
 
 
 def request_economics(runs: Runs) -> Finding:
-    if runs.compare is None or not _modes(runs):
-        return not_run(COMPARE_COMMAND, "`kipper bench compare`")
+    if runs.get("compare") is None or not _modes(runs):
+        return not_run("compare")
     parts = []
     for name, mode in _modes(runs).items():
         operations = mode.get("object_store", {}).get("by_operation", {})
@@ -143,8 +172,8 @@ def request_economics(runs: Runs) -> Finding:
                      f"${per_tb:.2f}/TB in requests")
     rate = next(iter(_modes(runs).values()))["throughput"]["mb_per_s"]
     figure = f"at {rate:.1f} MB/s (quick trace): " + "; ".join(parts)
-    if runs.sweep is not None:
-        single = [c for c in runs.sweep["cases"]
+    if runs.get("sweep") is not None:
+        single = [c for c in runs.get("sweep")["cases"]
                   if c["profile"] == "s3-standard" and not c["hedged"]]
         figure += ("; diskless WAL PUTs per second per broker by commit interval: "
                    + ", ".join(f"{c['commit_interval_ms']} ms {c['puts_per_s_per_broker']:.2f}"
@@ -155,13 +184,14 @@ def request_economics(runs: Runs) -> Finding:
         "1/throughput (see `kipper bench cost-scale`). One object per partition is not "
         "built, so that side of the comparison is not measured.",
         figure, f"{COMPARE_COMMAND}; {SWEEP_COMMAND}",
-        f"computed from {runs.sources[0]}" + (f" and {runs.sources[1]}" if runs.sweep else ""))
+        f"computed from {runs.source('compare')}"
+        + (f" and {runs.source('sweep')}" if runs.get("sweep") else ""))
 
 
 def commit_fanout(runs: Runs) -> Finding:
-    if runs.fanout is None:
-        return not_run(FANOUT_COMMAND, "bench/commit_fanout_bench.py")
-    designs = {d["design"]: d for d in runs.fanout["designs"]}
+    if runs.get("fanout") is None:
+        return not_run("fanout")
+    designs = {d["design"]: d for d in runs.get("fanout")["designs"]}
     grouped, naive = designs["per-broker grouping"], designs["per-partition fan-out"]
     figure = "; ".join(
         f"{d['design']}: {d['commit_rpcs_per_wal_file']:.2f} commit RPCs and "
@@ -174,7 +204,7 @@ def commit_fanout(runs: Runs) -> Finding:
         f"of partitions in it; the naive fan-out costs one per partition in the file "
         f"({ratio:.1f}x here). AZ representatives are not built (kipper's producers already "
         f"stay in their AZ), so the third design is not measured.",
-        figure, FANOUT_COMMAND, f"computed from {runs.sources[2]}")
+        figure, FANOUT_COMMAND, f"computed from {runs.source('fanout')}")
 
 
 # --- the claims --------------------------------------------------------------------------------
@@ -363,11 +393,11 @@ def sweep_section(runs: Runs) -> list[str]:
         f"PUTs, before commit time. On S3 Express the P99 at 250 ms is {express.p99_ms:.0f} "
         "ms without hedging: the target is met and hedging adds nothing.", "",
         model_table(list(modelled().values())), ""]
-    if runs.sweep is None:
+    if runs.get("sweep") is None:
         return lines + [f"Measured: not run yet (`{SWEEP_COMMAND}`).", ""]
     results = [SweepResult(**{k: v for k, v in case.items()
                               if k in SweepResult.__dataclass_fields__})
-               for case in runs.sweep["cases"]]
+               for case in runs.get("sweep")["cases"]]
     shares = {}
     for r in results:
         if r.hedged:
@@ -375,7 +405,7 @@ def sweep_section(runs: Runs) -> list[str]:
     hedged_share = "; ".join(f"{profile} {min(v):.0%}-{max(v):.0%}"
                              for profile, v in shares.items())
     return lines + [
-        f"Measured, computed from {runs.sources[1]} (regenerate with `{SWEEP_COMMAND}`; read "
+        f"Measured, computed from {runs.source('sweep')} (regenerate with `{SWEEP_COMMAND}`; read "
         "the load average column: on a shared 2-core machine the brokers' own CPU time "
         "dominates once it is loaded):", "",
         table(results), "", *(f"- {line}" for line in verdicts(results)),
@@ -430,18 +460,18 @@ def load(path: Path) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="findings", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compare", type=Path, default=REPO / "docs/bench-report/report.json",
-                   help="a `kipper bench compare` report.json")
-    p.add_argument("--sweep", type=Path, default=REPO / "docs/findings/diskless-sweep.json")
-    p.add_argument("--fanout", type=Path, default=REPO / "docs/findings/commit-fanout.json")
+    for run in RUN_FILES:
+        p.add_argument(f"--{run.name.replace('_', '-')}", type=Path, default=REPO / run.path,
+                       help=f"the JSON of {run.what} (default {run.path})")
     p.add_argument("--out", type=Path, default=REPO / "docs/findings.md")
     args = p.parse_args(argv)
-    paths = (args.compare, args.sweep, args.fanout)
+    paths = {run.name: getattr(args, run.name) for run in RUN_FILES}
 
     def shown(path: Path) -> str:
         return f"`{path.relative_to(REPO) if path.is_relative_to(REPO) else path}`"
 
-    runs = Runs(*(load(path) for path in paths), sources=tuple(shown(p) for p in paths))
+    runs = Runs({name: run for name, path in paths.items() if (run := load(path)) is not None},
+                {name: shown(path) for name, path in paths.items()})
     args.out.write_text(render(runs))
     print(f"wrote {args.out}")
     return 0

@@ -158,7 +158,7 @@ def az_link_rows(report: dict) -> list[list[str]]:
 
 def claim_rows(report: dict) -> list[list[str]]:
     """The claims table of docs/findings.md with this report as the only run."""
-    runs = Runs(compare=report, sources=("report.json", "", ""))
+    runs = Runs({"compare": report}, {"compare": "report.json"})
     return [[str(number), html.escape(title), html.escape(answer), html.escape(source)]
             for number, title, answer, source in claims_table(runs)]
 

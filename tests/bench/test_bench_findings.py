@@ -56,8 +56,9 @@ def section(text: str, number: int) -> str:
 
 
 def test_answers_are_computed_from_the_runs_json():
-    text = render(Runs(compare_report(), sweep(), fanout(),
-                       sources=("`report.json`", "`sweep.json`", "`fanout.json`")))
+    text = render(Runs({"compare": compare_report(), "sweep": sweep(), "fanout": fanout()},
+                       {"compare": "`report.json`", "sweep": "`sweep.json`",
+                        "fanout": "`fanout.json`"}))
     assert "classic 2.000, active-tiered 0.050, diskless 0.000" in section(text, 1)
     assert "classic 0.650, active-tiered 0.700, diskless 0.000" in section(text, 2)
     economics = section(text, 6)
