@@ -416,6 +416,59 @@ def sweep_section(runs: Runs) -> list[str]:
         "`diskless_append_hedge_after_ms` in ms there.", ""]
 
 
+OBJECT_CLASS_NAMES = {"s3_standard": "S3 Standard", "s3_express_one_zone": "S3 Express One Zone"}
+
+
+def _break_even(value: float | None) -> str:
+    if value is None:
+        return "never"
+    return "always" if value <= 1e-3 else f"{value:,.1f} MB/s"
+
+
+def cost_scale_section(runs: Runs) -> list[str]:
+    """The issue's cost-vs-throughput question: the measured points of the `--full` run, $/TB
+    extrapolated from the model fitted through them, and the break-even throughputs."""
+    lines = ["## Cost as a function of scale", ""]
+    table = runs.get("cost_scale")
+    if table is None:
+        return lines + [f"Not run yet (`{FULL_COMMAND}`).", ""]
+    baseline = table["baseline"]
+    modes = list(dict.fromkeys(point["mode"] for point in table["measured"]))
+    sources = list(dict.fromkeys(point["source"] for point in table["measured"]))
+    lines += [
+        f"Computed from {runs.source('cost_scale')} (regenerate with `{FULL_COMMAND}`; "
+        "bench/README.md, *Cost as a function of scale*, explains the model). Measured: "
+        "each mode's $/TB at the rate its run reached, objects priced in the class they were "
+        "in:", "",
+        "| mode | " + " | ".join(f"`{Path(source).name}` run" for source in sources) + " |",
+        "|---|" + "---|" * len(sources)]
+    for mode in modes:
+        cells = {p["source"]: f"${p['usd_per_tb']:.2f} at {p['mb_per_s']:.1f} MB/s"
+                 for p in table["measured"] if p["mode"] == mode}
+        lines.append(f"| {mode} | " + " | ".join(cells.get(s, "-") for s in sources) + " |")
+    lines += ["", f"**Extrapolated** break-even: the throughput per cluster (3 brokers) from "
+              f"which a mode costs less per TB than {baseline}, by cross-AZ discount:", "",
+              "| objects on | mode | " + " | ".join(
+                  f"{float(d):.0%} discount" for d in next(iter(
+                      next(iter(table["object_classes"].values()))["break_even_mb_per_s"]
+                      .values()), {})) + " |"]
+    lines.append("|---|---|" + "---|" * (lines[-1].count("|") - 3))
+    for object_class, figures in table["object_classes"].items():
+        for mode, by_discount in figures["break_even_mb_per_s"].items():
+            lines.append(f"| {OBJECT_CLASS_NAMES.get(object_class, object_class)} | {mode} | "
+                         + " | ".join(_break_even(v) for v in by_discount.values()) + " |")
+    lines += ["", "**Extrapolated** $/TB at list cross-AZ prices:", "",
+              "| objects on | MB/s | " + " | ".join(modes) + " |",
+              "|---|---|" + "---|" * len(modes)]
+    for object_class, figures in table["object_classes"].items():
+        for row in figures["rows"]:
+            if row["mb_per_s"] in (1, 10, 100, 1000):
+                lines.append(f"| {OBJECT_CLASS_NAMES.get(object_class, object_class)} | "
+                             f"{row['mb_per_s']:g} | "
+                             + " | ".join(f"${row[m]:.2f}" for m in modes if m in row) + " |")
+    return lines + [""]
+
+
 def claims_table(runs: Runs) -> list[tuple[int, str, str, str]]:
     """(number, title, answer, source) per claim: the summary table of docs/findings.md and
     of `kipper bench compare`'s report.html."""
@@ -450,6 +503,7 @@ def render(runs: Runs) -> str:
         if finding.command:
             lines += [f"*Regenerate:* `{finding.command}`", ""]
     lines += sweep_section(runs)
+    lines += cost_scale_section(runs)
     return "\n".join(lines)
 
 
