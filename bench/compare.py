@@ -159,8 +159,9 @@ def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
     figures = analyze(spark, work / "run")
     links = ({"az_links": link_figures(before, after, kernel_before, kernel_after)}
              if layout else {})
-    return {"status": "ok", **figures, "replay_wall_s": result.wall_s,
-            **run_costs(before, after, stored, options.retention_hours), **links}
+    costs = run_costs(before, after, stored, options.retention_hours,
+                      acked_bytes=figures["throughput"]["bytes_acked"])
+    return {"status": "ok", **figures, "replay_wall_s": result.wall_s, **costs, **links}
 
 
 def run_tansu(spark, name: str, trace: Path, summary: TraceSummary, work: Path,
@@ -177,11 +178,17 @@ def run_tansu(spark, name: str, trace: Path, summary: TraceSummary, work: Path,
 
 
 def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
-              retention_hours: float, prices: dict | None = None) -> dict:
-    """Cross-AZ bytes, object-store requests and storage of the replay, and their price."""
+              retention_hours: float, acked_bytes: int, prices: dict | None = None) -> dict:
+    """Cross-AZ bytes, object-store requests and storage of the replay, and their price.
+
+    Per byte produced means per byte of the records the clients had acknowledged, counted
+    once (``acked_bytes``, the trace's request bytes). What the brokers took in can be more
+    (``received_produce_bytes``): a cluster that falls behind times requests out and the
+    clients send them again, and that traffic is a cost of the run, not data produced."""
     cross_before, cross_after = cross_az_bytes(before), cross_az_bytes(after)
     cross = {cls: n - cross_before.get(cls, 0) for cls, n in cross_after.items()}
-    produced = produce_request_bytes(after) - produce_request_bytes(before)
+    produced = acked_bytes
+    received = produce_request_bytes(after) - produce_request_bytes(before)
     earlier = {doc["node_id"]: object_store_snapshot(doc) for doc in before}
     object_store = [object_store_delta(earlier.get(doc["node_id"]), snapshot)
                     for doc in after if (snapshot := object_store_snapshot(doc)) is not None]
@@ -190,6 +197,7 @@ def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
     total_cross = sum(cross.values())
     return {
         "produced_bytes": produced,
+        "received_produce_bytes": received,
         "cross_az": {"bytes_by_class": cross, "bytes": total_cross,
                      "per_produced_gb": total_cross / produced if produced else None},
         "object_store": {

@@ -181,7 +181,8 @@ def request_economics(runs: Runs) -> Finding:
     return Finding(
         "Measured for combined multi-partition objects: diskless's PUTs are time-driven "
         "(one WAL object per commit interval per broker), so their cost per TB falls as "
-        "1/throughput (see `kipper bench cost-scale`). One object per partition is not "
+        "1/throughput (measured at three rates: *Cost as a function of scale* below). One "
+        "object per partition is not "
         "built, so that side of the comparison is not measured.",
         figure, f"{COMPARE_COMMAND}; {SWEEP_COMMAND}",
         f"computed from {runs.source('compare')}"
