@@ -2,9 +2,9 @@
 answer, the figure and the command that regenerates it.
 
 Answers come from the JSON the runs write where they write JSON (the `compare` report, the
-diskless sweep, the commit fan-out bench, the diskless merge bench), and otherwise from the figures recorded in
-bench/README.md (quoted with the bench and its date), or say why the claim is not measurable
-here. A run whose JSON is missing is reported as not run, with its command.
+diskless sweep, the commit fan-out, diskless merge and tiered fallback benches), and otherwise
+from the figures recorded in bench/README.md (quoted with the bench and its date), or say why
+the claim is not measurable here. A run whose JSON is missing is reported as not run, with its command.
 
     python -m bench.findings                     # rewrites docs/findings.md
     python -m bench.findings --out /tmp/f.md --compare other-run/report.json
@@ -37,6 +37,8 @@ SWEEP_COMMAND = ("python -m bench.diskless_sweep_bench --repeat 2 "
                  "--json docs/findings/diskless-sweep.json")
 FANOUT_COMMAND = "python -m bench.commit_fanout_bench --json docs/findings/commit-fanout.json"
 MERGE_COMMAND = "python -m bench.diskless_merge_bench --json docs/findings/diskless-merge.json"
+FALLBACK_COMMAND = ("python -m bench.tiered_fallback_bench "
+                    "--json docs/findings/tiered-fallback.json")
 GENERATE_COMMAND = "python -m bench.findings"
 
 
@@ -48,7 +50,8 @@ class Runs:
     sweep: dict | None = None  # bench/diskless_sweep_bench.py --json
     fanout: dict | None = None  # bench/commit_fanout_bench.py --json
     merge: dict | None = None  # bench/diskless_merge_bench.py --json
-    sources: tuple[str, ...] = ("", "", "", "")  # where each was read, for the doc
+    fallback: dict | None = None  # bench/tiered_fallback_bench.py --json
+    sources: tuple[str, ...] = ("", "", "", "", "")  # where each was read, for the doc
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,33 @@ def cold_read_cost(runs: Runs) -> Finding:
     return Finding(answer, figure, MERGE_COMMAND, f"computed from {runs.sources[3]}")
 
 
+def lagging_follower_fallback(runs: Runs) -> Finding:
+    if runs.fallback is None:
+        return not_run(FALLBACK_COMMAND, "bench/tiered_fallback_bench.py")
+    phases = {p["name"]: p for p in runs.fallback["phases"]}
+    in_sync, behind = phases["in sync"], phases["behind the objects"]
+    answer = (
+        f"Confirmed: a follower that came back after the objects of its missing offsets were "
+        f"deleted caught up from raw leader records "
+        f"(kipper_active_tiered_fallback_bytes_total): {behind['fallback_per_missed']:.2f} "
+        f"bytes per byte it missed, all of them cross-AZ replication to its AZ "
+        f"({behind['to_follower_per_missed']:.2f} per byte missed), against "
+        f"{in_sync['cross_az_per_produced']:.3f} cross-AZ replication bytes per produced "
+        f"byte with every follower in sync.")
+    mib = 1 << 20
+    figure = "; ".join(
+        f"{p['name']}: {p['produced_bytes'] / mib:.1f} MiB produced, "
+        f"{p['missed_bytes'] / mib:.2f} MiB missed by the stopped follower, fallback "
+        f"{p['fallback_bytes'] / mib:.2f} MiB, cross-AZ replication "
+        f"{p['cross_az_replication_bytes'] / mib:.2f} MiB, {p['uploads']} objects uploaded"
+        + (f", caught up {p['catch_up_s']:.1f} s after its restart"
+           if p["catch_up_s"] is not None else "")
+        for p in (in_sync, behind)) + (
+        "; test: tests/storage/active_tiered/test_fallback.py::"
+        "test_follower_behind_the_objects_falls_back_to_records")
+    return Finding(answer, figure, FALLBACK_COMMAND, f"computed from {runs.sources[4]}")
+
+
 # --- the claims --------------------------------------------------------------------------------
 
 CLAIMS = (
@@ -377,12 +407,7 @@ CLAIMS = (
     Claim(16, "Lagging-follower fallback in KIP-1176",
           "A follower below the first tiered offset catches up from raw leader data; the "
           "fallback's cross-AZ bytes reported.",
-          recorded("Shown by a test; its bytes are counted "
-                   "(kipper_active_tiered_fallback_bytes_total) but no bench reports them.",
-                   "tests/storage/active_tiered/test_fallback.py::"
-                   "test_follower_behind_the_objects_falls_back_to_records",
-                   "python -m pytest -n 0 tests/storage/active_tiered/test_fallback.py",
-                   "tests")),
+          lagging_follower_fallback),
     Claim(17, "Online mode switch",
           "Classic to diskless and back mid-stream keeps offsets contiguous and consumers "
           "uninterrupted.",
@@ -518,9 +543,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", type=Path, default=REPO / "docs/findings/diskless-sweep.json")
     p.add_argument("--fanout", type=Path, default=REPO / "docs/findings/commit-fanout.json")
     p.add_argument("--merge", type=Path, default=REPO / "docs/findings/diskless-merge.json")
+    p.add_argument("--fallback", type=Path,
+                   default=REPO / "docs/findings/tiered-fallback.json")
     p.add_argument("--out", type=Path, default=REPO / "docs/findings.md")
     args = p.parse_args(argv)
-    paths = (args.compare, args.sweep, args.fanout, args.merge)
+    paths = (args.compare, args.sweep, args.fanout, args.merge, args.fallback)
 
     def shown(path: Path) -> str:
         return f"`{path.relative_to(REPO) if path.is_relative_to(REPO) else path}`"
