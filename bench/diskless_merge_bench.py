@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -62,7 +63,6 @@ JUN_PARTITIONS = 100_000
 JUN_SECONDS = 5 * 3600
 JUN_COMMIT_INTERVAL_S = 0.25
 COUNTERS = ("db_bytes", "metadata_log_bytes", "objects", "batches")
-MERGE_MIN_OBJECTS = 8
 NO_MERGING = 1 << 40  # diskless_merge_min_objects no run reaches
 
 
@@ -263,7 +263,7 @@ def cold_read(cluster: LocalCluster, node: int, topic: str, partition: int,
 
 def database_bytes_by_table(path: Path) -> dict[str, int]:
     """Bytes of each table and index of a SQLite file (read-only, while the broker runs)."""
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name "
                                "ORDER BY SUM(pgsize) DESC"))
 
@@ -285,8 +285,9 @@ def wait_for_merging(cluster: LocalCluster, quiet_s: float, timeout_s: float) ->
 def run(root: Path, merging: bool, args: argparse.Namespace) -> MergeCase:
     name = "merging" if merging else "no-merging"
     env = {"KIPPER_DISKLESS_APPEND_COMMIT_INTERVAL_MS": str(args.commit_interval_ms),
-           "KIPPER_DISKLESS_OBJECT_DELETE_DELAY_MS": "5000",
-           "KIPPER_DISKLESS_MERGE_MIN_OBJECTS": str(MERGE_MIN_OBJECTS if merging else NO_MERGING)}
+           "KIPPER_DISKLESS_OBJECT_DELETE_DELAY_MS": "5000"}
+    if not merging:
+        env["KIPPER_DISKLESS_MERGE_MIN_OBJECTS"] = str(NO_MERGING)
     cluster = LocalCluster(root / name, brokers=len(RACKS), metrics=True, env=env,
                            extra_args=["--s3-latency-profile", args.profile]).start()
     try:
