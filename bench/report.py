@@ -203,8 +203,8 @@ records, {trace["bytes"]:,} bytes, {trace["producers"]} producers over
 <h2>Claims of the KIP threads (digest &sect;6)</h2>
 <p>This run's answer where it measures one (&ldquo;computed from report.json&rdquo;), else
 the figure recorded in bench/README.md or why it is not measurable;
-docs/findings.md (<code>python -m bench.findings</code>) adds the diskless sweep and the
-commit fan-out runs.</p>
+docs/findings.md (<code>python -m bench.findings</code>) adds the diskless sweep, commit
+fan-out, diskless merge and tiered fallback runs.</p>
 {_table(["#", "claim", "answer", "source"], claim_rows(report))}
 {images}
 </body></html>
