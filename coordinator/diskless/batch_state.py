@@ -29,6 +29,7 @@ from storage.diskless.control_plane import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
+    REQUEST_DEDUP_WINDOW_MS,
     BatchCoordinate,
     BatchResult,
     CheckpointTaken,
@@ -96,12 +97,16 @@ CREATE TABLE IF NOT EXISTS deleted_topics (topic_id TEXT PRIMARY KEY) WITHOUT RO
 CREATE TABLE IF NOT EXISTS producer_state (
     topic_id TEXT, partition INTEGER, snapshot BLOB,
     PRIMARY KEY (topic_id, partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, result TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, result TEXT,
+    committed_ms INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS checkpoints (offset INTEGER PRIMARY KEY, object_key TEXT);
 """
 # Columns added since the first schema, with their defaults: added to older databases.
 _ADDED_COLUMNS = (("logs", "cleaned_offset", 0), ("batches", "cleaned_at_ms", -1),
-                  ("logs", "tombstone_horizon_ms", -1), ("logs", "sealed", 0))
+                  ("logs", "tombstone_horizon_ms", -1), ("logs", "sealed", 0),
+                  ("requests", "committed_ms", 0))
+# Indexes on added columns: made once the columns exist.
+_ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS requests_by_time ON requests (committed_ms);"
 _TABLES = ("applied", "logs", "batches", "objects", "deleted_objects", "deleted_topics",
            "producer_state", "requests", "checkpoints")
 
@@ -147,6 +152,7 @@ class BatchCoordinatorState(RecordControlPlane):
                                   self._db.execute(f"PRAGMA table_info({table})")}:
                     self._db.execute(
                         f"ALTER TABLE {table} ADD COLUMN {column} INTEGER DEFAULT {default}")
+            self._db.executescript(_ADDED_INDEXES)
             row = self._db.execute("SELECT offset FROM applied").fetchone()
         except sqlite3.DatabaseError:
             self._db.close()
@@ -223,8 +229,10 @@ class BatchCoordinatorState(RecordControlPlane):
         if stored is not None:
             return CommitFileResult.from_wire(json.loads(stored[0]))
         result = self._commit_batches(request)
-        self._db.execute("INSERT INTO requests VALUES (?, ?)",
-                         (request.request_id, json.dumps(result.to_wire())))
+        self._db.execute("DELETE FROM requests WHERE committed_ms < ?",
+                         (request.now_ms - REQUEST_DEDUP_WINDOW_MS,))
+        self._db.execute("INSERT INTO requests VALUES (?, ?, ?)",
+                         (request.request_id, json.dumps(result.to_wire()), request.now_ms))
         return result
 
     def _commit_batches(self, request: CommitFile) -> CommitFileResult:

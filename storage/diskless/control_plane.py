@@ -183,6 +183,13 @@ class CommitFileResult(WireRecord):
     batches: tuple[BatchResult, ...]
 
 
+# How long a CommitFile's answer is kept for its retries (by the request's own now_ms, so every
+# replica forgets the same answers). A broker retries a commit for seconds before it gives the
+# object up as an orphan; an hour covers that and any clock skew between brokers. A whole-object
+# commit retried later still stores nothing (the object exists: ALREADY_COMMITTED).
+REQUEST_DEDUP_WINDOW_MS = 3_600_000
+
+
 @dataclass(frozen=True, slots=True)
 class CommitFile(Request):
     """A broker uploaded WAL object ``object_key``: give its batches offsets. Retries carry

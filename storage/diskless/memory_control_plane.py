@@ -16,6 +16,7 @@ from .control_plane import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
+    REQUEST_DEDUP_WINDOW_MS,
     BatchCoordinate,
     BatchResult,
     CheckpointTaken,
@@ -93,7 +94,8 @@ class InMemoryControlPlane(RecordControlPlane):
         self._objects: dict[str, _Object] = {}
         self._deleted_objects: set[str] = set()
         self._deleted_topics: set[str] = set()
-        self._requests: dict[str, CommitFileResult] = {}
+        # request id -> (its now_ms, the answer), oldest first
+        self._requests: dict[str, tuple[int, CommitFileResult]] = {}
         self._checkpoints: list[tuple[int, str]] = []  # (offset, object key), kept ones
 
     async def submit(self, request: Request) -> Any:
@@ -108,9 +110,16 @@ class InMemoryControlPlane(RecordControlPlane):
     # -- commit_file -----------------------------------------------------------------------
 
     def _commit_file(self, request: CommitFile) -> CommitFileResult:
-        result = self._requests.get(request.request_id)
-        if result is None:
-            result = self._requests[request.request_id] = self._commit_batches(request)
+        stored = self._requests.get(request.request_id)
+        if stored is not None:
+            return stored[1]
+        result = self._commit_batches(request)
+        horizon = request.now_ms - REQUEST_DEDUP_WINDOW_MS
+        for request_id, (committed_ms, _) in list(self._requests.items()):
+            if committed_ms >= horizon:
+                break  # the rest came later (brokers' clocks: the hour covers their skew)
+            del self._requests[request_id]
+        self._requests[request.request_id] = (request.now_ms, result)
         return result
 
     def _commit_batches(self, request: CommitFile) -> CommitFileResult:

@@ -22,6 +22,7 @@ from support.control_plane_records import (
 
 from coordinator.diskless import BatchCoordinatorState
 from storage.diskless.control_plane import (
+    REQUEST_DEDUP_WINDOW_MS,
     BatchMove,
     BatchResult,
     BatchRewrite,
@@ -87,6 +88,21 @@ async def test_commit_is_idempotent_by_request_id(control_plane):
     stats = control_plane.stats()
     assert await commit(control_plane, "o1", batch(), batch(), request_id="r") == first
     assert control_plane.stats() == stats and control_plane.log_info("t", 0).high_watermark == 2
+
+
+async def test_commit_answers_are_kept_for_retries_an_hour_then_forgotten(control_plane):
+    """The answers kept for request-id retries are bounded: one older than
+    REQUEST_DEDUP_WINDOW_MS (by the requests' own now_ms) is forgotten, so a retry that late
+    is a new commit, which an existing object refuses (nothing stored twice)."""
+    first = await commit(control_plane, "o1", batch(), request_id="r1", now=1_000)
+    await commit(control_plane, "o2", batch(), request_id="r2",
+                 now=1_000 + REQUEST_DEDUP_WINDOW_MS)
+    assert await commit(control_plane, "o1", batch(), request_id="r1", now=1_000) == first
+    await commit(control_plane, "o3", batch(), request_id="r3",
+                 now=1_001 + REQUEST_DEDUP_WINDOW_MS)
+    late = await commit(control_plane, "o1", batch(), request_id="r1", now=1_000)
+    assert late[0].error_code == STORAGE_ERROR
+    assert control_plane.log_info("t", 0).high_watermark == 3
 
 
 async def test_each_partition_of_an_object_committed_on_its_own(control_plane):
