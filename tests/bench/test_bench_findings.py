@@ -134,3 +134,17 @@ def test_cost_scale_section_from_a_full_run():
     assert "| S3 Standard | diskless | 0.8 MB/s | 1.1 MB/s | never |" in scale
     assert "| S3 Express One Zone | 10 | $102.90 | $17.25 |" in scale
     assert "Not run yet (`python -m broker.cli bench compare --full" in render(Runs())
+
+
+def test_cache_claim_from_the_cache_bench():
+    def case(name, gets):
+        groups = [{"group": i + 1, "records": 100, "wrong": 0, "get_requests": n,
+                   "seconds": 1.0} for i, n in enumerate(gets)]
+        return {"name": name, "partitions": 6, "produced_mb": 10.0, "groups": groups,
+                "gets_per_mb": [n / 10.0 for n in gets]}
+    runs = Runs({"cache": {"cases": [case("read cache", [40, 0, 0]),
+                                     case("no cache", [30, 30, 30])]}})
+    claim = section(render(runs), 11)
+    assert "the first group paid the GETs (4.00 per MB) and the 2 later ones 0" in claim
+    assert "(3.00, 3.00, 3.00 per MB): 2.2x the GETs for 3 groups" in claim
+    assert "Every record read back as acknowledged." in claim
