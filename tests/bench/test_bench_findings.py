@@ -148,3 +148,20 @@ def test_cache_claim_from_the_cache_bench():
     assert "the first group paid the GETs (4.00 per MB) and the 2 later ones 0" in claim
     assert "(3.00, 3.00, 3.00 per MB): 2.2x the GETs for 3 groups" in claim
     assert "Every record read back as acknowledged." in claim
+
+
+def test_tiered_hop_claim_from_the_interval_sweep():
+    def interval(ms, wait, p50):
+        steps = {"upload_wait": wait, "put": 20.0, "publish": 10.0, "download": 25.0,
+                 "replicated": 40.0}
+        return {"interval_ms": ms, "classic": {"p50_ms": 7.0, "p99_ms": 20.0},
+                "active_tiered": {"p50_ms": p50, "p99_ms": 2 * p50,
+                                  "breakdown_mean_ms": steps}}
+    runs = Runs({"intervals": {"intervals": [interval(25, 15.0, 90.0),
+                                             interval(250, 190.0, 300.0)]}})
+    claim = section(render(runs), 4)
+    assert "the wait for the upload grows with the interval (15 to 190 ms mean)" in claim
+    # download is inside "replicated": 20 + 10 + 40, not counted twice
+    assert "add 70-70 ms at every interval, so the interval's wait is the larger part " \
+           "from 250 ms" in claim
+    assert "acks=all P50 goes from 90 to 300 ms against classic's 7-7 ms" in claim
