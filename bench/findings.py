@@ -2,7 +2,7 @@
 answer, the figure and the command that regenerates it.
 
 Answers come from the JSON the runs write where they write JSON (the `compare` report, the
-diskless sweep, the commit fan-out bench), and otherwise from the figures recorded in
+diskless sweep, the commit fan-out, spray and mixed-broker benches), and otherwise from the figures recorded in
 bench/README.md (quoted with the bench and its date), or say why the claim is not measurable
 here. A run whose JSON is missing is reported as not run, with its command.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ COMPARE_COMMAND = "python -m broker.cli bench compare --quick --peer tansu --out
 SWEEP_COMMAND = ("python -m bench.diskless_sweep_bench --repeat 2 "
                  "--json docs/findings/diskless-sweep.json")
 FANOUT_COMMAND = "python -m bench.commit_fanout_bench --json docs/findings/commit-fanout.json"
+SPRAY_COMMAND = "python -m bench.spray_bench --json docs/findings/spray.json"
+MIXED_COMMAND = "python -m bench.mixed_broker_bench --json docs/findings/mixed-broker.json"
+WIPE_COMMAND = "python -m pytest -n 0 tests/system/test_wiped_broker.py"
 GENERATE_COMMAND = "python -m bench.findings"
 
 
@@ -46,7 +50,9 @@ class Runs:
     compare: dict | None = None  # `kipper bench compare`'s report.json
     sweep: dict | None = None  # bench/diskless_sweep_bench.py --json
     fanout: dict | None = None  # bench/commit_fanout_bench.py --json
-    sources: tuple[str, str, str] = ("", "", "")  # where each was read, for the doc
+    spray: dict | None = None  # bench/spray_bench.py --json
+    mixed: dict | None = None  # bench/mixed_broker_bench.py --json
+    sources: tuple[str, ...] = ("", "", "", "", "")  # where each was read, for the doc
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,73 @@ def commit_fanout(runs: Runs) -> Finding:
         figure, FANOUT_COMMAND, f"computed from {runs.sources[2]}")
 
 
+def leaderless_idempotence(runs: Runs) -> Finding:
+    if runs.spray is None:
+        return not_run(SPRAY_COMMAND, "bench/spray_bench.py")
+    routings = {r["routing"]: r for r in runs.spray["routings"]}
+    sticky, spray = routings["sticky"], routings["spray"]
+    figure = "; ".join(
+        f"{r['routing']}: {r['out_of_order_rejections']} OUT_OF_ORDER_SEQUENCE answers to "
+        f"{r['sends'] - r['retries_sent']} sends of {r['batches']} batches "
+        f"({r['rejection_rate']:.1%}), {r['duplicate_sequence_answers']} DUPLICATE_SEQUENCE, "
+        f"{r['records_acked']} records acknowledged at {r['batches_per_s']:.1f} batches/s; "
+        f"deliberate retries {r['retries_deduplicated']} deduplicated, "
+        f"{r['retries_refused']} refused, {r['retries_written_again']} written again; log read "
+        f"back: {r['log_records']} records, {r['log_duplicates']} duplicates, {r['log_gaps']} "
+        f"gaps, {r['log_out_of_order']} out of order" for r in (sticky, spray))
+    intact = all(r["log_duplicates"] == r["log_gaps"] == r["log_out_of_order"]
+                 == r["retries_written_again"] == 0 for r in (sticky, spray))
+    refused = sum(r["retries_refused"] for r in (sticky, spray))
+    log_state = ("the log ends with every record once and in order either way, and no retry "
+                 "of an acknowledged batch was written again (they got their first offsets"
+                 + (f"; {refused} that came after the producer's five newest batches got "
+                    "OUT_OF_ORDER_SEQUENCE, as Kafka answers" if refused else "") + ")"
+                 if intact else "but the log read back is NOT intact (see the figure)")
+    return Finding(
+        f"Confirmed: spraying one idempotent producer's consecutive batches over "
+        f"{spray['brokers']} brokers gets {spray['rejection_rate']:.0%} of its sends refused "
+        f"OUT_OF_ORDER_SEQUENCE (sticky: {sticky['rejection_rate']:.0%}), since the batch "
+        f"coordinator checks sequences in the order the brokers' WAL files commit, and costs "
+        f"{sticky['batches_per_s'] / spray['batches_per_s']:.1f}x the throughput in resends; "
+        f"{log_state}. Kafka clients do not spray: metadata names one broker of their AZ.",
+        figure, SPRAY_COMMAND, f"computed from {runs.sources[3]}")
+
+
+def _median_of_rounds(cases: list[dict], case: str, key: str) -> float:
+    return statistics.median(c[key] for c in cases if c["case"] == case)
+
+
+def mixed_broker_durability(runs: Runs) -> Finding:
+    if runs.mixed is None:
+        return not_run(MIXED_COMMAND, "bench/mixed_broker_bench.py")
+    cases = runs.mixed["cases"]
+    alone, mixed = "classic alone", "classic + diskless"
+    keys = ("flush_lag_p50_ms", "flush_lag_p99_ms", "unflushed_max_records", "produce_p50_ms",
+            "produce_p99_ms", "diskless_records")
+    median = {case: {key: _median_of_rounds(cases, case, key) for key in keys}
+              for case in (alone, mixed)}
+    rounds = len(cases) // 2
+    flush_ms, seconds = cases[0]["flush_ms"], cases[0]["seconds"]
+    figure = "; ".join(
+        f"{case} (median of {rounds} rounds): flush lag P50/P99 "
+        f"{m['flush_lag_p50_ms']:.0f}/{m['flush_lag_p99_ms']:.0f} ms, at most "
+        f"{m['unflushed_max_records']:.0f} acknowledged records unflushed, classic produce "
+        f"P50/P99 {m['produce_p50_ms']:.0f}/{m['produce_p99_ms']:.0f} ms, diskless "
+        f"{m['diskless_records'] / seconds:.0f} records/s" for case, m in median.items())
+    figure += (f" (flush.ms={flush_ms}, 1 KiB records, load average "
+               f"{min(c['load_average'] for c in cases):.0f}-"
+               f"{max(c['load_average'] for c in cases):.0f} on 2 cores)")
+    lag = median[mixed]["flush_lag_p99_ms"] / median[alone]["flush_lag_p99_ms"]
+    latency = median[mixed]["produce_p50_ms"] / median[alone]["produce_p50_ms"]
+    lag_words = ("is not stretched" if lag <= 1.25 else f"is stretched {lag:.1f}x")
+    return Finding(
+        f"Measured: with diskless produce on the same brokers the classic topic's flush lag "
+        f"{lag_words} (P99 {lag:.2f}x; flush.ms bounds it: kipper writes no diskless data to "
+        f"local disk), but its produce latency is {latency:.1f}x at the median: diskless "
+        f"competes for the brokers' event loop and CPU, not for IOPS.",
+        figure, MIXED_COMMAND, f"computed from {runs.sources[4]}")
+
+
 # --- the claims --------------------------------------------------------------------------------
 
 CLAIMS = (
@@ -258,11 +331,7 @@ CLAIMS = (
     Claim(12, "Idempotence under leaderless produce",
           "OUT_OF_ORDER_SEQUENCE rejections when one producer sprays across brokers versus "
           "sticky AZ-local routing; duplicates deduplicated.",
-          not_measurable("Metadata names a broker of the client's own AZ as a diskless "
-                         "partition's leader (KIP-1181), so a Kafka client does not spray; a "
-                         "spraying client would have to be written. Duplicates are "
-                         "deduplicated by the coordinator's producer state "
-                         "(tests/system/test_idempotent_producer.py).")),
+          leaderless_idempotence),
     Claim(13, "Transactions on diskless topics",
           "read_committed never sees aborted data, LSO correct, markers at the right "
           "offsets, a transaction spanning classic and diskless is atomic.",
@@ -287,10 +356,20 @@ CLAIMS = (
     Claim(15, "Local segments are disposable cache",
           "After wiping a broker's disk its diskless partitions serve correct data from "
           "object storage and coordinator metadata only.",
-          not_measured("no test wipes a diskless broker's data directory. Related and "
-                         "tested: a coordinator replica without its database restores the "
-                         "newest checkpoint from object storage and the log after it "
-                         "(tests/system/test_coordinator_restore.py).")),
+          recorded("Confirmed, after a fix: a broker killed with kill -9 and restarted on an "
+                   "empty data directory serves every acknowledged record of its diskless "
+                   "partitions, in order and once, to consumers that bootstrap from it alone, "
+                   "from the WAL objects and the batch coordinator's state (restored from its "
+                   "checkpoint and the log after it), and takes new idempotent produce; the "
+                   "classic, active-tiered and shared topics of the same test recover too "
+                   "(replicas fetched again, streams reopened). The test found a real bug: "
+                   "the broker kept its producer-id block on its disk, so a wiped broker "
+                   "handed out producer ids again; ids now come in blocks from the controller "
+                   "(AllocateProducerIds, recorded in the metadata log).",
+                   "tests/system/test_wiped_broker.py::test_a_wiped_broker_serves_every_"
+                   "acknowledged_record_again: 3 brokers, 500 records per mode (300 before the "
+                   "wipe, 100 while down, 100 after), about 80 s (2026-11-26)",
+                   WIPE_COMMAND, "tests")),
     Claim(16, "Lagging-follower fallback in KIP-1176",
           "A follower below the first tiered offset catches up from raw leader data; the "
           "fallback's cross-AZ bytes reported.",
@@ -318,9 +397,7 @@ CLAIMS = (
     Claim(18, "Mixed-broker durability",
           "Classic-topic flush lag / RPO with and without diskless cache materialisation on "
           "the same broker.",
-          not_measurable("kipper does not materialise diskless data on local disk (its read "
-                         "cache is in memory), so diskless traffic adds no local writes for "
-                         "classic flushes to compete with.")),
+          mixed_broker_durability),
     Claim(19, "Rack-aware consumption",
           "The rack-aware assignor keeps consumer fetch bytes within the AZ.",
           recorded("Confirmed: KIP-848 members in az1..az3 on a diskless topic fetched only "
@@ -434,9 +511,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="a `kipper bench compare` report.json")
     p.add_argument("--sweep", type=Path, default=REPO / "docs/findings/diskless-sweep.json")
     p.add_argument("--fanout", type=Path, default=REPO / "docs/findings/commit-fanout.json")
+    p.add_argument("--spray", type=Path, default=REPO / "docs/findings/spray.json")
+    p.add_argument("--mixed", type=Path, default=REPO / "docs/findings/mixed-broker.json")
     p.add_argument("--out", type=Path, default=REPO / "docs/findings.md")
     args = p.parse_args(argv)
-    paths = (args.compare, args.sweep, args.fanout)
+    paths = (args.compare, args.sweep, args.fanout, args.spray, args.mixed)
 
     def shown(path: Path) -> str:
         return f"`{path.relative_to(REPO) if path.is_relative_to(REPO) else path}`"
