@@ -83,6 +83,11 @@ PARTITION_CHANGES_PER_COMMIT = 500
 # Producer ids per AllocateProducerIds answer (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE):
 # one metadata record per thousand idempotent or transactional producers.
 PRODUCER_ID_BLOCK_SIZE = 1000
+# The first block's start. Brokers used to hand out ids from ranges of their own (node id << 40):
+# a cluster upgraded in place may still hold producer state of those ids, so the controller's
+# start above the ranges of node ids below 4096, and below 2**53, which JavaScript clients
+# holding an id as a number keep exact.
+FIRST_PRODUCER_ID = 1 << 52
 
 
 class Election(enum.IntEnum):
@@ -478,7 +483,7 @@ class Controller:
                 raise ControllerError(ErrorCode.stale_broker_epoch,
                                       f"broker {broker_id} is not registered in epoch "
                                       f"{broker_epoch}")
-            start = self.image.next_producer_id
+            start = max(self.image.next_producer_id, FIRST_PRODUCER_ID)
             await self._commit([producer_ids_record(start + PRODUCER_ID_BLOCK_SIZE, broker_id,
                                                     broker_epoch)])
             return range(start, start + PRODUCER_ID_BLOCK_SIZE)

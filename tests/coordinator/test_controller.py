@@ -9,6 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import (
+    FIRST_PRODUCER_ID,
     PRODUCER_ID_BLOCK_SIZE,
     Controller,
     ControllerError,
@@ -144,6 +145,6 @@ async def test_producer_id_blocks_never_repeat_across_registrations_and_controll
         third = await restarted.allocate_producer_ids(1, epoch)
     finally:
         await restarted.stop()
-    assert first == range(0, PRODUCER_ID_BLOCK_SIZE)
+    assert first == range(FIRST_PRODUCER_ID, FIRST_PRODUCER_ID + PRODUCER_ID_BLOCK_SIZE)
     assert second.start == first.stop and third.start == second.stop
     assert len(second) == len(third) == PRODUCER_ID_BLOCK_SIZE
