@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import sys
 from pathlib import Path
 
@@ -86,17 +87,34 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from bench.compare import CompareOptions, compare
+    from bench.compare import FULL_RATES, CompareOptions, compare, compare_at_rates
     if args.netns and not args.master.startswith("local"):
         print("--netns runs the replay's clients inside the AZ namespaces of this machine: "
               "it needs a local Spark master", file=sys.stderr)
         return 2
+    rates = FULL_RATES if args.full and not args.rates else args.rates
+    if args.trace and (args.rate or rates):
+        print("--rate, --rates and --full scale the synthetic trace; a given trace replays at "
+              "its own rate (--speedup compresses it)", file=sys.stderr)
+        return 2
     options = CompareOptions(
-        trace=args.trace, modes=args.modes.split(","), peers=args.peer, out=args.out,
-        speedup=args.speedup, master=args.master, quick=args.quick,
+        trace=args.trace, modes=args.modes.split(","),
+        peers=args.peer or (["tansu"] if args.full else []), out=args.out,
+        speedup=args.speedup, master=args.master, quick=args.quick, rate_mb_s=args.rate,
         retention_hours=args.retention_hours, netns=args.netns, az_rtt_ms=args.az_rtt_ms)
-    report = compare(options)
-    print(f"wrote {args.out / 'report.html'} and report.json in {report['wall_s']:.0f} s")
+    if not rates:
+        return _print_compare(args.out, compare(options))
+    started = time.monotonic()
+    runs = compare_at_rates(options, rates)
+    status = max(_print_compare(run, json.loads((run / "report.json").read_text()))
+                 for run in runs)
+    status = max(status, _cost_scale_runs(runs, args.out / "cost-scale", "classic"))
+    print(f"{len(runs)} rates in {time.monotonic() - started:.0f} s")
+    return status
+
+
+def _print_compare(out: Path, report: dict) -> int:
+    print(f"wrote {out / 'report.html'} and report.json in {report['wall_s']:.0f} s")
     for name, run in report["modes"].items():
         print(f"  {name}: {run['status']}")
     return 1 if any(run["status"].startswith("failed") for run in report["modes"].values()) else 0
@@ -111,12 +129,16 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _cost_scale(args: argparse.Namespace) -> int:
+    return _cost_scale_runs(args.run, args.out, args.baseline)
+
+
+def _cost_scale_runs(runs: list[Path], out: Path, baseline: str) -> int:
     from bench.cost import load_prices
     from bench.cost_scale import (format_table, models_from_points, plot_cost_scale,
                                   points_from_report, scale_table)
     prices = load_prices()
     points = []
-    for run in args.run:
+    for run in runs:
         path = run / "report.json"
         try:
             report = json.loads(path.read_text())
@@ -128,13 +150,23 @@ def _cost_scale(args: argparse.Namespace) -> int:
         print("no priced kipper mode in the given runs", file=sys.stderr)
         return 1
     models = models_from_points(points)
-    table = scale_table(models, prices, baseline=args.baseline)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cost_scale.json").write_text(json.dumps(table, indent=1))
-    plot = plot_cost_scale(models, table, prices, args.out / "cost_vs_throughput.png")
+    table = scale_table(models, prices, baseline=baseline)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cost_scale.json").write_text(json.dumps(table, indent=1))
+    plot = plot_cost_scale(models, table, prices, out / "cost_vs_throughput.png")
     print(format_table(table, list(models)))
-    print(f"\nwrote {plot} and {args.out / 'cost_scale.json'}")
+    print(f"\nwrote {plot} and {out / 'cost_scale.json'}")
     return 0
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of MB/s: {text!r}") from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"rates must be positive MB/s: {text!r}")
+    return rates
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
@@ -186,6 +218,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--speedup", type=float, default=1.0)
     compare.add_argument("--quick", action="store_true",
                          help="a small synthetic trace (20 s): the whole run in minutes")
+    compare.add_argument("--rate", type=float, metavar="MB_S",
+                         help="scale the synthetic trace's request rate to produce about MB_S")
+    compare.add_argument("--rates", type=_rates, metavar="MB_S,MB_S,...",
+                         help="one comparison per rate in OUT/<rate>-mb-s/, then "
+                              "`bench cost-scale` over them in OUT/cost-scale/")
+    compare.add_argument("--full", action="store_true",
+                         help="the default 60 s trace at 1, 5 and 20 MB/s (or --rates) with "
+                              "the Tansu peer, then cost-scale: about 30 min on 2 cores")
     compare.add_argument("--retention-hours", type=float, default=168.0,
                          help="how long produced data is kept, for the storage cost")
     compare.add_argument("--netns", action="store_true",

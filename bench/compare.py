@@ -22,8 +22,9 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 from bench.analyze import analyze
 from bench.az_links import link_figures
@@ -41,7 +42,7 @@ from bench.local_cluster import LocalCluster
 from bench.replay import TopicCreationError, create_topics, replay
 from bench.report import write_report
 from bench.spark import DEFAULT_MASTER, spark_session
-from bench.synth import SynthParams, synthesize
+from bench.synth import SynthParams, synthesize, synthesize_at_rate
 from bench.tansu import TansuBroker
 from bench.trace import TraceSummary, validate_trace
 from broker.az_network import inter_az_bytes
@@ -57,6 +58,8 @@ CREATE_TIMEOUT_S = 20.0
 # --quick: 6 producers for 20 s (about 2,500 requests, 10,000 records, 40 MB).
 QUICK_TRACE = SynthParams(producers=6, topics=2, partitions=6, duration_s=20, rate=15)
 DEFAULT_TRACE = SynthParams()
+# --full: the default trace at each of these produce rates (MB/s), then the cost model over them.
+FULL_RATES = (1.0, 5.0, 20.0)
 
 
 @dataclass
@@ -68,6 +71,8 @@ class CompareOptions:
     speedup: float = 1.0
     master: str = DEFAULT_MASTER
     quick: bool = False
+    # Scale the synthetic trace's request rate so that it produces about this many MB/s.
+    rate_mb_s: float | None = None
     retention_hours: float = 168.0
     # Where clusters and replay results go; a temporary directory (removed) by default.
     work_dir: Path | None = None
@@ -87,7 +92,10 @@ def compare(options: CompareOptions) -> dict:
         if trace is None:
             synth = QUICK_TRACE if options.quick else DEFAULT_TRACE
             trace = work / "trace.parquet"
-            synthesize(spark, synth, trace)
+            if options.rate_mb_s:
+                synth, _ = synthesize_at_rate(spark, synth, trace, options.rate_mb_s)
+            else:
+                synthesize(spark, synth, trace)
         summary = validate_trace(trace)
         report = {
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -96,6 +104,7 @@ def compare(options: CompareOptions) -> dict:
                       **asdict(summary), "duration_s": summary.duration_s},
             "options": {"modes": options.modes, "peers": options.peers,
                         "speedup": options.speedup, "quick": options.quick,
+                        "rate_mb_s": options.rate_mb_s,
                         "master": options.master, "retention_hours": options.retention_hours,
                         "brokers": BROKERS, "replication_factor": REPLICATION_FACTOR,
                         "netns": options.netns, "az_rtt_ms": options.az_rtt_ms},
@@ -113,6 +122,17 @@ def compare(options: CompareOptions) -> dict:
     (options.out / "report.json").write_text(json.dumps(report, indent=1))
     write_report(report, options.out)
     return report
+
+
+def compare_at_rates(options: CompareOptions, rates: Sequence[float]) -> list[Path]:
+    """One comparison per produce rate, each in OUT/<rate>-mb-s/: the points the cost model
+    (`kipper bench cost-scale`) fits its requests-vs-throughput line through."""
+    outs = []
+    for rate in rates:
+        out = options.out / f"{rate:g}-mb-s"
+        compare(replace(options, rate_mb_s=rate, out=out))
+        outs.append(out)
+    return outs
 
 
 def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
@@ -139,8 +159,9 @@ def run_mode(spark, mode: str, trace: Path, summary: TraceSummary, work: Path,
     figures = analyze(spark, work / "run")
     links = ({"az_links": link_figures(before, after, kernel_before, kernel_after)}
              if layout else {})
-    return {"status": "ok", **figures, "replay_wall_s": result.wall_s,
-            **run_costs(before, after, stored, options.retention_hours), **links}
+    costs = run_costs(before, after, stored, options.retention_hours,
+                      acked_bytes=figures["throughput"]["bytes_acked"])
+    return {"status": "ok", **figures, "replay_wall_s": result.wall_s, **costs, **links}
 
 
 def run_tansu(spark, name: str, trace: Path, summary: TraceSummary, work: Path,
@@ -157,11 +178,17 @@ def run_tansu(spark, name: str, trace: Path, summary: TraceSummary, work: Path,
 
 
 def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
-              retention_hours: float, prices: dict | None = None) -> dict:
-    """Cross-AZ bytes, object-store requests and storage of the replay, and their price."""
+              retention_hours: float, acked_bytes: int, prices: dict | None = None) -> dict:
+    """Cross-AZ bytes, object-store requests and storage of the replay, and their price.
+
+    Per byte produced means per byte of the records the clients had acknowledged, counted
+    once (``acked_bytes``, the trace's request bytes). What the brokers took in can be more
+    (``received_produce_bytes``): a cluster that falls behind times requests out and the
+    clients send them again, and that traffic is a cost of the run, not data produced."""
     cross_before, cross_after = cross_az_bytes(before), cross_az_bytes(after)
     cross = {cls: n - cross_before.get(cls, 0) for cls, n in cross_after.items()}
-    produced = produce_request_bytes(after) - produce_request_bytes(before)
+    produced = acked_bytes
+    received = produce_request_bytes(after) - produce_request_bytes(before)
     earlier = {doc["node_id"]: object_store_snapshot(doc) for doc in before}
     object_store = [object_store_delta(earlier.get(doc["node_id"]), snapshot)
                     for doc in after if (snapshot := object_store_snapshot(doc)) is not None]
@@ -170,6 +197,7 @@ def run_costs(before: list[dict], after: list[dict], stored: dict[str, int],
     total_cross = sum(cross.values())
     return {
         "produced_bytes": produced,
+        "received_produce_bytes": received,
         "cross_az": {"bytes_by_class": cross, "bytes": total_cross,
                      "per_produced_gb": total_cross / produced if produced else None},
         "object_store": {

@@ -311,12 +311,13 @@ def plot_cost_scale(models: Mapping[str, ScaleModel], table: Mapping,
             # A point is measured only where its objects were in this class; elsewhere its
             # counts are measured but their prices are not (hollow marker).
             as_measured = model.object_class in (None, object_class)
-            for point in model.measured:
-                axis.plot(point.mb_per_s,
-                          model.dollars_per_tb(point.mb_per_s, prices, object_class)["total"],
-                          "o", color=colour, markerfacecolor=colour if as_measured else "none",
-                          label=f"{mode} ({'measured' if as_measured else 'measured counts, repriced'}"
-                                f" {point.mb_per_s:.1f} MB/s)")
+            rates = ", ".join(f"{point.mb_per_s:.1f}" for point in model.measured)
+            axis.plot([point.mb_per_s for point in model.measured],
+                      [model.dollars_per_tb(point.mb_per_s, prices, object_class)["total"]
+                       for point in model.measured],
+                      "o", color=colour, markerfacecolor=colour if as_measured else "none",
+                      label=f"{mode} ({'measured' if as_measured else 'measured counts, repriced'}"
+                            f" at {rates} MB/s)")
         for index, (mode, by_discount) in enumerate(figures["break_even_mb_per_s"].items()):
             at = by_discount["0"]
             if at is not None and grid[0] <= at <= grid[-1]:
@@ -330,7 +331,7 @@ def plot_cost_scale(models: Mapping[str, ScaleModel], table: Mapping,
         axis.set_xlabel("produced MB/s per cluster (log)")
         axis.set_title(f"objects on {object_class.replace('_', ' ')}")
         axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=7, loc="upper right")
+        axis.legend(fontsize=7, loc="lower left")
     axes[0].set_ylabel("USD per TB produced (log)")
     figure.tight_layout()
     figure.savefig(path, dpi=80)

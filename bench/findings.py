@@ -2,9 +2,10 @@
 answer, the figure and the command that regenerates it.
 
 Answers come from the JSON the runs write where they write JSON (the `compare` report, the
-diskless sweep, the commit fan-out, spray and mixed-broker benches), and otherwise from the figures recorded in
-bench/README.md (quoted with the bench and its date), or say why the claim is not measurable
-here. A run whose JSON is missing is reported as not run, with its command.
+diskless sweep, the commit fan-out, diskless merge, tiered fallback, spray and mixed-broker
+benches), and otherwise from the figures recorded in bench/README.md (quoted with the bench and
+its date), or say why the claim is not measurable here. A run whose JSON is missing is reported
+as not run, with its command.
 
     python -m bench.findings                     # rewrites docs/findings.md
     python -m bench.findings --out /tmp/f.md --compare other-run/report.json
@@ -17,8 +18,8 @@ import functools
 import json
 import statistics
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.diskless_sweep_bench import (
@@ -37,6 +38,10 @@ COMPARE_COMMAND = "python -m broker.cli bench compare --quick --peer tansu --out
 SWEEP_COMMAND = ("python -m bench.diskless_sweep_bench --repeat 2 "
                  "--json docs/findings/diskless-sweep.json")
 FANOUT_COMMAND = "python -m bench.commit_fanout_bench --json docs/findings/commit-fanout.json"
+FULL_COMMAND = "python -m broker.cli bench compare --full --out docs/bench-full"
+MERGE_COMMAND = "python -m bench.diskless_merge_bench --json docs/findings/diskless-merge.json"
+FALLBACK_COMMAND = ("python -m bench.tiered_fallback_bench "
+                    "--json docs/findings/tiered-fallback.json")
 SPRAY_COMMAND = "python -m bench.spray_bench --json docs/findings/spray.json"
 MIXED_COMMAND = "python -m bench.mixed_broker_bench --json docs/findings/mixed-broker.json"
 WIPE_COMMAND = "python -m pytest -n 0 tests/system/test_wiped_broker.py"
@@ -44,15 +49,47 @@ GENERATE_COMMAND = "python -m bench.findings"
 
 
 @dataclass(frozen=True)
-class Runs:
-    """The JSON of each run (None: not run, or its file is missing)."""
+class RunFile:
+    """A bench's JSON that claims are computed from: where it is kept and what writes it."""
 
-    compare: dict | None = None  # `kipper bench compare`'s report.json
-    sweep: dict | None = None  # bench/diskless_sweep_bench.py --json
-    fanout: dict | None = None  # bench/commit_fanout_bench.py --json
-    spray: dict | None = None  # bench/spray_bench.py --json
-    mixed: dict | None = None  # bench/mixed_broker_bench.py --json
-    sources: tuple[str, ...] = ("", "", "", "", "")  # where each was read, for the doc
+    name: str
+    path: str  # relative to the repository
+    command: str
+    what: str  # the bench, for "not run yet"
+
+
+RUN_FILES = (
+    RunFile("compare", "docs/bench-report/report.json", COMPARE_COMMAND, "`kipper bench compare`"),
+    RunFile("sweep", "docs/findings/diskless-sweep.json", SWEEP_COMMAND,
+            "bench/diskless_sweep_bench.py"),
+    RunFile("fanout", "docs/findings/commit-fanout.json", FANOUT_COMMAND,
+            "bench/commit_fanout_bench.py"),
+    RunFile("cost_scale", "docs/bench-full/cost-scale/cost_scale.json", FULL_COMMAND,
+            "`kipper bench compare --full`"),
+    RunFile("merge", "docs/findings/diskless-merge.json", MERGE_COMMAND,
+            "bench/diskless_merge_bench.py"),
+    RunFile("fallback", "docs/findings/tiered-fallback.json", FALLBACK_COMMAND,
+            "bench/tiered_fallback_bench.py"),
+    RunFile("spray", "docs/findings/spray.json", SPRAY_COMMAND, "bench/spray_bench.py"),
+    RunFile("mixed", "docs/findings/mixed-broker.json", MIXED_COMMAND,
+            "bench/mixed_broker_bench.py"),
+)
+RUN_FILE = {run.name: run for run in RUN_FILES}
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The JSON of each run by RunFile name (absent: not run, or its file is missing), and
+    where each was read, for the doc."""
+
+    json: Mapping[str, dict] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> dict | None:
+        return self.json.get(name)
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, f"`{RUN_FILE[name].path}`")
 
 
 @dataclass(frozen=True)
@@ -85,8 +122,9 @@ def not_measured(why: str) -> Callable[[Runs], Finding]:
     return lambda runs: Finding(f"Not measured yet: {why}", "", "", "")
 
 
-def not_run(command: str, what: str) -> Finding:
-    return Finding(f"Not run yet: {what} has no JSON here.", "", command, "")
+def not_run(name: str) -> Finding:
+    run = RUN_FILE[name]
+    return Finding(f"Not run yet: {run.what} has no JSON here.", "", run.command, "")
 
 
 # --- answers computed from the runs' JSON ------------------------------------------------------
@@ -94,7 +132,7 @@ def not_run(command: str, what: str) -> Finding:
 
 def _modes(runs: Runs) -> dict[str, dict]:
     """The kipper modes the run measured (peers and failed modes have no produced bytes)."""
-    return {name: mode for name, mode in runs.compare["modes"].items()
+    return {name: mode for name, mode in runs.get("compare")["modes"].items()
             if isinstance(mode, dict) and mode.get("status") == "ok"
             and mode.get("produced_bytes") and isinstance(mode.get("cross_az"), dict)}
 
@@ -109,12 +147,12 @@ def _shares(runs: Runs, traffic_class: str) -> dict[str, float]:
 
 def _cross_az_finding(runs: Runs, traffic_class: str, answer: str) -> Finding:
     """A claim about the cross-AZ bytes of one traffic class per produced byte, by mode."""
-    if runs.compare is None:
-        return not_run(COMPARE_COMMAND, "`kipper bench compare`")
+    if runs.get("compare") is None:
+        return not_run("compare")
     shares = _shares(runs, traffic_class)
     figure = ", ".join(f"{name} {share:.3f}" for name, share in shares.items())
     return Finding(answer, f"cross-AZ {traffic_class} bytes per produced byte: {figure}",
-                   COMPARE_COMMAND, f"computed from {runs.sources[0]}")
+                   COMPARE_COMMAND, f"computed from {runs.source('compare')}")
 
 
 def cross_az_replication(runs: Runs) -> Finding:
@@ -135,8 +173,8 @@ def producer_cross_az(runs: Runs) -> Finding:
 
 
 def request_economics(runs: Runs) -> Finding:
-    if runs.compare is None or not _modes(runs):
-        return not_run(COMPARE_COMMAND, "`kipper bench compare`")
+    if runs.get("compare") is None or not _modes(runs):
+        return not_run("compare")
     parts = []
     for name, mode in _modes(runs).items():
         operations = mode.get("object_store", {}).get("by_operation", {})
@@ -149,8 +187,8 @@ def request_economics(runs: Runs) -> Finding:
                      f"${per_tb:.2f}/TB in requests")
     rate = next(iter(_modes(runs).values()))["throughput"]["mb_per_s"]
     figure = f"at {rate:.1f} MB/s (quick trace): " + "; ".join(parts)
-    if runs.sweep is not None:
-        single = [c for c in runs.sweep["cases"]
+    if runs.get("sweep") is not None:
+        single = [c for c in runs.get("sweep")["cases"]
                   if c["profile"] == "s3-standard" and not c["hedged"]]
         figure += ("; diskless WAL PUTs per second per broker by commit interval: "
                    + ", ".join(f"{c['commit_interval_ms']} ms {c['puts_per_s_per_broker']:.2f}"
@@ -158,16 +196,18 @@ def request_economics(runs: Runs) -> Finding:
     return Finding(
         "Measured for combined multi-partition objects: diskless's PUTs are time-driven "
         "(one WAL object per commit interval per broker), so their cost per TB falls as "
-        "1/throughput (see `kipper bench cost-scale`). One object per partition is not "
+        "1/throughput (measured at three rates: *Cost as a function of scale* below). One "
+        "object per partition is not "
         "built, so that side of the comparison is not measured.",
         figure, f"{COMPARE_COMMAND}; {SWEEP_COMMAND}",
-        f"computed from {runs.sources[0]}" + (f" and {runs.sources[1]}" if runs.sweep else ""))
+        f"computed from {runs.source('compare')}"
+        + (f" and {runs.source('sweep')}" if runs.get("sweep") else ""))
 
 
 def commit_fanout(runs: Runs) -> Finding:
-    if runs.fanout is None:
-        return not_run(FANOUT_COMMAND, "bench/commit_fanout_bench.py")
-    designs = {d["design"]: d for d in runs.fanout["designs"]}
+    if runs.get("fanout") is None:
+        return not_run("fanout")
+    designs = {d["design"]: d for d in runs.get("fanout")["designs"]}
     grouped, naive = designs["per-broker grouping"], designs["per-partition fan-out"]
     figure = "; ".join(
         f"{d['design']}: {d['commit_rpcs_per_wal_file']:.2f} commit RPCs and "
@@ -180,13 +220,126 @@ def commit_fanout(runs: Runs) -> Finding:
         f"of partitions in it; the naive fan-out costs one per partition in the file "
         f"({ratio:.1f}x here). AZ representatives are not built (kipper's producers already "
         f"stay in their AZ), so the third design is not measured.",
-        figure, FANOUT_COMMAND, f"computed from {runs.sources[2]}")
+        figure, FANOUT_COMMAND, f"computed from {runs.source('fanout')}")
+
+
+def _merge_cases(runs: Runs) -> tuple[dict, dict]:
+    cases = {case["merging"]: case for case in runs.get("merge")["cases"]}
+    return cases[False], cases[True]
+
+
+def metadata_growth(runs: Runs) -> Finding:
+    if runs.get("merge") is None:
+        return not_run("merge")
+    plain, merged = _merge_cases(runs)
+    # Per batch: the two runs' batch rates differ with the machine's load.
+    ratio = merged["db_bytes_per_batch"] / plain["db_bytes_per_batch"]
+    if ratio < 0.8:
+        verdict = (f"Merging slows the coordinator's database growth to {ratio:.2f}x of "
+                   f"the growth without it, per batch produced.")
+    else:
+        verdict = (f"Not in kipper: merging does not slow the coordinator's metadata growth "
+                   f"(database bytes per batch produced {ratio:.2f}x of those without "
+                   f"merging), because a merge "
+                   f"repoints each batch's row to the merged object and keeps one row per "
+                   f"batch; it only shrinks the objects table ({plain['samples'][-1]['objects']}"
+                   f" objects at the end without merging, {merged['samples'][-1]['objects']} "
+                   f"with).")
+    logs = [c["growth_per_s"]["metadata_log_bytes"] / 1e3 for c in (plain, merged)]
+    if logs[1] > logs[0]:
+        verdict += (f" Its own records (one move per batch) make the coordinator log grow "
+                    f"faster: {logs[1]:,.1f} against {logs[0]:,.1f} kB/s.")
+    tables = plain["table_bytes"]
+    requests_share = tables.get("requests", 0) / sum(tables.values())
+    answer = (f"{verdict} {requests_share:.0%} of the database is the `requests` table, "
+              f"every commit's answer kept for request-id deduplication and never trimmed. "
+              f"Growth is linear in batches: {plain['db_bytes_per_batch']:,.0f} "
+              f"database bytes per batch against Jun's 100 B, so his scenario (100,000 "
+              f"partitions, 5 h, 250 ms) comes to about "
+              f"{plain['jun_extrapolated_bytes'] / 1e9:,.0f} GB here (extrapolated; his "
+              f"estimate: 720 GB). Only removing batch rows bounds it: retention, or segment "
+              f"assembly and tiered-storage offload (digest §2E), not built for diskless "
+              f"topics.")
+    settings = runs.get("merge")["settings"]
+    tables = ", ".join(f"{name} {size / 1e6:.2f} MB"
+                       for name, size in list(plain["table_bytes"].items())[:3])
+    figure = (
+        f"{settings['partitions']} partitions, {settings['rate']:g} records/s through one "
+        f"broker, {plain['commit_interval_ms']} ms commits, {plain['produce_s']:.0f} s "
+        f"sampled every {settings['sample_s']:g} s (profile {settings['profile']}); "
+        + "; ".join(
+            f"{c['name']}: {c['wal_files']} WAL files, {c['batches']} batches, "
+            f"{c['merges']} merges of {c['merged_objects']} objects, database "
+            f"+{c['growth_per_s']['db_bytes'] / 1e3:,.1f} kB/s "
+            f"({c['db_bytes_per_batch']:,.0f} B per batch), coordinator log "
+            f"+{c['growth_per_s']['metadata_log_bytes'] / 1e3:,.1f} kB/s"
+            for c in (plain, merged))
+        + f"; Jun's formula scaled to this run (100 B per partition per commit, "
+        f"{plain['jun_scaled_entries']:,.0f} entries): {plain['jun_scaled_bytes'] / 1e6:,.2f} "
+        f"MB, measured without merging {plain['batches']:,} batches and "
+        f"{plain['growth_per_s']['db_bytes'] * plain['produce_s'] / 1e6:,.2f} MB; largest "
+        f"tables without merging: "
+        f"{tables}; extrapolated figures assume growth stays linear in batches")
+    return Finding(answer, figure, MERGE_COMMAND, f"computed from {runs.source('merge')}")
+
+
+def cold_read_cost(runs: Runs) -> Finding:
+    if runs.get("merge") is None:
+        return not_run("merge")
+    plain, merged = _merge_cases(runs)
+    before, after = plain["cold_read"], merged["cold_read"]
+    gets = before["gets_per_partition"] / after["gets_per_partition"]
+    per_partition = [(c["cold_read"]["seconds"] / len(c["cold_reads"])) for c in (plain, merged)]
+    wrong = plain["wrong_records"] + merged["wrong_records"]
+    answer = (
+        f"Confirmed: reading a partition through a broker with a cold cache took "
+        f"{before['gets_per_partition']:,.1f} GETs and {per_partition[0]:.1f} s from the small "
+        f"WAL objects, {after['gets_per_partition']:,.1f} GETs and {per_partition[1]:.1f} s "
+        f"after merging ({gets:.1f}x fewer GETs). kipper merges at most "
+        f"{merged['merge_max_objects']} WAL objects into one and never merges merged objects "
+        f"again, so a cold read still costs a GET per merged object (at best "
+        f"1/{merged['merge_max_objects']} of the GETs without merging), which still grows "
+        f"with the data kept. "
+        + ("Every record read back matched what was acknowledged." if not wrong else
+           f"{wrong} records read back did NOT match what was acknowledged."))
+    figure = "; ".join(
+        f"{c['name']}: {c['cold_read']['records']} records of {len(c['cold_reads'])} "
+        f"partitions, {c['cold_read']['get_requests']} GETs, {c['cold_read']['seconds']:.1f} s"
+        for c in (plain, merged)) + f" (profile {runs.get('merge')['settings']['profile']})"
+    return Finding(answer, figure, MERGE_COMMAND, f"computed from {runs.source('merge')}")
+
+
+def lagging_follower_fallback(runs: Runs) -> Finding:
+    if runs.get("fallback") is None:
+        return not_run("fallback")
+    phases = {p["name"]: p for p in runs.get("fallback")["phases"]}
+    in_sync, behind = phases["in sync"], phases["behind the objects"]
+    answer = (
+        f"Confirmed: a follower that came back after the objects of its missing offsets were "
+        f"deleted caught up from raw leader records "
+        f"(kipper_active_tiered_fallback_bytes_total): {behind['fallback_per_missed']:.2f} "
+        f"bytes per byte it missed, all of them cross-AZ replication to its AZ "
+        f"({behind['to_follower_per_missed']:.2f} per byte missed), against "
+        f"{in_sync['cross_az_per_produced']:.3f} cross-AZ replication bytes per produced "
+        f"byte with every follower in sync.")
+    mib = 1 << 20
+    figure = "; ".join(
+        f"{p['name']}: {p['produced_bytes'] / mib:.1f} MiB produced, "
+        f"{p['missed_bytes'] / mib:.2f} MiB missed by the stopped follower, fallback "
+        f"{p['fallback_bytes'] / mib:.2f} MiB, cross-AZ replication "
+        f"{p['cross_az_replication_bytes'] / mib:.2f} MiB, {p['uploads']} objects uploaded"
+        + (f", caught up {p['catch_up_s']:.1f} s after its restart"
+           if p["catch_up_s"] is not None else "")
+        for p in (in_sync, behind)) + (
+        "; test: tests/storage/active_tiered/test_fallback.py::"
+        "test_follower_behind_the_objects_falls_back_to_records")
+    return Finding(answer, figure, FALLBACK_COMMAND, f"computed from {runs.source('fallback')}")
 
 
 def leaderless_idempotence(runs: Runs) -> Finding:
-    if runs.spray is None:
-        return not_run(SPRAY_COMMAND, "bench/spray_bench.py")
-    routings = {r["routing"]: r for r in runs.spray["routings"]}
+    if runs.get("spray") is None:
+        return not_run("spray")
+    routings = {r["routing"]: r for r in runs.get("spray")["routings"]}
     sticky, spray = routings["sticky"], routings["spray"]
     figure = "; ".join(
         f"{r['routing']}: {r['out_of_order_rejections']} OUT_OF_ORDER_SEQUENCE answers to "
@@ -212,7 +365,7 @@ def leaderless_idempotence(runs: Runs) -> Finding:
         f"coordinator checks sequences in the order the brokers' WAL files commit, and costs "
         f"{sticky['batches_per_s'] / spray['batches_per_s']:.1f}x the throughput in resends; "
         f"{log_state}. Kafka clients do not spray: metadata names one broker of their AZ.",
-        figure, SPRAY_COMMAND, f"computed from {runs.sources[3]}")
+        figure, SPRAY_COMMAND, f"computed from {runs.source('spray')}")
 
 
 def _median_of_rounds(cases: list[dict], case: str, key: str) -> float:
@@ -220,9 +373,9 @@ def _median_of_rounds(cases: list[dict], case: str, key: str) -> float:
 
 
 def mixed_broker_durability(runs: Runs) -> Finding:
-    if runs.mixed is None:
-        return not_run(MIXED_COMMAND, "bench/mixed_broker_bench.py")
-    cases = runs.mixed["cases"]
+    if runs.get("mixed") is None:
+        return not_run("mixed")
+    cases = runs.get("mixed")["cases"]
     alone, mixed = "classic alone", "classic + diskless"
     keys = ("flush_lag_p50_ms", "flush_lag_p99_ms", "unflushed_max_records", "produce_p50_ms",
             "produce_p99_ms", "diskless_records")
@@ -247,7 +400,7 @@ def mixed_broker_durability(runs: Runs) -> Finding:
         f"{lag_words} (P99 {lag:.2f}x; flush.ms bounds it: kipper writes no diskless data to "
         f"local disk), but its produce latency is {latency:.1f}x at the median: diskless "
         f"competes for the brokers' event loop and CPU, not for IOPS.",
-        figure, MIXED_COMMAND, f"computed from {runs.sources[4]}")
+        figure, MIXED_COMMAND, f"computed from {runs.source('mixed')}")
 
 
 # --- the claims --------------------------------------------------------------------------------
@@ -308,16 +461,11 @@ CLAIMS = (
     Claim(9, "Batch-coordinator metadata growth",
           "Growth over time with no merging versus with merging, against Jun's 720 GB "
           "formula scaled to the test.",
-          not_measured("no run measures it over time: it needs hours of produce with and "
-                         "without merging (diskless_merge_*); the counters are there "
-                         "(/metrics.json diskless.coordinator db_bytes, metadata_log_bytes, "
-                         "objects, batches).")),
+          metadata_growth),
     Claim(10, "Cold-read cost",
           "GETs and latency to rebuild a cache segment from many small WAL objects versus "
           "merged objects.",
-          not_measured("no bench reads a cold partition before and after merging; "
-                         "the GETs are counted (object_store by_operation) and merging exists "
-                         "(coordinator/diskless/housekeeping.py).")),
+          cold_read_cost),
     Claim(11, "Cache effectiveness",
           "Object-store GET rate for N consumer groups with no cache, a local in-memory "
           "cache and local materialisation.",
@@ -380,12 +528,7 @@ CLAIMS = (
     Claim(16, "Lagging-follower fallback in KIP-1176",
           "A follower below the first tiered offset catches up from raw leader data; the "
           "fallback's cross-AZ bytes reported.",
-          recorded("Shown by a test; its bytes are counted "
-                   "(kipper_active_tiered_fallback_bytes_total) but no bench reports them.",
-                   "tests/storage/active_tiered/test_fallback.py::"
-                   "test_follower_behind_the_objects_falls_back_to_records",
-                   "python -m pytest -n 0 tests/storage/active_tiered/test_fallback.py",
-                   "tests")),
+          lagging_follower_fallback),
     Claim(17, "Online mode switch",
           "Classic to diskless and back mid-stream keeps offsets contiguous and consumers "
           "uninterrupted.",
@@ -447,11 +590,11 @@ def sweep_section(runs: Runs) -> list[str]:
         f"PUTs, before commit time. On S3 Express the P99 at 250 ms is {express.p99_ms:.0f} "
         "ms without hedging: the target is met and hedging adds nothing.", "",
         model_table(list(modelled().values())), ""]
-    if runs.sweep is None:
+    if runs.get("sweep") is None:
         return lines + [f"Measured: not run yet (`{SWEEP_COMMAND}`).", ""]
     results = [SweepResult(**{k: v for k, v in case.items()
                               if k in SweepResult.__dataclass_fields__})
-               for case in runs.sweep["cases"]]
+               for case in runs.get("sweep")["cases"]]
     shares = {}
     for r in results:
         if r.hedged:
@@ -459,7 +602,7 @@ def sweep_section(runs: Runs) -> list[str]:
     hedged_share = "; ".join(f"{profile} {min(v):.0%}-{max(v):.0%}"
                              for profile, v in shares.items())
     return lines + [
-        f"Measured, computed from {runs.sources[1]} (regenerate with `{SWEEP_COMMAND}`; read "
+        f"Measured, computed from {runs.source('sweep')} (regenerate with `{SWEEP_COMMAND}`; read "
         "the load average column: on a shared 2-core machine the brokers' own CPU time "
         "dominates once it is loaded):", "",
         table(results), "", *(f"- {line}" for line in verdicts(results)),
@@ -468,6 +611,59 @@ def sweep_section(runs: Runs) -> list[str]:
         "from the profile alone hedges far more often than 5 % wherever that time is not "
         "small against the P95 (all of S3 Express's 8 ms here); give "
         "`diskless_append_hedge_after_ms` in ms there.", ""]
+
+
+OBJECT_CLASS_NAMES = {"s3_standard": "S3 Standard", "s3_express_one_zone": "S3 Express One Zone"}
+
+
+def _break_even(value: float | None) -> str:
+    if value is None:
+        return "never"
+    return "always" if value <= 1e-3 else f"{value:,.1f} MB/s"
+
+
+def cost_scale_section(runs: Runs) -> list[str]:
+    """The issue's cost-vs-throughput question: the measured points of the `--full` run, $/TB
+    extrapolated from the model fitted through them, and the break-even throughputs."""
+    lines = ["## Cost as a function of scale", ""]
+    table = runs.get("cost_scale")
+    if table is None:
+        return lines + [f"Not run yet (`{FULL_COMMAND}`).", ""]
+    baseline = table["baseline"]
+    modes = list(dict.fromkeys(point["mode"] for point in table["measured"]))
+    sources = list(dict.fromkeys(point["source"] for point in table["measured"]))
+    lines += [
+        f"Computed from {runs.source('cost_scale')} (regenerate with `{FULL_COMMAND}`; "
+        "bench/README.md, *Cost as a function of scale*, explains the model). Measured: "
+        "each mode's $/TB at the rate its run reached, objects priced in the class they were "
+        "in:", "",
+        "| mode | " + " | ".join(f"`{Path(source).name}` run" for source in sources) + " |",
+        "|---|" + "---|" * len(sources)]
+    for mode in modes:
+        cells = {p["source"]: f"${p['usd_per_tb']:.2f} at {p['mb_per_s']:.1f} MB/s"
+                 for p in table["measured"] if p["mode"] == mode}
+        lines.append(f"| {mode} | " + " | ".join(cells.get(s, "-") for s in sources) + " |")
+    lines += ["", f"**Extrapolated** break-even: the throughput per cluster (3 brokers) from "
+              f"which a mode costs less per TB than {baseline}, by cross-AZ discount:", "",
+              "| objects on | mode | " + " | ".join(
+                  f"{float(d):.0%} discount" for d in next(iter(
+                      next(iter(table["object_classes"].values()))["break_even_mb_per_s"]
+                      .values()), {})) + " |"]
+    lines.append("|---|---|" + "---|" * (lines[-1].count("|") - 3))
+    for object_class, figures in table["object_classes"].items():
+        for mode, by_discount in figures["break_even_mb_per_s"].items():
+            lines.append(f"| {OBJECT_CLASS_NAMES.get(object_class, object_class)} | {mode} | "
+                         + " | ".join(_break_even(v) for v in by_discount.values()) + " |")
+    lines += ["", "**Extrapolated** $/TB at list cross-AZ prices:", "",
+              "| objects on | MB/s | " + " | ".join(modes) + " |",
+              "|---|---|" + "---|" * len(modes)]
+    for object_class, figures in table["object_classes"].items():
+        for row in figures["rows"]:
+            if row["mb_per_s"] in (1, 10, 100, 1000):
+                lines.append(f"| {OBJECT_CLASS_NAMES.get(object_class, object_class)} | "
+                             f"{row['mb_per_s']:g} | "
+                             + " | ".join(f"${row[m]:.2f}" for m in modes if m in row) + " |")
+    return lines + [""]
 
 
 def claims_table(runs: Runs) -> list[tuple[int, str, str, str]]:
@@ -504,6 +700,7 @@ def render(runs: Runs) -> str:
         if finding.command:
             lines += [f"*Regenerate:* `{finding.command}`", ""]
     lines += sweep_section(runs)
+    lines += cost_scale_section(runs)
     return "\n".join(lines)
 
 
@@ -514,20 +711,18 @@ def load(path: Path) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="findings", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compare", type=Path, default=REPO / "docs/bench-report/report.json",
-                   help="a `kipper bench compare` report.json")
-    p.add_argument("--sweep", type=Path, default=REPO / "docs/findings/diskless-sweep.json")
-    p.add_argument("--fanout", type=Path, default=REPO / "docs/findings/commit-fanout.json")
-    p.add_argument("--spray", type=Path, default=REPO / "docs/findings/spray.json")
-    p.add_argument("--mixed", type=Path, default=REPO / "docs/findings/mixed-broker.json")
+    for run in RUN_FILES:
+        p.add_argument(f"--{run.name.replace('_', '-')}", type=Path, default=REPO / run.path,
+                       help=f"the JSON of {run.what} (default {run.path})")
     p.add_argument("--out", type=Path, default=REPO / "docs/findings.md")
     args = p.parse_args(argv)
-    paths = (args.compare, args.sweep, args.fanout, args.spray, args.mixed)
+    paths = {run.name: getattr(args, run.name) for run in RUN_FILES}
 
     def shown(path: Path) -> str:
         return f"`{path.relative_to(REPO) if path.is_relative_to(REPO) else path}`"
 
-    runs = Runs(*(load(path) for path in paths), sources=tuple(shown(p) for p in paths))
+    runs = Runs({name: run for name, path in paths.items() if (run := load(path)) is not None},
+                {name: shown(path) for name, path in paths.items()})
     args.out.write_text(render(runs))
     print(f"wrote {args.out}")
     return 0

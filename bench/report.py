@@ -158,7 +158,7 @@ def az_link_rows(report: dict) -> list[list[str]]:
 
 def claim_rows(report: dict) -> list[list[str]]:
     """The claims table of docs/findings.md with this report as the only run."""
-    runs = Runs(compare=report, sources=("report.json", "", ""))
+    runs = Runs({"compare": report}, {"compare": "report.json"})
     return [[str(number), html.escape(title), html.escape(answer), html.escape(source)]
             for number, title, answer, source in claims_table(runs)]
 
@@ -203,8 +203,8 @@ records, {trace["bytes"]:,} bytes, {trace["producers"]} producers over
 <h2>Claims of the KIP threads (digest &sect;6)</h2>
 <p>This run's answer where it measures one (&ldquo;computed from report.json&rdquo;), else
 the figure recorded in bench/README.md or why it is not measurable;
-docs/findings.md (<code>python -m bench.findings</code>) adds the diskless sweep and the
-commit fan-out runs.</p>
+docs/findings.md (<code>python -m bench.findings</code>) adds the diskless sweep, commit
+fan-out, diskless merge, tiered fallback, spray and mixed-broker runs.</p>
 {_table(["#", "claim", "answer", "source"], claim_rows(report))}
 {images}
 </body></html>

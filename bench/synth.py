@@ -11,7 +11,7 @@ parameters, not on how Spark splits the work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -112,3 +112,28 @@ def synthesize(spark, params: SynthParams, out: Path) -> TraceSummary:
     path = write_trace(table, out)
     return validate_trace(path)
 
+
+
+def synthesize_at_rate(spark, params: SynthParams, out: Path, mb_per_s: float,
+                       rounds: int = 4, tolerance: float = 0.1
+                       ) -> tuple[SynthParams, TraceSummary]:
+    """The trace of ``params`` with its request rate scaled until it produces about
+    ``mb_per_s`` (10^6 bytes per second). A request's bytes do not depend on the rate, but
+    another rate draws other records and sizes, so the scaling is repeated on the measured
+    trace, and the closest of a few rounds is kept."""
+    def error(summary: TraceSummary) -> float:
+        return abs(summary.bytes / 1e6 / summary.duration_s / mb_per_s - 1)
+
+    tried = params, synthesize(spark, params, out)
+    best = tried
+    for _ in range(rounds):
+        if error(best[1]) <= tolerance:
+            break
+        last, summary = tried
+        scaled = replace(last, rate=last.rate * mb_per_s / (summary.bytes / 1e6 / summary.duration_s))
+        tried = scaled, synthesize(spark, scaled, out)
+        if error(tried[1]) < error(best[1]):
+            best = tried
+    if best is not tried:
+        synthesize(spark, best[0], out)
+    return best

@@ -77,11 +77,11 @@ def timed_request(producer: Producer, topic: str, payload: bytes) -> float:
     return time.perf_counter() - started
 
 
-def broker_counters(cluster: LocalCluster) -> Counter:
-    """Summed over brokers: active_tiered counters (flattened), network bytes by
-    (class, same|cross) and fast-bucket object-store bytes by operation."""
+def broker_counters(cluster: LocalCluster, nodes: list[int] | None = None) -> Counter:
+    """Summed over the brokers (or ``nodes``): active_tiered counters (flattened), network
+    bytes by (class, same|cross) and fast-bucket object-store bytes by operation."""
     total: Counter = Counter()
-    for node in range(cluster.brokers):
+    for node in range(cluster.brokers) if nodes is None else nodes:
         metrics = cluster.metrics_json(node)
         for name, value in metrics.get("active_tiered", {}).items():
             if name == "timings":

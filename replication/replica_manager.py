@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kio.schema.alter_partition.v3.request import (
     AlterPartitionRequest,
@@ -397,11 +397,12 @@ class ReplicaManager:
             # Apply now rather than when the metadata log brings it: acks=all may be waiting.
             known = self.image.topics.get(partition.topic)
             info = known.partitions.get(partition.index) if known is not None else None
-            partition.update_info(PartitionInfo(
-                partition.topic, partition.index, partition.replicas, list(result.isr),
-                result.leader_id, result.leader_epoch, result.partition_epoch,
-                spans=info.spans if info is not None else [],
-                switch_to=info.switch_to if info is not None else None))
+            # The image's entry keeps what the answer does not carry (reassignment, spans).
+            base = info or PartitionInfo(partition.topic, partition.index, partition.replicas,
+                                         [], result.leader_id)
+            partition.update_info(replace(
+                base, isr=list(result.isr), leader=result.leader_id,
+                leader_epoch=result.leader_epoch, partition_epoch=result.partition_epoch))
         else:
             log.info("ISR change for %s-%d refused: %s", partition.topic, partition.index,
                      result.error_code.name)

@@ -214,9 +214,10 @@ class BatchCoordinator(RecordControlPlane):
     def is_known_object(self, key: str) -> bool:
         return self.state.is_known_object(key)
 
-    def merge_candidates(self, max_object_size: int,
-                         limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
-        return self.state.merge_candidates(max_object_size, limit)
+    def merge_candidates(self, max_object_size: int, limit: int,
+                         skip_prefixes: tuple[str, ...] = (),
+                         ) -> list[tuple[str, list[BatchCoordinate]]]:
+        return self.state.merge_candidates(max_object_size, limit, skip_prefixes)
 
     def last_stable_offset(self, topic_id: str, partition: int) -> int:
         return self.state.last_stable_offset(topic_id, partition)

@@ -571,11 +571,14 @@ class BatchCoordinatorState(RecordControlPlane):
     def is_known_object(self, key: str) -> bool:
         return self._object_exists(key) or self._is_deleted_object(key)
 
-    def merge_candidates(self, max_object_size: int,
-                         limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
+    def merge_candidates(self, max_object_size: int, limit: int,
+                         skip_prefixes: tuple[str, ...] = (),
+                         ) -> list[tuple[str, list[BatchCoordinate]]]:
+        skipped = "".join(" AND substr(key, 1, ?) <> ?" for _ in skip_prefixes)
         keys = [key for key, in self._db.execute(
-            "SELECT key FROM objects WHERE size < ? AND live_bytes > 0 "
-            "ORDER BY created_ms, key LIMIT ?", (max_object_size, limit))]
+            f"SELECT key FROM objects WHERE size < ? AND live_bytes > 0{skipped} "
+            f"ORDER BY created_ms, key LIMIT ?",
+            (max_object_size, *(v for p in skip_prefixes for v in (len(p), p)), limit))]
         return [(key, [BatchCoordinate(*row) for row in self._db.execute(
             f"SELECT {_BATCH_COLUMNS} FROM batches WHERE object_key = ? "
             f"ORDER BY topic_id, partition, base_offset", (key,))]) for key in keys]

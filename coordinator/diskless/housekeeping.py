@@ -220,11 +220,12 @@ class Housekeeping:
         partition and offset, and repoint their coordinates in one record."""
         # Only WAL objects as brokers wrote them: merged and compacted objects are already
         # ordered by partition, and merging them again would rewrite the same bytes over
-        # and over.
-        candidates = [(key, batches) for key, batches in self.control_plane.merge_candidates(
-            self.settings.merge_max_object_bytes, 4 * self.settings.merge_max_objects)
-            if not key.startswith((self.merged_prefix, self.compacted_prefix))
-        ][:self.settings.merge_max_objects]
+        # and over. Left out by the query, not after it: small merged objects are older
+        # than the WAL objects written since, so they would fill any window of oldest
+        # candidates and stop merging for good.
+        candidates = self.control_plane.merge_candidates(
+            self.settings.merge_max_object_bytes, self.settings.merge_max_objects,
+            (self.merged_prefix, self.compacted_prefix))
         if len(candidates) < self.settings.merge_min_objects:
             return
         coordinates = sorted((c for _, batches in candidates for c in batches),

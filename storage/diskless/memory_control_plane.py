@@ -362,10 +362,12 @@ class InMemoryControlPlane(RecordControlPlane):
     def is_known_object(self, key: str) -> bool:
         return key in self._objects or key in self._deleted_objects
 
-    def merge_candidates(self, max_object_size: int,
-                         limit: int) -> list[tuple[str, list[BatchCoordinate]]]:
+    def merge_candidates(self, max_object_size: int, limit: int,
+                         skip_prefixes: tuple[str, ...] = (),
+                         ) -> list[tuple[str, list[BatchCoordinate]]]:
         keys = sorted((key for key, obj in self._objects.items()
-                       if obj.size < max_object_size and obj.live_bytes > 0),
+                       if obj.size < max_object_size and obj.live_bytes > 0
+                       and not key.startswith(skip_prefixes)),
                       key=lambda key: (self._objects[key].created_ms, key))[:limit]
         batches = sorted((batch for log in self._logs.values() for batch in log.batches
                           if batch.object_key in keys),

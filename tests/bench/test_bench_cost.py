@@ -48,9 +48,10 @@ def test_known_counters_give_known_dollars_per_tb():
     ]
 
     figures = run_costs(before, after, {"ebs_gp3": 3 * GB, "s3_standard": GB},
-                        retention_hours=730, prices=PRICES)
+                        retention_hours=730, acked_bytes=2 * GB, prices=PRICES)
 
     assert figures["produced_bytes"] == 2 * GB
+    assert figures["received_produce_bytes"] == 2 * GB
     assert figures["cross_az"] == {"bytes_by_class": {"produce": GB, "replication": 2 * GB},
                                    "bytes": 3 * GB, "per_produced_gb": 1.5}
     assert figures["object_store"] == {"requests": 2000, "bytes": GB,
@@ -73,12 +74,18 @@ def test_known_counters_give_known_dollars_per_tb():
                                     "object_store_requests": 0.00563 * scale,
                                     "storage": 0.263 * scale, "total": 0.32863 * scale})
 
+    # An overloaded cluster: the clients sent each request twice (timeouts, retries). The
+    # brokers took in 2 GB, but 1 GB was produced, and every cost is per that 1 GB.
+    retried = run_costs(before, after, {}, retention_hours=730, acked_bytes=GB, prices=PRICES)
+    assert (retried["produced_bytes"], retried["received_produce_bytes"]) == (GB, 2 * GB)
+    assert retried["cross_az"]["per_produced_gb"] == 3.0
+
 
 def test_counters_absent_or_unchanged_cost_nothing():
     assert cross_az_bytes([{"node_id": 0}]) == {}
     snapshot = {"requests": [s3("PutObject", "kipper-wal", "regional", 5, 50)]}
     assert object_store_delta(snapshot, snapshot)["requests"][0]["requests"] == 0
-    figures = run_costs([{"node_id": 0}], [{"node_id": 0}], {}, 168, PRICES)
+    figures = run_costs([{"node_id": 0}], [{"node_id": 0}], {}, 168, 0, PRICES)
     assert figures["cost"]["per_tb_produced"] == {
         "cross_az_transfer": 0.0, "object_store_requests": 0.0, "storage": 0.0, "total": 0.0}
     assert figures["cross_az"]["per_produced_gb"] is None

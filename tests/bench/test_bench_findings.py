@@ -56,8 +56,9 @@ def section(text: str, number: int) -> str:
 
 
 def test_answers_are_computed_from_the_runs_json():
-    text = render(Runs(compare_report(), sweep(), fanout(),
-                       sources=("`report.json`", "`sweep.json`", "`fanout.json`")))
+    text = render(Runs({"compare": compare_report(), "sweep": sweep(), "fanout": fanout()},
+                       {"compare": "`report.json`", "sweep": "`sweep.json`",
+                        "fanout": "`fanout.json`"}))
     assert "classic 2.000, active-tiered 0.050, diskless 0.000" in section(text, 1)
     assert "classic 0.650, active-tiered 0.700, diskless 0.000" in section(text, 2)
     economics = section(text, 6)
@@ -116,8 +117,8 @@ def mixed() -> dict:
 
 
 def test_spray_and_mixed_broker_answers_are_computed_from_their_json():
-    text = render(Runs(spray=spray(), mixed=mixed(),
-                       sources=("", "", "", "`spray.json`", "`mixed.json`")))
+    text = render(Runs({"spray": spray(), "mixed": mixed()},
+                       {"spray": "`spray.json`", "mixed": "`mixed.json`"}))
     idempotence = section(text, 12)
     assert "gets 50% of its sends refused OUT_OF_ORDER_SEQUENCE (sticky: 0%)" in idempotence
     assert "costs 2.0x the throughput" in idempotence
@@ -149,3 +150,30 @@ def test_report_html_claims_table_answers_from_its_own_run():
     assert rows[0][3] == "computed from report.json"
     assert rows[7][2].startswith("Not run yet")  # claim 8 needs the fan-out bench
     assert rows[2][3] == "recorded in bench/README.md, tiered_bench.py"
+
+
+def cost_scale() -> dict:
+    """`kipper bench cost-scale`'s cost_scale.json (as `compare --full` writes it), cut down."""
+    def point(mode, run, mb_per_s, usd):
+        return {"mode": mode, "mb_per_s": mb_per_s, "source": f"full/{run}", "notes": [],
+                "usd_per_tb": usd}
+    breaks = {"diskless": {"0": 0.8, "0.5": 1.1, "0.9": None}}
+    rows = [{"mb_per_s": 10, "extrapolated": True, "classic": 102.9, "diskless": 17.25}]
+    return {"baseline": "classic",
+            "measured": [point("classic", "1-mb-s", 0.96, 102.9),
+                         point("classic", "5-mb-s", 4.8, 102.7),
+                         point("diskless", "1-mb-s", 0.93, 90.23),
+                         point("diskless", "5-mb-s", 4.7, 25.1)],
+            "object_classes": {"s3_standard": {"rows": rows, "break_even_mb_per_s": breaks},
+                               "s3_express_one_zone": {"rows": rows,
+                                                       "break_even_mb_per_s": breaks}}}
+
+
+def test_cost_scale_section_from_a_full_run():
+    text = render(Runs({"cost_scale": cost_scale()}))
+    scale = text[text.index("## Cost as a function of scale"):]
+    assert "| mode | `1-mb-s` run | `5-mb-s` run |" in scale
+    assert "| diskless | $90.23 at 0.9 MB/s | $25.10 at 4.7 MB/s |" in scale
+    assert "| S3 Standard | diskless | 0.8 MB/s | 1.1 MB/s | never |" in scale
+    assert "| S3 Express One Zone | 10 | $102.90 | $17.25 |" in scale
+    assert "Not run yet (`python -m broker.cli bench compare --full" in render(Runs())

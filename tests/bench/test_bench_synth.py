@@ -3,9 +3,10 @@
 from collections import Counter
 
 import pyarrow.parquet as pq
+import pytest
 
-from bench.synth import SynthParams, synthesize
-from bench.trace import read_trace
+from bench.synth import SynthParams, synthesize, synthesize_at_rate
+from bench.trace import read_trace, validate_trace
 
 PARAMS = SynthParams(producers=6, topics=2, partitions=8, duration_s=10, rate=10, seed=7)
 
@@ -30,3 +31,13 @@ def test_same_seed_same_trace_other_seed_other_trace(spark, tmp_path):
     assert per_partition[0] == max(per_partition.values())
     assert per_partition[0] > 3 * per_partition[7]
     assert pq.read_metadata(tmp_path / "a.parquet").metadata[b"kipper.trace.version"] == b"1"
+
+
+@pytest.mark.parametrize("target_mb_s", [5.0])
+def test_a_trace_synthesized_at_a_rate_produces_about_that_rate(spark, tmp_path, target_mb_s):
+    """What `bench compare --rate/--rates/--full` replays: the same producers, topics and
+    record shapes, the request rate scaled to the MB/s asked for."""
+    params, summary = synthesize_at_rate(spark, PARAMS, tmp_path / "t.parquet", target_mb_s)
+    assert summary.bytes / 1e6 / summary.duration_s == pytest.approx(target_mb_s, rel=0.2)
+    assert (params.producers, params.partitions) == (PARAMS.producers, PARAMS.partitions)
+    assert summary == validate_trace(tmp_path / "t.parquet")

@@ -259,6 +259,19 @@ async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_pl
     assert control_plane.files_to_delete(now_ms=4, delay_ms=0) == ["a", "b", "m2"]
 
 
+async def test_merge_candidates_leave_out_skipped_prefixes(control_plane):
+    """Housekeeping leaves merged and compacted objects out by key prefix, in the query:
+    however many older ones there are, the limit counts only the others."""
+    for i, key in enumerate(["m_1", "m_2", "mx3", "w4"]):
+        await commit(control_plane, key, batch(size=10), now=i)
+
+    def keys(*args):
+        return [key for key, _ in control_plane.merge_candidates(100, *args)]
+    assert keys(2) == ["m_1", "m_2"]
+    assert keys(2, ("m_",)) == ["mx3", "w4"]  # a literal prefix: "_" is no wildcard
+    assert keys(1, ("m_", "mx")) == ["w4"]
+
+
 async def test_markers_take_offsets_and_decide_the_last_stable_offset(control_plane):
     assert [r.base_offset for r in await commit(
         control_plane, "o1", batch(producer=5, seq=0, count=2, transactional=True),
