@@ -204,7 +204,7 @@ records, {trace["bytes"]:,} bytes, {trace["producers"]} producers over
 <p>This run's answer where it measures one (&ldquo;computed from report.json&rdquo;), else
 the figure recorded in bench/README.md or why it is not measurable;
 docs/findings.md (<code>python -m bench.findings</code>) adds the diskless sweep, commit
-fan-out, diskless merge and tiered fallback runs.</p>
+fan-out, diskless merge, tiered fallback, spray and mixed-broker runs.</p>
 {_table(["#", "claim", "answer", "source"], claim_rows(report))}
 {images}
 </body></html>

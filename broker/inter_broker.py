@@ -24,6 +24,7 @@ from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody, new_
 AUTHENTICATION_APIS = frozenset({InternalApiKey.BROKER_CHALLENGE, InternalApiKey.BROKER_PROOF})
 BROKER_ONLY_APIS = frozenset({
     ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+    ApiKey.ALLOCATE_PRODUCER_IDS,
     ApiKey.FETCH_SNAPSHOT, ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
     *(key for key in InternalApiKey if key not in AUTHENTICATION_APIS)})
 

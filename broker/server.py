@@ -186,8 +186,9 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.share: ShareGroupParts | None = None
-        self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_id_block",
-                                                config.node_id)
+        self.producer_ids = ProducerIdAllocator(
+            lambda: self.controller_channel.allocate_producer_ids(config.node_id,
+                                                                  self.follower.epoch))
         self.controller_channel: ControllerChannel | None = None
         # What the request handlers use; connections wait for it (see _accept).
         self.services: BrokerServices | None = None

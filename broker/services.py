@@ -17,6 +17,7 @@ from kio.schema.create_topics.v7.request import (
     CreatableTopicConfig,
     CreateTopicsRequest,
 )
+from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
 from kio.schema.errors import ErrorCode
 
 from coordinator.diskless import BatchCoordinator
@@ -36,7 +37,7 @@ from replication.replica_manager import ReplicaManager
 from .broker_metrics import TopicMetrics
 from .config import BrokerConfig
 from .metadata_follower import MetadataFollower
-from .producer_ids import ProducerIdAllocator
+from .producer_ids import ProducerIdAllocator, ProducerIdsUnavailable
 from .security.authorize import configure
 from .share_groups import ShareGroupParts
 
@@ -93,6 +94,21 @@ class ControllerChannel:
             error = response.topics[0].error_code
         await self.catch_up()
         return error
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        """The next block of producer ids for this broker (broker.producer_ids); raises
+        ProducerIdsUnavailable when the controller refuses (not registered yet, moving)."""
+        if await self.becomes_local():
+            try:
+                return await self.controller.allocate_producer_ids(broker_id, broker_epoch)
+            except ControllerError as e:
+                raise ProducerIdsUnavailable(str(e)) from e
+        response = await self.connection.call(ApiKey.ALLOCATE_PRODUCER_IDS, make(
+            AllocateProducerIdsRequest, broker_id=broker_id, broker_epoch=broker_epoch), 30)
+        if response.error_code != ErrorCode.none:
+            raise ProducerIdsUnavailable(f"AllocateProducerIds: {response.error_code.name}")
+        return range(response.producer_id_start,
+                     response.producer_id_start + response.producer_id_len)
 
     async def forward(self, header: Any, request: Any) -> Any:
         """Send an admin request to the active controller unchanged; return its response."""

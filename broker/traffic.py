@@ -53,6 +53,7 @@ OUT = "out"
 LABELS = ("local_az", "peer_az", "class", "direction")
 NODE_CLIENT_ID_PREFIX = "kipper-node-"
 _CONTROLLER_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+                    ApiKey.ALLOCATE_PRODUCER_IDS,
                     ApiKey.FETCH_SNAPSHOT, ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH,
                     ApiKey.END_QUORUM_EPOCH}
 

@@ -38,6 +38,7 @@ from replication.cluster_metadata import (
     broker_record,
     group_config_record,
     partition_record,
+    producer_ids_record,
 )
 from replication.node_client import NodeClient
 from replication.raft import QUORUM_STATE_FILE, NotLeader, QuorumSettings
@@ -79,6 +80,14 @@ NOMINAL_REPLICA_MODES = ("diskless", "shared")
 
 # Partition changes committed at a time by an election or rebalancing over many partitions.
 PARTITION_CHANGES_PER_COMMIT = 500
+# Producer ids per AllocateProducerIds answer (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE):
+# one metadata record per thousand idempotent or transactional producers.
+PRODUCER_ID_BLOCK_SIZE = 1000
+# The first block's start. Brokers used to hand out ids from ranges of their own (node id << 40):
+# a cluster upgraded in place may still hold producer state of those ids, so the controller's
+# start above the ranges of node ids below 4096, and below 2**53, which JavaScript clients
+# holding an id as a number keep exact.
+FIRST_PRODUCER_ID = 1 << 52
 
 
 class Election(enum.IntEnum):
@@ -462,6 +471,22 @@ class Controller:
                             "full: moving its leaderships" if log_dir_offline else "writable again")
                 await self._commit(self._log_dir_records(node_id, log_dir_offline))
             return ErrorCode.none, broker.fenced
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        """The next block of producer ids, for the broker registered in ``broker_epoch``
+        (AllocateProducerIds, KIP-730): committed to the metadata log before it is handed
+        out, so no id is handed out twice, whatever happens to the broker's disk."""
+        async with self._lock:
+            self._check_active()
+            broker = self.image.brokers.get(broker_id)
+            if broker is None or broker.epoch != broker_epoch:
+                raise ControllerError(ErrorCode.stale_broker_epoch,
+                                      f"broker {broker_id} is not registered in epoch "
+                                      f"{broker_epoch}")
+            start = max(self.image.next_producer_id, FIRST_PRODUCER_ID)
+            await self._commit([producer_ids_record(start + PRODUCER_ID_BLOCK_SIZE, broker_id,
+                                                    broker_epoch)])
+            return range(start, start + PRODUCER_ID_BLOCK_SIZE)
 
     def _heard_from(self, node_id: int, epoch: int):
         """The broker as registered in ``epoch``, its session renewed; None if that

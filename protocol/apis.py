@@ -64,6 +64,7 @@ class ApiKey(enum.IntEnum):
     FETCH_SNAPSHOT = 59
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     # Share groups (KIP-932, broker/handlers/share.py).
@@ -143,6 +144,7 @@ VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION: (3, 3),
     ApiKey.BROKER_REGISTRATION: (3, 3),
     ApiKey.BROKER_HEARTBEAT: (1, 1),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.FETCH_SNAPSHOT: (0, 0),
     # Share groups (KIP-932): the versions librdkafka 2.16's ShareConsumer speaks (v1 of
     # the heartbeat, fetch and acknowledge is KIP-932's GA); ShareFetch/ShareAcknowledge v2

@@ -117,6 +117,8 @@ class MetadataImage:
         self.acls = Authorizer()
         # Shared partitions' streams (KIP-1183): which object holds which of their offsets.
         self.shared_streams = SharedStreams()
+        # The first producer id the controller has not handed out (AllocateProducerIds).
+        self.next_producer_id = 0
         # Offset of the next record to apply.
         self.next_offset = 0
 
@@ -140,6 +142,8 @@ class MetadataImage:
                             "configs": topic.configs})
             records += [partition_record(info) for info in topic.partitions.values()]
         records += self.shared_streams.snapshot_records()
+        if self.next_producer_id:
+            records.append(producer_ids_record(self.next_producer_id))
         return records + self.acls.snapshot_records()
 
     def checksum(self) -> str:
@@ -232,6 +236,8 @@ class MetadataImage:
             self.acls.apply(record)
         elif kind == SHARED_STREAM_RECORD:
             self.shared_streams.apply(record)
+        elif kind == PRODUCER_IDS_RECORD:
+            self.next_producer_id = record["next_producer_id"]
         elif kind == "leader_change":
             pass  # the quorum's (replication.raft): a new leader's first record
         else:
@@ -239,6 +245,17 @@ class MetadataImage:
 
 
 GROUP_CONFIG_RECORD = "group_config"
+# Kafka's ProducerIdsRecord: the controller handed out the producer ids below
+# ``next_producer_id`` (the last block to the broker it names, when it names one).
+PRODUCER_IDS_RECORD = "producer_ids"
+
+
+def producer_ids_record(next_producer_id: int, broker_id: int | None = None,
+                        broker_epoch: int | None = None) -> dict:
+    record = {"type": PRODUCER_IDS_RECORD, "next_producer_id": next_producer_id}
+    if broker_id is not None:
+        record |= {"broker_id": broker_id, "broker_epoch": broker_epoch}
+    return record
 
 
 def group_config_record(group: str, configs: dict[str, str]) -> dict:

@@ -1,5 +1,5 @@
-"""The controller's own APIs: broker registration, heartbeats, ISR changes and metadata
-snapshots (KRaft's), shared partitions' stream commits (KIP-1183, internal), answered by the active controller (NOT_CONTROLLER elsewhere); and the
+"""The controller's own APIs: broker registration, heartbeats, producer id blocks, ISR changes
+and metadata snapshots (KRaft's), shared partitions' stream commits (KIP-1183, internal), answered by the active controller (NOT_CONTROLLER elsewhere); and the
 controller quorum's (KIP-595): Vote, BeginQuorumEpoch, EndQuorumEpoch, the Fetch of
 ``__cluster_metadata`` (voters and brokers alike) and DescribeQuorum."""
 
@@ -74,6 +74,20 @@ async def broker_heartbeat(ctx: RequestContext, request) -> object:
     return ctx.response("BrokerHeartbeatResponse", throttle_time=0, error_code=error,
                         is_caught_up=True, is_fenced=fenced,
                         should_shut_down=request.want_shut_down)
+
+
+@handles(ApiKey.ALLOCATE_PRODUCER_IDS)
+async def allocate_producer_ids(ctx: RequestContext, request) -> object:
+    controller = _active(ctx)
+    block, error = range(-1, -1), ErrorCode.not_controller
+    if controller is not None:
+        try:
+            block, error = await controller.allocate_producer_ids(
+                request.broker_id, request.broker_epoch), ErrorCode.none
+        except ControllerError as e:
+            error = e.error_code
+    return ctx.response("AllocateProducerIdsResponse", throttle_time=0, error_code=error,
+                        producer_id_start=block.start, producer_id_len=len(block))
 
 
 @handles(ApiKey.ALTER_PARTITION)

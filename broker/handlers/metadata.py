@@ -124,7 +124,11 @@ async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: b
         validate_topic_name(name)
     except ControllerError:
         return _error_entry(ctx, name, ErrorCode.invalid_topic_exception)
-    if not (allow_auto_create and ctx.services.config.auto_create_topics):
+    # An internal topic is created by what owns it, with its own replication factor and
+    # configs: one auto-created with the defaults (e.g. __diskless-metadata on a single
+    # replica) would tie that state to one broker's disk.
+    if not (allow_auto_create and ctx.services.config.auto_create_topics) \
+            or is_internal_topic(name):
         return _error_entry(ctx, name, ErrorCode.unknown_topic_or_partition)
     if not (allowed(ctx, AclOperation.CREATE, ResourceType.CLUSTER)
             or allowed(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):

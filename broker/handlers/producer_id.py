@@ -1,5 +1,6 @@
-"""InitProducerId for idempotent producers (ids from broker.producer_ids); with a
-transactional id it is the transaction coordinator's (broker.handlers.transactions).
+"""InitProducerId for idempotent producers (ids from broker.producer_ids, in blocks from the
+controller); with a transactional id it is the transaction coordinator's
+(broker.handlers.transactions).
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from replication.acls import AclOperation, ResourceType
-from storage.disk_space import log_storage_error
-from storage.log import KafkaStorageError
 
-
+from ..producer_ids import ProducerIdsUnavailable
 from ..security.authorize import allowed, allowed_any
 from .registry import RequestContext, handles
 from .transactions import init_transactional_producer_id
@@ -35,11 +34,11 @@ async def init_producer_id(ctx: RequestContext, request) -> object:
     # Without a transactional id Kafka always issues a fresh id at epoch 0, also when an
     # idempotent producer asks to bump the epoch of its current one (KIP-360).
     try:
-        producer_id = ctx.services.producer_ids.next_id()
-    except KafkaStorageError as e:
-        log_storage_error(log, "InitProducerId", e)
+        producer_id = await ctx.services.producer_ids.allocate()
+    except ProducerIdsUnavailable as e:
+        log.warning("InitProducerId answered COORDINATOR_LOAD_IN_PROGRESS: %s", e)
         return ctx.response("InitProducerIdResponse", throttle_time=0,
-                            error_code=ErrorCode.kafka_storage_error, producer_id=-1,
+                            error_code=ErrorCode.coordinator_load_in_progress, producer_id=-1,
                             producer_epoch=-1)
     return ctx.response("InitProducerIdResponse", throttle_time=0, error_code=ErrorCode.none,
                         producer_id=producer_id, producer_epoch=0)

@@ -29,6 +29,7 @@ from replication.acls import AclOperation, ResourceType
 from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError
 
+from ..producer_ids import ProducerIdsUnavailable
 from ..security.authorize import allowed, denied_names
 from .registry import RequestContext, handles
 
@@ -66,11 +67,16 @@ async def init_transactional_producer_id(ctx: RequestContext, request) -> object
     expected = (ProducerIdAndEpoch(producer_id, request.producer_epoch)
                 if producer_id != NO_PRODUCER_ID else None)
     try:
+        # The coordinator takes an id without waiting: one is in hand first.
+        await ctx.services.producer_ids.ready()
         result = await _coordinator(ctx).init_producer_id(
             request.transactional_id, millis(request.transaction_timeout), expected)
     except KafkaStorageError as e:
         log_storage_error(log, "InitProducerId", e)
         result = InitProducerIdResult(ErrorCode.kafka_storage_error)
+    except ProducerIdsUnavailable as e:
+        log.warning("InitProducerId answered COORDINATOR_LOAD_IN_PROGRESS: %s", e)
+        result = InitProducerIdResult(ErrorCode.coordinator_load_in_progress)
     return ctx.response("InitProducerIdResponse", throttle_time=0,
                         error_code=_for_version(ctx, result.error),
                         producer_id=result.producer_id, producer_epoch=result.producer_epoch)

@@ -303,6 +303,7 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     )),
     ApiKey.BROKER_REGISTRATION: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
     ApiKey.BROKER_HEARTBEAT: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
+    ApiKey.ALLOCATE_PRODUCER_IDS: _cluster_only(Op.CLUSTER_ACTION, _BROKER_ONLY),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiAuthorization((
         _rule(_transactional_id(Op.DESCRIBE, "transactional_ids[]"), scope=Scope.RESOURCE),
         _rule(_topic(Op.DESCRIBE, "each transaction's topics"), scope=Scope.HIDDEN),

@@ -274,8 +274,8 @@ class TransactionCoordinator:
     async def init_producer_id(self, transactional_id: str, transaction_timeout_ms: int,
                                expected: ProducerIdAndEpoch | None) -> InitProducerIdResult:
         """InitProducerId with a transactional id; ``expected`` is the producer's current id
-        and epoch when it has one (v3+, KIP-360). Raises KafkaStorageError when no producer id
-        can be reserved."""
+        and epoch when it has one (v3+, KIP-360). Raises what ``allocate_producer_id`` raises when
+        it has no id to give."""
         if not transactional_id:
             return InitProducerIdResult(ErrorCode.invalid_request)
         if not 0 < transaction_timeout_ms <= self.config.max_timeout_ms:

@@ -84,8 +84,51 @@ def test_every_claim_once_and_missing_runs_say_how_to_make_them():
     assert "python -m bench.commit_fanout_bench --json" in section(text, 8)
     assert "Measured: not run yet (`python -m bench.diskless_sweep_bench" in text
     assert "**hedging does not reach the target**" in text
-    assert "Not measurable here, because" in section(text, 18)
+    assert "Not run yet: bench/mixed_broker_bench.py has no JSON here." in section(text, 18)
+    assert "python -m bench.spray_bench --json" in section(text, 12)
     assert "python -m bench.mode_switch_bench" in section(text, 17)
+
+
+def spray() -> dict:
+    def routing(name, rejections, sends, batches_per_s):
+        return {"routing": name, "brokers": 3, "batches": 100, "records_per_batch": 10,
+                "in_flight": 5, "records_acked": 1000, "sends": sends,
+                "out_of_order_rejections": rejections, "duplicate_sequence_answers": 0,
+                "retries_sent": 10, "retries_deduplicated": 9, "retries_written_again": 0,
+                "retries_refused": 1, "other_errors": {}, "wall_s": 10.0, "log_records": 1000,
+                "log_duplicates": 0, "log_gaps": 0, "log_out_of_order": 0,
+                "rejection_rate": rejections / (sends - 10), "batches_per_s": batches_per_s}
+    return {"routings": [routing("sticky", 0, 110, 12.0), routing("spray", 100, 210, 6.0)]}
+
+
+def mixed() -> dict:
+    def case(name, round_, lag_p99, produce_p50, diskless):
+        return {"case": name, "seconds": 20.0, "flush_ms": 1000, "classic_records": 4000,
+                "classic_errors": 0, "diskless_records": diskless, "diskless_errors": 0,
+                "produce_p50_ms": produce_p50, "produce_p99_ms": 4 * produce_p50,
+                "flush_lag_p50_ms": 500.0, "flush_lag_p99_ms": lag_p99,
+                "flush_lag_max_ms": lag_p99 + 100, "records_never_seen_flushed": 0,
+                "unflushed_p50_records": 90.0, "unflushed_max_records": 200,
+                "record_size": 1024, "round": round_, "load_average": 3.0}
+    return {"cases": [case("classic alone", 0, 1400.0, 40.0, 0),
+                      case("classic + diskless", 0, 1300.0, 120.0, 30000),
+                      case("classic alone", 1, 1500.0, 50.0, 0),
+                      case("classic + diskless", 1, 1500.0, 150.0, 30000)]}
+
+
+def test_spray_and_mixed_broker_answers_are_computed_from_their_json():
+    text = render(Runs({"spray": spray(), "mixed": mixed()},
+                       {"spray": "`spray.json`", "mixed": "`mixed.json`"}))
+    idempotence = section(text, 12)
+    assert "gets 50% of its sends refused OUT_OF_ORDER_SEQUENCE (sticky: 0%)" in idempotence
+    assert "costs 2.0x the throughput" in idempotence
+    assert "every record once and in order" in idempotence
+    assert "computed from `spray.json`" in idempotence
+    durability = section(text, 18)
+    assert "flush lag is not stretched (P99 0.97x" in durability
+    assert "produce latency is 3.0x at the median" in durability
+    assert "classic + diskless (median of 2 rounds): flush lag P50/P99 500/1400 ms" in durability
+    assert "diskless 1500 records/s" in durability
 
 
 def test_command_writes_the_document_from_the_files(tmp_path):

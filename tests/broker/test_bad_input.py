@@ -552,6 +552,22 @@ def test_metadata_invalid_name(broker, check_topic, version, auto_create):
     assert_serving(broker, check_topic)
 
 
+def test_metadata_does_not_auto_create_an_internal_topic(broker, check_topic):
+    """Internal topics are created by their owners with their own replication factor (the
+    batch coordinator's log on three replicas): a client's Metadata request naming one that
+    does not exist yet must not create it with the defaults."""
+    fields = {"allow_auto_topic_creation": True, "include_topic_authorized_operations": False,
+              "include_cluster_authorized_operations": False}
+    topics = (entity(METADATA, 12, "MetadataRequestTopic", name="__diskless-metadata",
+                     topic_id=None),)
+    with connect(broker) as sock:
+        for _ in range(2):  # the second answer would show an auto-created topic
+            response = call(sock, METADATA, 12,
+                            entity(METADATA, 12, "MetadataRequest", topics=topics, **fields))
+            assert response.topics[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    assert_serving(broker, check_topic)
+
+
 # --------------------------------------------------------------------------- randomized frames
 
 

@@ -37,6 +37,11 @@ class NoTraffic:
         raise AssertionError("an in-process handler test opens no connection")
 
 
+async def one_block() -> range:
+    """The controller's answer to AllocateProducerIds (no controller runs here)."""
+    return range(0, 1000)
+
+
 @pytest.fixture
 async def services(tmp_path: Path):
     image = MetadataImage()
@@ -60,7 +65,7 @@ async def services(tmp_path: Path):
         group_configs=group_configs(config, image), controller=None,
         controller_channel=ControllerChannel(None, None, None),
         group_coordinator=None, transaction_coordinator=None, batch_coordinator=None,
-        producer_ids=ProducerIdAllocator(tmp_path / "producer_ids", NODE), capture=None,
+        producer_ids=ProducerIdAllocator(one_block), capture=None,
         storage_modes=logs.engines.keys())
     await replicas.close()
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.controller import Controller, ControllerSettings
-from replication.cluster_metadata import NO_LEADER
+from coordinator.controller import (
+    FIRST_PRODUCER_ID,
+    PRODUCER_ID_BLOCK_SIZE,
+    Controller,
+    ControllerError,
+    ControllerSettings,
+)
+from replication.cluster_metadata import NO_LEADER, MetadataImage
 
 
 async def test_a_broker_leads_nothing_until_it_is_ready_and_is_not_fenced_while_loading(
@@ -109,3 +116,35 @@ async def test_a_silent_broker_is_fenced_when_its_session_ends_and_a_heartbeatin
         assert (partition.leader, partition.isr) == (1, [1])
     finally:
         await controller.stop()
+
+
+async def test_producer_id_blocks_never_repeat_across_registrations_and_controller_restarts(
+        tmp_path):
+    """Each block is in the metadata log before it is handed out: a broker back with an empty
+    disk (a new registration) and a restarted controller go on past every block handed out."""
+    controller = Controller(tmp_path, ControllerSettings())
+    await controller.start()
+    try:
+        epoch = await controller.register_broker(0, "127.0.0.1", 9092, "az1")
+        first = await controller.allocate_producer_ids(0, epoch)
+        wiped_epoch = await controller.register_broker(0, "127.0.0.1", 9092, "az1")
+        with pytest.raises(ControllerError) as stale:
+            await controller.allocate_producer_ids(0, epoch)
+        assert stale.value.error_code == ErrorCode.stale_broker_epoch
+        second = await controller.allocate_producer_ids(0, wiped_epoch)
+        snapshot = MetadataImage()
+        for offset, record in enumerate(controller.image.snapshot_records()):
+            snapshot.apply(offset, record)
+        assert snapshot.next_producer_id == second.stop
+    finally:
+        await controller.stop()
+    restarted = Controller(tmp_path, ControllerSettings())
+    await restarted.start()
+    try:
+        epoch = await restarted.register_broker(1, "127.0.0.1", 9093, "az2")
+        third = await restarted.allocate_producer_ids(1, epoch)
+    finally:
+        await restarted.stop()
+    assert first == range(FIRST_PRODUCER_ID, FIRST_PRODUCER_ID + PRODUCER_ID_BLOCK_SIZE)
+    assert second.start == first.stop and third.start == second.stop
+    assert len(second) == len(third) == PRODUCER_ID_BLOCK_SIZE

@@ -1,10 +1,9 @@
-"""Where groups live in __consumer_offsets, what their records look like, and producer ids."""
+"""Where groups live in __consumer_offsets and what their records look like."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.producer_ids import BLOCK_SIZE, ProducerIdAllocator
 from coordinator.coordinator_log import java_string_hash, partition_for
 from coordinator.group.records import (
     GroupKey,
@@ -70,20 +69,3 @@ def test_unknown_value_versions_are_rejected():
         decode_offset_value(b"\x00\x01" + bytes(20))
     with pytest.raises(MalformedGroupRecord):
         decode_group_value(b"\x00\x09")
-
-
-def test_producer_ids_never_repeat_across_restarts(tmp_path):
-    path = tmp_path / "producer_id_block"
-    first = ProducerIdAllocator(path, node_id=0)
-    issued = [first.next_id() for _ in range(BLOCK_SIZE + 5)]
-    after_restart = ProducerIdAllocator(path, node_id=0)
-    more = [after_restart.next_id() for _ in range(3)]
-    assert issued == list(range(BLOCK_SIZE + 5))
-    assert min(more) >= 2 * BLOCK_SIZE  # the rest of the reserved block is skipped
-    assert len(set(issued + more)) == len(issued) + len(more)
-
-
-def test_brokers_allocate_from_disjoint_ranges(tmp_path):
-    zero = ProducerIdAllocator(tmp_path / "a", node_id=0).next_id()
-    two = ProducerIdAllocator(tmp_path / "b", node_id=2).next_id()
-    assert zero == 0 and two == 2 << 40
