@@ -40,6 +40,7 @@ from protocol.records import (
 )
 
 from ..log import TimestampOffset
+from .checkpoint import read_file
 
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1
@@ -69,13 +70,15 @@ class LogSegment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
                  index_max_bytes: int, suffix: str = "") -> None:
         self.base_offset = base_offset
-        self.path = log_file(directory, base_offset, suffix)
-        self._index_path, self._time_index_path = index_files(self.path)
+        # Strings, not Paths: a broker opens thousands of segments at start-up, and pathlib
+        # was a quarter of the cost of opening one.
+        self._dir = os.fspath(directory)
+        self._set_paths(suffix)
         self._index_interval = index_interval_bytes
         # At least one entry, or a tiny segment.index.bytes would roll on every append.
         self._max_index_entries = max(1, index_max_bytes // _OFFSET_ENTRY.size)
         self._max_time_entries = max(1, index_max_bytes // _TIME_ENTRY.size)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -93,15 +96,25 @@ class LogSegment:
         self._index_files_current = False
         self._unflushed = False
 
+    def _set_paths(self, suffix: str) -> None:
+        stem = os.path.join(self._dir, f"{self.base_offset:020d}")
+        self._path = f"{stem}.log{suffix}"
+        self._index_path = f"{stem}.index{suffix}"
+        self._time_index_path = f"{stem}.timeindex{suffix}"
+
+    @property
+    def path(self) -> Path:
+        """The log file."""
+        return Path(self._path)
+
     # -- opening -------------------------------------------------------------------------
 
     def load(self) -> bool:
         """Read the index files; False when they are missing or disagree with the log, in
         which case the caller must ``recover`` the segment."""
-        try:
-            index = self._index_path.read_bytes()
-            time_index = self._time_index_path.read_bytes()
-        except FileNotFoundError:
+        index = read_file(self._index_path)
+        time_index = read_file(self._time_index_path) if index is not None else None
+        if time_index is None:
             return False
         if len(index) % _OFFSET_ENTRY.size or len(time_index) % _TIME_ENTRY.size:
             return False
@@ -283,13 +296,11 @@ class LogSegment:
     def rename(self, suffix: str) -> None:
         """Give the segment's files ``suffix`` (the cleaner's .cleaned -> .swap -> none); an
         index file not written yet is skipped."""
-        target = log_file(self.path.parent, self.base_offset, suffix)
-        for old, new in zip((self.path, self._index_path, self._time_index_path),
-                            (target, *index_files(target))):
+        old_paths = (self._path, self._index_path, self._time_index_path)
+        self._set_paths(suffix)
+        for old, new in zip(old_paths, (self._path, self._index_path, self._time_index_path)):
             with contextlib.suppress(FileNotFoundError):
-                old.rename(new)
-        self.path = target
-        self._index_path, self._time_index_path = index_files(target)
+                os.rename(old, new)
 
     def set_modified_ms(self, ms: int) -> None:
         """Stamp the log file's mtime (the cleaner's record of when it cleaned the segment)."""
@@ -309,8 +320,9 @@ class LogSegment:
 
     def delete(self) -> None:
         self.release()
-        for path in (self.path, self._index_path, self._time_index_path):
-            path.unlink(missing_ok=True)
+        for path in (self._path, self._index_path, self._time_index_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def release(self) -> None:
         """Close the file without writing anything (its directory is being deleted)."""
@@ -422,10 +434,11 @@ class LogSegment:
         return end
 
     def __repr__(self) -> str:
-        return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
+        return (f"LogSegment({os.path.basename(self._path)}, size={self.size}, "
+                f"next_offset={self.next_offset})")
 
 
-def _write_entries(path: Path, entry: struct.Struct, first: array, second: array,
+def _write_entries(path: str, entry: struct.Struct, first: array, second: array,
                    persisted: int, fsync: bool) -> int:
     """Bring an index file in line with its in-memory entries; return how many it holds."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
