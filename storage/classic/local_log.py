@@ -94,7 +94,14 @@ class LocalLog:
             first_unflushed = len(bases)
         else:
             first_unflushed = max(bisect_right(bases, self.recovery_point) - 1, 0)
+        last = len(bases) - 1
         for i, base in enumerate(bases):
+            stem = f"{base:020d}"
+            if i < min(first_unflushed, last) and f"{stem}.index" in names \
+                    and f"{stem}.timeindex" in names:
+                # Flushed and sealed: its indexes are read when it is first used.
+                self._segments.append(self._new_segment(base, lazy=True))
+                continue
             segment = self._new_segment(base)
             self._segments.append(segment)
             if (i >= first_unflushed or not segment.load()) and segment.recover(on_recovered_batch):
@@ -141,10 +148,12 @@ class LocalLog:
             swap.rename(log_file(self.dir, base))
         fsync_dir(self.dir)
 
-    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
+    def _new_segment(self, base_offset: int, suffix: str = "", *,
+                     lazy: bool = False) -> LogSegment:
         return LogSegment(self._dir, base_offset,
                           index_interval_bytes=self.config.index_interval_bytes,
-                          index_max_bytes=self.config.segment_index_bytes, suffix=suffix)
+                          index_max_bytes=self.config.segment_index_bytes, suffix=suffix,
+                          lazy=lazy)
 
     def cleaned_segment(self, base_offset: int) -> LogSegment:
         """A new ``.cleaned`` segment for the cleaner to write (see ``replace_segments``)."""

@@ -21,6 +21,7 @@ cache until ``flush`` fsyncs it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import struct
 import time
@@ -66,9 +67,23 @@ def index_files(log_path: Path) -> tuple[Path, Path]:
             log_path.with_name(f"{stem}.timeindex{suffix}"))
 
 
+# What a segment knows from its indexes and batches. A segment opened with ``lazy`` (a
+# sealed segment of a log that needs no recovery) sets none of it until one of them is
+# first used (Kafka's LazyIndex): a broker opens thousands of logs at start-up, and most of
+# their older segments are not read before the next shutdown.
+_INDEX_STATE = frozenset({
+    "next_offset", "max_timestamp", "_offset_of_max_timestamp", "_index_offsets",
+    "_index_positions", "_time_stamps", "_time_offsets", "_persisted_index",
+    "_persisted_time_index", "_index_files_current"})
+
+log = logging.getLogger(__name__)
+
+
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 index_max_bytes: int, suffix: str = "") -> None:
+    def __init__(self, directory: Path | str, base_offset: int, *, index_interval_bytes: int,
+                 index_max_bytes: int, suffix: str = "", lazy: bool = False) -> None:
+        """``lazy``: the segment's index files are trusted and read on first use (see
+        _INDEX_STATE); otherwise the caller ``load``s or ``recover``s it, or it is new."""
         self.base_offset = base_offset
         # Strings, not Paths: a broker opens thousands of segments at start-up, and pathlib
         # was a quarter of the cost of opening one.
@@ -80,12 +95,17 @@ class LogSegment:
         self._max_time_entries = max(1, index_max_bytes // _TIME_ENTRY.size)
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.next_offset = base_offset
-        self.max_timestamp = NO_TIMESTAMP
-        # Base offset of the first batch that reached max_timestamp.
-        self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
         self._created_ms = time.time_ns() // 1_000_000
+        self._unflushed = False
+        if not lazy:
+            self._reset_index_state()
+
+    def _reset_index_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        # Base offset of the first batch that reached max_timestamp.
+        self._offset_of_max_timestamp = self.base_offset
         self._index_offsets = array("i")
         self._index_positions = array("i")
         self._time_stamps = array("q")
@@ -94,7 +114,24 @@ class LogSegment:
         self._persisted_index = 0
         self._persisted_time_index = 0
         self._index_files_current = False
-        self._unflushed = False
+
+    def __getattr__(self, name: str):
+        # Called only for attributes not set: the index state of a lazy segment.
+        if name not in _INDEX_STATE:
+            raise AttributeError(name)
+        self._reset_index_state()
+        if not self.load():
+            truncated = self.recover()
+            if truncated:
+                # Only the segments from the recovery point on may have a torn tail; this
+                # one was below it (its offsets now end early, the next segment's follow).
+                log.error("%s: %d bytes of a flushed segment failed their checks and were cut",
+                          self._path, truncated)
+        return object.__getattribute__(self, name)
+
+    @property
+    def indexes_loaded(self) -> bool:
+        return "_index_offsets" in self.__dict__
 
     def _set_paths(self, suffix: str) -> None:
         stem = os.path.join(self._dir, f"{self.base_offset:020d}")
@@ -283,9 +320,10 @@ class LogSegment:
         """Without ``sync`` the caller makes the segment durable (sync_file_system)."""
         if self._fd < 0:
             return
-        if self.size:
+        if self.size and self.indexes_loaded:
             # An empty segment has nothing to index (opened without index files, it is
             # recovered at no cost): thousands of new partitions close without writing any.
+            # Nor has a lazy segment never used: its index files are as they were.
             self.seal()
         if sync:
             self.flush()
