@@ -12,6 +12,9 @@ Durability bookkeeping:
   deleted, then renamed to their final names. On open a ``.cleaned`` file is an unfinished
   rewrite (deleted, the old segments are intact) and a ``.swap`` file a finished one whose
   swap is completed (the segments it covers deleted, then renamed).
+* Segments before the one holding the recovery point (all but the active one after a
+  clean shutdown) were flushed with their indexes: they are opened lazily, their indexes
+  read on first use (Kafka's LazyIndex).
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
   on open means no recovery is needed. It is removed as soon as the log is loaded, and that
   removal is made durable before the first change to the segments (an fsync of the

@@ -11,8 +11,9 @@ first batch, plus two sparse indexes in Kafka's layouts:
 
 The indexes live in memory as arrays, which gives O(log n) bisection followed by a scan of at
 most about ``index.interval.bytes`` of batch headers, and are written to their files when
-the segment is sealed or flushed. They are derived data: on open they are trusted only if
-they agree with the log, otherwise the segment is recovered from the batches themselves.
+the segment is sealed or flushed. They are derived data: when read (on open, or on first
+use for a lazy segment) they are trusted only if they agree with the log, otherwise the
+segment is recovered from the batches themselves.
 
 Data goes through plain ``pwrite``/``pread`` on one file descriptor, so it lives in the page
 cache until ``flush`` fsyncs it.
