@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -107,8 +107,15 @@ def create(admin: AdminClient, topic: str, partitions: int, replication_factor: 
            config: dict[str, str] | None = None) -> float:
     """Create ``topic``; seconds until every partition has a leader."""
     started = time.monotonic()
-    admin.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})],
-                        operation_timeout=120)[topic].result(180)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, replication_factor,
+                                      config=config or {})],
+                            operation_timeout=120)[topic].result(180)
+    except KafkaException as error:
+        # The client retried a CreateTopics whose answer it lost (the controller moved on a
+        # loaded machine): the first attempt created it.
+        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
     wait_for_leaders(admin, topic, partitions, 300)
     return time.monotonic() - started
 

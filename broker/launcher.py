@@ -250,18 +250,26 @@ class Cluster:
         if self.args.netns:
             await self._start_network()
         s3_host = self.network.layout.s3_address if self.network else HOST
+        # Its port picked now, so the brokers start with it rather than after it (its
+        # interpreter and moto take seconds): a broker waits for the object store to answer.
+        s3_port = _port(0, 0)
         self.s3 = await Child.spawn("s3", _python(
-            "storage.objectstore.embedded", "--host", s3_host, "--port", "0",
+            "storage.objectstore.embedded", "--host", s3_host, "--port", str(s3_port),
             "--data-dir", str(self.args.data_dir / "s3")),
             netns=self.network.layout.region_netns if self.network else None)
-        endpoint = await self.s3.expect(s3_url)
+        self.s3_endpoint = f"http://{s3_host}:{s3_port}"
+        # The voters start together: none is ready before a quorum of them elected a leader.
+        brokers = asyncio.gather(*(self._start_broker(node)
+                                   for node in range(self.args.brokers)))
+        try:
+            endpoint = await self.s3.expect(s3_url)
+        except BaseException:
+            brokers.cancel()
+            await asyncio.gather(brokers, return_exceptions=True)
+            raise
         self.s3.relay_stdout()
         print(f"s3: pid={self.s3.process.pid} endpoint={endpoint}", flush=True)
-
-        self.s3_endpoint = endpoint
-        # The voters start together: none is ready before a quorum of them elected a leader.
-        addresses = await asyncio.gather(*(self._start_broker(node)
-                                           for node in range(self.args.brokers)))
+        addresses = await brokers
         await self._wait_until_usable(addresses[0])
         bootstrap = ",".join(addresses)
         if self.secure is not None:

@@ -28,9 +28,13 @@ Partitions = dict[str, list[int]]
 
 
 async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
-                              timeout_s: float) -> list[str]:
+                              timeout_s: float,
+                              answered: set[tuple[str, int]] | None = None) -> list[str]:
     """What keeps the cluster from being usable, one entry per topic or partition ("t-3: no
-    leader", "t-4: NOT_LEADER_OR_FOLLOWER"); empty once every partition answers."""
+    leader", "t-4: NOT_LEADER_OR_FOLLOWER"); empty once every partition answers.
+    ``answered``: the partitions whose leader answered an earlier call (not asked again),
+    to which those answering now are added."""
+    answered = set() if answered is None else answered
     metadata = await nodes.connection(*bootstrap).call(ApiKey.METADATA, make(
         MetadataRequest, topics=None, allow_auto_topic_creation=False,
         include_topic_authorized_operations=False), timeout_s)
@@ -41,6 +45,8 @@ async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
         if topic.error_code != ErrorCode.none:
             problems.append(f"{topic.name}: {topic.error_code.name}")
         for partition in topic.partitions:
+            if (topic.name, partition.partition_index) in answered:
+                continue
             if partition.leader_id in brokers:
                 by_leader[partition.leader_id][topic.name].append(partition.partition_index)
             else:
@@ -55,30 +61,38 @@ async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
         elif isinstance(answer, BaseException):
             raise answer
         else:
-            problems += answer
+            failed = {(topic, index) for topic, index, _ in answer}
+            answered.update((topic, index) for topic, indexes in by_leader[leader].items()
+                            for index in indexes if (topic, index) not in failed)
+            problems += [f"{topic}-{index}: {error}" for topic, index, error in answer]
     return problems
 
 
 async def _list_offsets_errors(nodes: NodeClient, address: tuple[str, int],
-                               partitions: Partitions, timeout_s: float) -> list[str]:
+                               partitions: Partitions, timeout_s: float,
+                               ) -> list[tuple[str, int, str]]:
+    """(topic, partition, error name) of each partition that did not answer."""
     request = make(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=tuple(
         make(ListOffsetsTopic, name=topic, partitions=tuple(
             make(ListOffsetsPartition, partition_index=index, current_leader_epoch=-1,
                  timestamp=-1) for index in indexes))
         for topic, indexes in partitions.items()))
     response = await nodes.connection(*address).call(ApiKey.LIST_OFFSETS, request, timeout_s)
-    return [f"{topic.name}-{partition.partition_index}: {partition.error_code.name}"
+    return [(topic.name, partition.partition_index, partition.error_code.name)
             for topic in response.topics for partition in topic.partitions
             if partition.error_code != ErrorCode.none]
 
 
 async def wait_until_usable(nodes: NodeClient, bootstrap: tuple[str, int], timeout_s: float,
                             interval_s: float = 0.2) -> None:
-    """Return once every partition answers; raise TimeoutError naming what still does not."""
+    """Return once every partition has answered; raise TimeoutError naming what still does
+    not. A partition that answered is not asked again: with thousands of partitions, asking
+    every one of them every round took the restarting brokers' CPU from the work awaited."""
     deadline = asyncio.get_running_loop().time() + timeout_s
+    answered: set[tuple[str, int]] = set()
     while True:
         try:
-            problems = await unusable_partitions(nodes, bootstrap, interval_s + 10)
+            problems = await unusable_partitions(nodes, bootstrap, interval_s + 10, answered)
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
             problems = [f"{bootstrap[0]}:{bootstrap[1]}: {e or type(e).__name__}"]
         if not problems:

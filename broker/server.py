@@ -53,7 +53,7 @@ from storage.diskless import ReadCache, WalWriter
 from storage.diskless.log import log_factory as diskless_log_factory
 from storage.log_cleaner import CleanerSettings
 from storage.manager import LogManager
-from storage.objectstore import ObjectStore, ObjectStoreConfig
+from storage.objectstore import ObjectStore, ObjectStoreConfig, ObjectStoreUnavailable
 
 from .broker_metrics import (
     BrokerMetrics,
@@ -90,6 +90,8 @@ from .traffic import NetworkTraffic, node_client_id
 log = logging.getLogger(__name__)
 # Each step of a stop (but closing logs) gets this long: see Broker.stop.
 STOP_STEP_TIMEOUT_S = 2.0
+# How long a starting broker waits for its object store to answer.
+OBJECT_STORE_START_TIMEOUT_S = 60.0
 # Kafka's ids of the security protocols, as BrokerRegistration carries them.
 _PROTOCOL_IDS = {SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1,
                  SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3}
@@ -237,7 +239,7 @@ class Broker:
     async def start(self) -> None:
         if self.object_store is not None:
             await self.object_store.start()
-            await self.object_store.ensure_buckets([self.object_store.config.az])
+            await self._ensure_buckets()
         ports = {}
         for security in self.listener_securities:
             listener = security.listener
@@ -339,6 +341,20 @@ class Broker:
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
                 await self.metrics.start()
+
+    async def _ensure_buckets(self) -> None:
+        """The object store may still be starting (`kipper cluster up` starts it with the
+        brokers, not before them): unreachable, it is asked again for a while."""
+        deadline = time.monotonic() + OBJECT_STORE_START_TIMEOUT_S
+        while True:
+            try:
+                await self.object_store.ensure_buckets([self.object_store.config.az])
+                return
+            except ObjectStoreUnavailable as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("object store not reachable yet: %s", e)
+                await asyncio.sleep(0.2)
 
     def _endpoints(self) -> tuple[Endpoint, ...]:
         """The advertised listeners to register, the inter-broker one first."""

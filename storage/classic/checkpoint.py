@@ -6,6 +6,7 @@ old or the new content, never a torn mix.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -13,7 +14,7 @@ import uuid
 from pathlib import Path
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path | str) -> None:
     # Makes file creations, renames and deletions in the directory durable.
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -51,29 +52,41 @@ def sync_file_system(directory: Path) -> None:
     os.sync()
 
 
-def write_atomically(path: Path, content: str | bytes, *, sync: bool = True) -> None:
-    """Without ``sync`` the caller makes it durable later (sync_file_system)."""
-    tmp = path.with_name(path.name + ".tmp")
+def write_atomically(path: Path | str, content: str | bytes, *, sync: bool = True) -> None:
+    """Without ``sync`` the caller makes it durable later (sync_file_system). Plain system
+    calls, as ``read_file``: a broker closing thousands of logs writes several of these
+    per log."""
+    tmp = f"{os.fspath(path)}.tmp"
+    data = content if isinstance(content, bytes) else content.encode("ascii")
     try:
-        with (open(tmp, "wb") if isinstance(content, bytes)
-              else open(tmp, "w", encoding="ascii")) as f:
-            f.write(content)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             if sync:
-                f.flush()
-                os.fsync(f.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError:
         # A failed write (a full disk) must not leave its partial copy taking space.
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
     os.replace(tmp, path)
     if sync:
-        fsync_dir(path.parent)
+        fsync_dir(os.path.dirname(os.fspath(path)))
 
 
-def read_small_file(path: Path) -> str | None:
-    """The text of a checkpoint file (ASCII, a few kilobytes at most), None if there is
-    none. Plain system calls: a broker reads several of these per log when it opens
-    thousands of them, and ``Path.read_text`` took several times as long."""
+def create_empty_file(path: Path | str) -> None:
+    """A marker file (the clean-shutdown marker), not made durable here."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def read_file(path: Path | str) -> bytes | None:
+    """The bytes of a small file (a checkpoint, a segment's index), None if there is none.
+    Plain system calls: a broker reads several of these per log when it opens thousands
+    of them, and ``Path.read_text``/``read_bytes`` took several times as long."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -84,10 +97,17 @@ def read_small_file(path: Path) -> str | None:
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("ascii")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def read_offset(path: Path) -> int | None:
+def read_small_file(path: Path | str) -> str | None:
+    """The text of a checkpoint file (ASCII, a few kilobytes at most), None if there is
+    none."""
+    data = read_file(path)
+    return None if data is None else data.decode("ascii")
+
+
+def read_offset(path: Path | str) -> int | None:
     try:
         text = read_small_file(path)
         return None if text is None else int(text.strip())
@@ -97,5 +117,5 @@ def read_offset(path: Path) -> int | None:
         return None
 
 
-def write_offset(path: Path, offset: int, *, sync: bool = True) -> None:
+def write_offset(path: Path | str, offset: int, *, sync: bool = True) -> None:
     write_atomically(path, f"{offset}\n", sync=sync)

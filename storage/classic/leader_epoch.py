@@ -34,10 +34,11 @@ class EpochEntry(NamedTuple):
 
 
 class LeaderEpochCache:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | str, *, read: bool = True) -> None:
+        """``read``: False when the caller knows there is no file yet."""
         self.path = path
         # Strictly increasing in both epoch and start offset.
-        self._entries: list[EpochEntry] = self._read()
+        self._entries: list[EpochEntry] = self._read() if read else []
         self._unwritten = False  # appended epochs not in the file yet
         self._unsynced = False  # written, not fsynced
 

@@ -12,6 +12,9 @@ Durability bookkeeping:
   deleted, then renamed to their final names. On open a ``.cleaned`` file is an unfinished
   rewrite (deleted, the old segments are intact) and a ``.swap`` file a finished one whose
   swap is completed (the segments it covers deleted, then renamed).
+* Segments before the one holding the recovery point (all but the active one after a
+  clean shutdown) were flushed with their indexes: they are opened lazily, their indexes
+  read on first use (Kafka's LazyIndex).
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
   on open means no recovery is needed. It is removed as soon as the log is loaded, and that
   removal is made durable before the first change to the segments (an fsync of the
@@ -29,6 +32,7 @@ from protocol.records import BatchHeader
 
 from ..config import LogConfig
 from .checkpoint import (
+    create_empty_file,
     fsync_dir,
     move_aside_for_deletion,
     read_offset,
@@ -43,28 +47,42 @@ SWAP_SUFFIX = ".swap"
 RECOVERY_POINT_FILE = "recovery-point"
 
 
+def list_log_dir(directory: Path | str) -> set[str]:
+    """The names in a partition directory, created if it is missing: one listing answers
+    which files exist (segments, checkpoints, the clean-shutdown marker), rather than a
+    failed open per missing file, when thousands of logs are opened at start-up."""
+    try:
+        return set(os.listdir(directory))
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        return set()
+
+
 class LocalLog:
     def __init__(self, directory: Path, config: LogConfig, *, start_offset: int = 0,
-                 on_recovered_batch: Callable[[BatchHeader], None] | None = None) -> None:
+                 on_recovered_batch: Callable[[BatchHeader], None] | None = None,
+                 names: set[str] | None = None) -> None:
         """Load (and if needed recover) the segments in ``directory``; an empty log starts at
         ``start_offset``. ``on_recovered_batch`` sees every batch of a recovered segment, in
-        offset order, so state derived from batches (leader epochs) can be rebuilt."""
+        offset order, so state derived from batches (leader epochs) can be rebuilt.
+        ``names``: the directory's listing (list_log_dir), if the caller made it."""
         self.dir = directory
         self.config = config
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._recovery_point_file = directory / RECOVERY_POINT_FILE
-        self.recovery_point = read_offset(self._recovery_point_file) or 0
+        # Strings for the files opened at every start: see LogSegment.
+        self._dir = os.fspath(directory)
+        self._recovery_point_file = os.path.join(self._dir, RECOVERY_POINT_FILE)
+        if names is None:
+            names = list_log_dir(directory)
+        self.recovery_point = (read_offset(self._recovery_point_file) or 0
+                               if RECOVERY_POINT_FILE in names else 0)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         # The clean-shutdown marker was removed but the removal may not be durable yet.
         self._marker_removal_unsynced = False
-        self._load(start_offset, on_recovered_batch)
+        self._load(names, start_offset, on_recovered_batch)
 
-    def _load(self, start_offset: int,
+    def _load(self, names: set[str], start_offset: int,
               on_recovered_batch: Callable[[BatchHeader], None] | None) -> None:
-        # One listing of the directory, not a glob per kind of file: thousands of logs are
-        # opened at start-up.
-        names = set(os.listdir(self.dir))
         clean = CLEAN_SHUTDOWN_FILE in names
         if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
             self._finish_swaps()
@@ -74,12 +92,19 @@ class LocalLog:
         for name in names:
             if name.endswith((".index", ".timeindex")) \
                     and f"{name.partition('.')[0]}.log" not in names:
-                (self.dir / name).unlink()
+                os.unlink(os.path.join(self._dir, name))
         if clean:
             first_unflushed = len(bases)
         else:
             first_unflushed = max(bisect_right(bases, self.recovery_point) - 1, 0)
+        last = len(bases) - 1
         for i, base in enumerate(bases):
+            stem = f"{base:020d}"
+            if i < min(first_unflushed, last) and f"{stem}.index" in names \
+                    and f"{stem}.timeindex" in names:
+                # Flushed and sealed: its indexes are read when it is first used.
+                self._segments.append(self._new_segment(base, lazy=True))
+                continue
             segment = self._new_segment(base)
             self._segments.append(segment)
             if (i >= first_unflushed or not segment.load()) and segment.recover(on_recovered_batch):
@@ -92,7 +117,7 @@ class LocalLog:
             self._segments.append(self._new_segment(start_offset))
         self._bases = [s.base_offset for s in self._segments]
         if clean:
-            (self.dir / CLEAN_SHUTDOWN_FILE).unlink()
+            os.unlink(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE))
             self._marker_removal_unsynced = True
 
     def _finish_swaps(self) -> None:
@@ -126,10 +151,12 @@ class LocalLog:
             swap.rename(log_file(self.dir, base))
         fsync_dir(self.dir)
 
-    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
-        return LogSegment(self.dir, base_offset,
+    def _new_segment(self, base_offset: int, suffix: str = "", *,
+                     lazy: bool = False) -> LogSegment:
+        return LogSegment(self._dir, base_offset,
                           index_interval_bytes=self.config.index_interval_bytes,
-                          index_max_bytes=self.config.segment_index_bytes, suffix=suffix)
+                          index_max_bytes=self.config.segment_index_bytes, suffix=suffix,
+                          lazy=lazy)
 
     def cleaned_segment(self, base_offset: int) -> LogSegment:
         """A new ``.cleaned`` segment for the cleaner to write (see ``replace_segments``)."""
@@ -291,11 +318,11 @@ class LocalLog:
         once every segment is durable, as the next open trusts them both. Unsynced, a crash
         may lose them, which costs a recovery, never data."""
         self._advance_recovery_point(sync=sync)
-        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
         if sync:
             write_atomically(marker, "")
         else:
-            marker.touch()  # empty: nothing in it can be torn
+            create_empty_file(marker)  # empty: nothing in it can be torn
 
     def move_aside(self) -> Path | None:
         """Close the files and rename the directory for deletion (checkpoint.

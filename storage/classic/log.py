@@ -19,6 +19,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -56,7 +57,7 @@ from ..producer_state import (
 from .checkpoint import read_offset, read_small_file, write_atomically, write_offset
 from .cleaner import CleaningPlan, SegmentView, max_index_entries
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
-from .local_log import LocalLog
+from .local_log import LocalLog, list_log_dir
 from .segment import LogSegment
 
 LOG_START_OFFSET_FILE = "log-start-offset"
@@ -91,20 +92,26 @@ class ClassicLog(PartitionLog):
     def __init__(self, topic: str, partition: int, config: LogConfig,
                  directory: Path | str) -> None:
         super().__init__(topic, partition, config)
-        self.directory = Path(directory)  # created by LocalLog if new
-        self._log_start_file = self.directory / LOG_START_OFFSET_FILE
-        self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
-        checkpointed_start = read_offset(self._log_start_file) or 0
-        with storage_io(f"load {self.directory}"):
+        self.directory = directory if isinstance(directory, Path) else Path(directory)
+        # Strings, and files read only if the one listing shows them: a broker opens
+        # thousands of logs at start-up (see LogSegment).
+        path = os.fspath(directory)
+        self._log_start_file = os.path.join(path, LOG_START_OFFSET_FILE)
+        self._producer_snapshot_file = os.path.join(path, PRODUCER_SNAPSHOT_FILE)
+        with storage_io(f"load {path}"):
+            names = list_log_dir(path)
+            self._epochs = LeaderEpochCache(os.path.join(path, LEADER_EPOCH_FILE),
+                                            read=LEADER_EPOCH_FILE in names)
+            checkpointed_start = (read_offset(self._log_start_file) or 0
+                                  if LOG_START_OFFSET_FILE in names else 0)
             self._local = LocalLog(self.directory, config, start_offset=checkpointed_start,
-                                   on_recovered_batch=self._on_recovered_batch)
+                                   on_recovered_batch=self._on_recovered_batch, names=names)
             self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
             if self._local.next_offset < self._log_start:
                 # Data up to the checkpointed log start is gone (lost or never written here).
                 self._local.truncate_fully_and_start_at(self._log_start)
             self._epochs.truncate_from_end(self._local.next_offset)
             self._epochs.truncate_from_start(self._log_start)
-        self._producer_snapshot_file = self.directory / PRODUCER_SNAPSHOT_FILE
         # Deletion (release_directory): the directory renamed aside, to be removed.
         self._released = False
         self._doomed: Path | None = None
@@ -112,7 +119,7 @@ class ClassicLog(PartitionLog):
         # there, or an empty log to replay): close need not write a snapshot when nothing was
         # appended since (thousands of untouched partitions at shutdown).
         self._snapshot_offset: int | None = None
-        self._producers = self._load_producer_state()
+        self._producers = self._load_producer_state(PRODUCER_SNAPSHOT_FILE in names)
         if self._local.next_offset == self._log_start:
             self._snapshot_offset = self._log_start
         self._unflushed_messages = 0
@@ -176,11 +183,11 @@ class ClassicLog(PartitionLog):
         return AppendResult(base_offset, next_offset - 1,
                             -1 if append_time is None else append_time, self._log_start)
 
-    def _load_producer_state(self) -> ProducerState:
+    def _load_producer_state(self, snapshot_exists: bool = True) -> ProducerState:
         """The last snapshot plus the batches after it (all of them without a usable one)."""
         state, offset = ProducerState(), self._log_start
         try:
-            snapshot = read_small_file(self._producer_snapshot_file)
+            snapshot = read_small_file(self._producer_snapshot_file) if snapshot_exists else None
             if snapshot is not None:
                 snapshot_offset, encoded = snapshot.split()
                 if int(snapshot_offset) <= self._local.next_offset:  # else the log lost its tail

@@ -11,8 +11,9 @@ first batch, plus two sparse indexes in Kafka's layouts:
 
 The indexes live in memory as arrays, which gives O(log n) bisection followed by a scan of at
 most about ``index.interval.bytes`` of batch headers, and are written to their files when
-the segment is sealed or flushed. They are derived data: on open they are trusted only if
-they agree with the log, otherwise the segment is recovered from the batches themselves.
+the segment is sealed or flushed. They are derived data: when read (on open, or on first
+use for a lazy segment) they are trusted only if they agree with the log, otherwise the
+segment is recovered from the batches themselves.
 
 Data goes through plain ``pwrite``/``pread`` on one file descriptor, so it lives in the page
 cache until ``flush`` fsyncs it.
@@ -21,6 +22,7 @@ cache until ``flush`` fsyncs it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import struct
 import time
@@ -40,6 +42,7 @@ from protocol.records import (
 )
 
 from ..log import TimestampOffset
+from .checkpoint import read_file
 
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1
@@ -65,24 +68,45 @@ def index_files(log_path: Path) -> tuple[Path, Path]:
             log_path.with_name(f"{stem}.timeindex{suffix}"))
 
 
+# What a segment knows from its indexes and batches. A segment opened with ``lazy`` (a
+# sealed segment of a log that needs no recovery) sets none of it until one of them is
+# first used (Kafka's LazyIndex): a broker opens thousands of logs at start-up, and most of
+# their older segments are not read before the next shutdown.
+_INDEX_STATE = frozenset({
+    "next_offset", "max_timestamp", "_offset_of_max_timestamp", "_index_offsets",
+    "_index_positions", "_time_stamps", "_time_offsets", "_persisted_index",
+    "_persisted_time_index", "_index_files_current"})
+
+log = logging.getLogger(__name__)
+
+
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 index_max_bytes: int, suffix: str = "") -> None:
+    def __init__(self, directory: Path | str, base_offset: int, *, index_interval_bytes: int,
+                 index_max_bytes: int, suffix: str = "", lazy: bool = False) -> None:
+        """``lazy``: the segment's index files are trusted and read on first use (see
+        _INDEX_STATE); otherwise the caller ``load``s or ``recover``s it, or it is new."""
         self.base_offset = base_offset
-        self.path = log_file(directory, base_offset, suffix)
-        self._index_path, self._time_index_path = index_files(self.path)
+        # Strings, not Paths: a broker opens thousands of segments at start-up, and pathlib
+        # was a quarter of the cost of opening one.
+        self._dir = os.fspath(directory)
+        self._set_paths(suffix)
         self._index_interval = index_interval_bytes
         # At least one entry, or a tiny segment.index.bytes would roll on every append.
         self._max_index_entries = max(1, index_max_bytes // _OFFSET_ENTRY.size)
         self._max_time_entries = max(1, index_max_bytes // _TIME_ENTRY.size)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.next_offset = base_offset
-        self.max_timestamp = NO_TIMESTAMP
-        # Base offset of the first batch that reached max_timestamp.
-        self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
         self._created_ms = time.time_ns() // 1_000_000
+        self._unflushed = False
+        if not lazy:
+            self._reset_index_state()
+
+    def _reset_index_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        # Base offset of the first batch that reached max_timestamp.
+        self._offset_of_max_timestamp = self.base_offset
         self._index_offsets = array("i")
         self._index_positions = array("i")
         self._time_stamps = array("q")
@@ -91,17 +115,44 @@ class LogSegment:
         self._persisted_index = 0
         self._persisted_time_index = 0
         self._index_files_current = False
-        self._unflushed = False
+
+    def __getattr__(self, name: str):
+        # Called only for attributes not set: the index state of a lazy segment.
+        if name not in _INDEX_STATE:
+            raise AttributeError(name)
+        self._reset_index_state()
+        if not self.load():
+            truncated = self.recover()
+            if truncated:
+                # Only the segments from the recovery point on may have a torn tail; this
+                # one was below it (its offsets now end early, the next segment's follow).
+                log.error("%s: %d bytes of a flushed segment failed their checks and were cut",
+                          self._path, truncated)
+        return object.__getattribute__(self, name)
+
+    @property
+    def indexes_loaded(self) -> bool:
+        return "_index_offsets" in self.__dict__
+
+    def _set_paths(self, suffix: str) -> None:
+        stem = os.path.join(self._dir, f"{self.base_offset:020d}")
+        self._path = f"{stem}.log{suffix}"
+        self._index_path = f"{stem}.index{suffix}"
+        self._time_index_path = f"{stem}.timeindex{suffix}"
+
+    @property
+    def path(self) -> Path:
+        """The log file."""
+        return Path(self._path)
 
     # -- opening -------------------------------------------------------------------------
 
     def load(self) -> bool:
         """Read the index files; False when they are missing or disagree with the log, in
         which case the caller must ``recover`` the segment."""
-        try:
-            index = self._index_path.read_bytes()
-            time_index = self._time_index_path.read_bytes()
-        except FileNotFoundError:
+        index = read_file(self._index_path)
+        time_index = read_file(self._time_index_path) if index is not None else None
+        if time_index is None:
             return False
         if len(index) % _OFFSET_ENTRY.size or len(time_index) % _TIME_ENTRY.size:
             return False
@@ -270,9 +321,10 @@ class LogSegment:
         """Without ``sync`` the caller makes the segment durable (sync_file_system)."""
         if self._fd < 0:
             return
-        if self.size:
+        if self.size and self.indexes_loaded:
             # An empty segment has nothing to index (opened without index files, it is
             # recovered at no cost): thousands of new partitions close without writing any.
+            # Nor has a lazy segment never used: its index files are as they were.
             self.seal()
         if sync:
             self.flush()
@@ -283,13 +335,11 @@ class LogSegment:
     def rename(self, suffix: str) -> None:
         """Give the segment's files ``suffix`` (the cleaner's .cleaned -> .swap -> none); an
         index file not written yet is skipped."""
-        target = log_file(self.path.parent, self.base_offset, suffix)
-        for old, new in zip((self.path, self._index_path, self._time_index_path),
-                            (target, *index_files(target))):
+        old_paths = (self._path, self._index_path, self._time_index_path)
+        self._set_paths(suffix)
+        for old, new in zip(old_paths, (self._path, self._index_path, self._time_index_path)):
             with contextlib.suppress(FileNotFoundError):
-                old.rename(new)
-        self.path = target
-        self._index_path, self._time_index_path = index_files(target)
+                os.rename(old, new)
 
     def set_modified_ms(self, ms: int) -> None:
         """Stamp the log file's mtime (the cleaner's record of when it cleaned the segment)."""
@@ -309,8 +359,9 @@ class LogSegment:
 
     def delete(self) -> None:
         self.release()
-        for path in (self.path, self._index_path, self._time_index_path):
-            path.unlink(missing_ok=True)
+        for path in (self._path, self._index_path, self._time_index_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def release(self) -> None:
         """Close the file without writing anything (its directory is being deleted)."""
@@ -422,10 +473,11 @@ class LogSegment:
         return end
 
     def __repr__(self) -> str:
-        return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
+        return (f"LogSegment({os.path.basename(self._path)}, size={self.size}, "
+                f"next_offset={self.next_offset})")
 
 
-def _write_entries(path: Path, entry: struct.Struct, first: array, second: array,
+def _write_entries(path: str, entry: struct.Struct, first: array, second: array,
                    persisted: int, fsync: bool) -> int:
     """Bring an index file in line with its in-memory entries; return how many it holds."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)

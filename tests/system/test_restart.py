@@ -52,10 +52,12 @@ def producer(broker: BrokerProcess, acks: str, **extra) -> Producer:
                      "enable.idempotence": False, "message.timeout.ms": 30000, **extra})
 
 
-def produce_all(broker: BrokerProcess, topic: str, acks: str, count: int, start: int = 0) -> list:
-    """Values are zero-padded counters from ``start``: unique, and ordered like the produce calls."""
+def produce_all(broker: BrokerProcess, topic: str, acks: str, count: int, start: int = 0,
+                **extra) -> list:
+    """Values are zero-padded counters from ``start``: unique, and ordered like the produce
+    calls. ``extra``: more producer settings."""
     acks_log = AckLog()
-    p = producer(broker, acks)
+    p = producer(broker, acks, **extra)
     for i in range(start, start + count):
         while True:
             try:
@@ -151,10 +153,15 @@ def test_kill9_after_acks_keeps_every_acknowledged_record(broker_factory, topic_
 
 def test_graceful_stop_and_restart_keeps_data(broker_factory, topic_name):
     broker = broker_factory()
-    create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
-    acked = produce_all(broker, topic_name, "all", 3000)
+    # Small segments (and batches that fit them): after a clean stop the sealed ones are
+    # opened lazily, their indexes read when the consumer first reaches them.
+    create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS,
+                 config={"segment.bytes": "8192"})
+    acked = produce_all(broker, topic_name, "all", 3000, **{"batch.size": 2048})
 
     assert broker.stop() == 0, f"graceful stop failed; log:\n{broker.log_tail()}"
+    segments = list(broker.data_dir.glob(f"{topic_name}-0/*.log"))
+    assert len(segments) >= 2
     restart(broker)
     assert_all_acked_present(acked, consume_all(broker, topic_name))
 

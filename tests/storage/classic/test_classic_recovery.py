@@ -170,3 +170,52 @@ async def test_log_start_offset_survives_a_crash(make_log, produce, read_all):
     # The epochs before the log start are forgotten; epoch 1 now starts at 7.
     assert reopened.end_offset_for_epoch(0) == EpochEndOffset(0, 7)
     assert reopened.end_offset_for_epoch(1) == EpochEndOffset(1, 12)
+
+
+def loaded(log) -> list[bool]:
+    return [segment.indexes_loaded for segment in log._local.segments]
+
+
+async def test_a_clean_log_reads_the_indexes_of_a_sealed_segment_when_it_is_first_used(
+        make_log, produce, read_all):
+    log = await fill(make_log, produce, batches=12, segment_bytes=SEGMENT_BYTES)
+    expected = await read_all(log)
+    by_timestamp = await log.offset_for_timestamp(expected[20][1])
+    newest = await log.max_timestamp()
+    await log.close()
+    sealed = sorted(log.directory.glob("*index"))[:-2]  # the active segment's two last
+    sealed_files = {p: p.read_bytes() for p in sealed}
+
+    # Reopened and closed without use: the sealed segments' files are as they were.
+    await make_log(segment_bytes=SEGMENT_BYTES).close()
+    assert {p: p.read_bytes() for p in sealed} == sealed_files
+
+    reopened = make_log(segment_bytes=SEGMENT_BYTES)
+    # Only the active segment is read on open (Kafka's LazyIndex): the others wait.
+    assert len(loaded(reopened)) >= 4
+    assert loaded(reopened) == [False] * (len(loaded(reopened)) - 1) + [True]
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (0, 36)
+    assert await read_all(reopened, 4) == expected[4:]
+    assert await reopened.offset_for_timestamp(expected[20][1]) == by_timestamp
+    assert await reopened.max_timestamp() == newest
+    assert all(loaded(reopened))
+
+
+async def test_after_a_crash_the_segments_below_the_recovery_point_are_lazy_and_the_rest_recovered(
+        make_log, produce, read_all):
+    log = await fill(make_log, produce, batches=9, segment_bytes=SEGMENT_BYTES)
+    await log.flush()  # recovery point 27
+    for i in range(3):
+        await produce(log, vals(3, f"c{i}-"), epoch=5)
+    expected = await read_all(log)
+    path = active_file(log)
+    os.truncate(path, path.stat().st_size - 7)  # kill -9 tore the last write
+
+    reopened = make_log(segment_bytes=SEGMENT_BYTES)
+    bases = [segment.base_offset for segment in reopened._local.segments]
+    holding_recovery_point = max(base for base in bases if base <= 27)
+    assert bases[0] < holding_recovery_point
+    assert loaded(reopened) == [base >= holding_recovery_point for base in bases]
+    assert reopened.log_end_offset == 33
+    assert await read_all(reopened) == expected[:33]
+    assert reopened.latest_epoch() == 5
