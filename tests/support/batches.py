@@ -4,6 +4,7 @@ kipper agrees with itself."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -29,3 +30,10 @@ def build_batch(values: Sequence[bytes], *, keys: Sequence[bytes] | None = None,
         builder.append(i, timestamp=timestamp, key=keys[i] if keys is not None else None,
                        value=value, headers=list(headers))
     return builder.build()
+
+
+def build_batch_now(values: Sequence[bytes], **fields) -> bytearray:
+    """A batch stamped now, as a real client's: test nodes apply retention.ms every 2 s, and
+    the default timestamps (2023) are past the default retention of 7 days, so a segment of
+    them rolls at once and is deleted by the next check."""
+    return build_batch(values, first_timestamp=int(time.time() * 1000), **fields)

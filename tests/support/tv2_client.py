@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 
-from .batches import build_batch
+from .batches import build_batch_now
 from .raw import call, entity
 
 TRANSACTION_VERSION_FEATURE = "transaction.version"
@@ -103,9 +103,9 @@ class RawTransactionalProducer:
         if not self.versions.transaction_v2 and (topic, partition) not in self.added:
             self._add_partition(topic, partition)
         sequence = self.next_sequence.get((topic, partition), 0)
-        batch = bytes(build_batch(values, producer_id=self.producer_id,
-                                  producer_epoch=self.producer_epoch, base_sequence=sequence,
-                                  transactional=True))
+        batch = bytes(build_batch_now(values, producer_id=self.producer_id,
+                                      producer_epoch=self.producer_epoch, base_sequence=sequence,
+                                      transactional=True))
         v = self.versions.produce
 
         def send():

@@ -7,7 +7,6 @@ alone (the coordinator's tests drive whole transactions)."""
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 from confluent_kafka import Consumer, TopicPartition
@@ -15,15 +14,9 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
-from support.batches import build_batch as build_old_batch
+from support.batches import build_batch_now as build_batch
 from support.raw import call, connect, entity, open_transactions, prove_broker
 from support.topics import create_topic
-
-
-def build_batch(values, **fields) -> bytearray:
-    """A batch stamped now: test nodes apply retention.ms every 2 s, and the default
-    timestamps (2023) are past the default retention of 7 days."""
-    return build_old_batch(values, first_timestamp=int(time.time() * 1000), **fields)
 
 
 PRODUCE_VERSION, MARKERS_VERSION, INIT_VERSION, LIST_OFFSETS_VERSION = 9, 1, 4, 7
