@@ -4,6 +4,8 @@ find-hanging`` looks for)."""
 
 from __future__ import annotations
 
+import time
+
 from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
@@ -14,7 +16,7 @@ from ..security.authorize import allowed
 from .registry import RequestContext, handles
 
 
-def _partition(ctx: RequestContext, topic: str, index: int) -> object:
+async def _partition(ctx: RequestContext, topic: str, index: int, received_at: float) -> object:
     if not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
         return ctx.response("PartitionResponse", partition_index=index,
                             error_code=ErrorCode.topic_authorization_failed, error_message=None,
@@ -22,6 +24,9 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> object:
     try:
         partition = ctx.services.replicas.get(topic, index)
         partition.check_leader()
+        # Read your writes through any broker (a diskless partition's producer state is this
+        # broker's copy of the batch coordinator's), as ListOffsets and Fetch do.
+        await partition.catch_up(received_at)
     except PartitionError as e:
         return ctx.response("PartitionResponse", partition_index=index, error_code=e.error_code,
                             error_message=str(e), active_producers=())
@@ -37,7 +42,9 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> object:
 
 @handles(ApiKey.DESCRIBE_PRODUCERS)
 async def describe_producers(ctx: RequestContext, request) -> object:
-    return ctx.response("DescribeProducersResponse", throttle_time=0, topics=tuple(
-        ctx.response("TopicResponse", name=topic.name, partitions=tuple(
-            _partition(ctx, topic.name, index) for index in topic.partition_indexes))
-        for topic in request.topics))
+    received_at = time.monotonic()
+    return ctx.response("DescribeProducersResponse", throttle_time=0, topics=tuple([
+        ctx.response("TopicResponse", name=topic.name, partitions=tuple([
+            await _partition(ctx, topic.name, index, received_at)
+            for index in topic.partition_indexes]))
+        for topic in request.topics]))
