@@ -30,7 +30,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bench.diskless_bench import DISKLESS, RACKS, create_topic
-from bench.diskless_merge_bench import get_requests
+from bench.diskless_merge_bench import get_requests, record_value
 from bench.local_cluster import LocalCluster
 from bench.run_json import write_run
 
@@ -62,10 +62,6 @@ class CacheCase:
 
     def to_json(self) -> dict:
         return {**asdict(self), "gets_per_mb": self.gets_per_mb}
-
-
-def record_value(partition: int, sequence: int, size: int) -> bytes:
-    return f"{partition}:{sequence}:".encode().ljust(size, b"x")
 
 
 def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> None:
