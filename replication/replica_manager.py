@@ -105,10 +105,7 @@ class ReplicaManager:
         return info.write_mode(self.log_config(info.topic).storage_mode)
 
     def served_anywhere(self, info: PartitionInfo) -> bool:
-        """Whether every broker can serve all of the partition (diskless, and no span of a
-        leader-based mode left from a live switch): else clients are sent to its leader."""
-        chain = info.span_chain(self.log_config(info.topic).storage_mode)
-        return all(span.mode == "diskless" for span in chain)
+        return info.served_anywhere(self.log_config(info.topic).storage_mode)
 
     def _reconfigure(self, topic: str | None = None) -> None:
         """Give the hosted partitions of ``topic`` (None: all) their current configs."""
