@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import decode_json_records
+from protocol.records import json_record_chunks
 from replication.acls import AclBinding, AclBindingFilter
 from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
 from replication.cluster_metadata import (
@@ -61,7 +61,7 @@ from .group_config import validate_group_configs
 from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
 from .scram_changes import ScramDeletion, ScramUpsertion
-from .state_machine import Applier
+from .state_machine import DECODE_CHUNK, Applier
 
 log = logging.getLogger(__name__)
 
@@ -342,13 +342,12 @@ class Controller:
                 while self.image.next_offset < committed:
                     offset = self.image.next_offset
                     data = await self.log.read(offset, 1 << 20, committed)
-                    records = [(o, r) for o, r in decode_json_records(data)
-                               if offset <= o < committed]
-                    if not records:
-                        break
-                    self.applier.apply(records)
+                    await self.applier.apply_in_turns(
+                        [(o, r) for o, r in chunk if offset <= o < committed]
+                        for chunk in json_record_chunks(data, DECODE_CHUNK))
+                    if self.image.next_offset == offset:
+                        break  # nothing committed was read
                     self._bytes_since_snapshot += len(data)
-                    await asyncio.sleep(0)
             except (KafkaStorageError, OSError, ValueError) as e:
                 log.warning("applying committed metadata failed (retrying): %s", e)
                 await asyncio.sleep(0.1)

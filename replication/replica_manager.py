@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 # long its answer may take.
 ISR_PROPOSALS_PER_REQUEST = 500
 ALTER_PARTITION_TIMEOUT_S = 30.0
-# How long the background opener opens logs before it yields to the event loop.
+# How long the background opener opens logs (and a deletion deletes them) before it yields
+# to the event loop.
 OPEN_SLICE_S = 0.002
 
 
@@ -282,10 +283,15 @@ class ReplicaManager:
 
     async def _delete_logs(self, logs: list[PartitionLog],
                            unopened: list[tuple[str, int]]) -> None:
+        # In turns: an unopened partition without a directory yet is gone without a wait,
+        # and thousands of them held the event loop for a quarter of a second.
+        turns = LoopSlice(OPEN_SLICE_S)
         for log_ in logs:
             await self.logs.delete_detached(log_)
+            await turns.pause()
         for key in unopened:
             await self.logs.delete_partition(*key)
+            await turns.pause()
 
     def follower_fetched(self, replica_id: int) -> None:
         self._follower_fetches[replica_id] = time.monotonic()
