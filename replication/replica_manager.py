@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 # long its answer may take.
 ISR_PROPOSALS_PER_REQUEST = 500
 ALTER_PARTITION_TIMEOUT_S = 30.0
-# How long the background opener opens logs (and a deletion deletes them) before it yields
-# to the event loop.
+# How long the background opener opens logs (a deletion deletes them, the ISR check checks
+# them) before it yields to the event loop.
 OPEN_SLICE_S = 0.002
 
 
@@ -413,10 +413,15 @@ class ReplicaManager:
     async def _shrink_isr_loop(self) -> None:
         while True:
             await asyncio.sleep(self.replica_lag_time_max_s / 2)
-            for partition in list(self.partitions.values()):
-                if isinstance(partition, ReplicatedPartition):  # leaderless ones have no ISR
-                    partition.maybe_shrink_isr(self.replica_lag_time_max_s)
-                    partition.maybe_expand_isr()
+            # In turns: a broker leading thousands of partitions checks them all.
+            turns = LoopSlice(OPEN_SLICE_S)
+            for partition in [p for p in self.partitions.values()
+                              if isinstance(p, ReplicatedPartition) and p.is_leader]:
+                # (Leaderless partitions have no ISR; one that stopped leading meanwhile
+                # checks nothing.)
+                partition.maybe_shrink_isr(self.replica_lag_time_max_s)
+                partition.maybe_expand_isr()
+                await turns.pause()
 
     def _clean_up(self, work) -> None:
         task = asyncio.ensure_future(work)
