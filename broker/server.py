@@ -69,6 +69,7 @@ from .diskless_metrics import DisklessMetrics
 from .handlers.txn_markers import local_marker_writer
 from .listening import binding
 from .metadata_follower import Endpoint, MetadataFollower
+from .stall_watch import StallWatch
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
 from .response_memory import ResponseMemory
@@ -338,6 +339,9 @@ class Broker:
                 self.config.producer_id_expiration_ms)),
             asyncio.create_task(self.loop_lag.probe()),
         ]
+        if self.config.loop_stall_log_ms > 0:
+            self._background.append(asyncio.create_task(
+                StallWatch(self.config.loop_stall_log_ms / 1000).run()))
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
                 await self.metrics.start()
