@@ -80,8 +80,9 @@ class Connection:
         self.authentication = BrokerAuthentication(credentials)
         self._responses: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._in_flight: set[asyncio.Future] = set()
-        # The client went away with responses unread (see ResponseMemory.collect_abandoned).
-        self._output_lost = False
+        # Response bytes the client went away without reading (ResponseMemory.
+        # collect_abandoned).
+        self._lost_bytes = 0
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_responses())
@@ -94,9 +95,9 @@ class Connection:
         finally:
             await self._responses.put(None)
             await sender
-            self._output_lost |= self.writer.transport.get_write_buffer_size() > 0
+            self._lost_bytes += self.writer.transport.get_write_buffer_size()
             self.writer.close()
-            await self.held.close(abandoned=self._output_lost)
+            await self.held.close(self._lost_bytes)
 
     async def _read_requests(self) -> None:
         idle_timeout = self.config.connections_max_idle_ms / 1000
@@ -273,7 +274,7 @@ class Connection:
                     self.writer.write(data)
                     await self.writer.drain()
             except ConnectionError:
-                self._output_lost = True
+                self._lost_bytes += len(data)
                 self.writer.close()
             finally:
                 await self.held.release(len(data))

@@ -14,7 +14,8 @@ its partitions' cycles must go), and ``collect_since`` (a connection that ended 
 responses unread, see response_memory) collects frozen objects too if they may hold its
 cycles: only if the heap was frozen while the connection was open (otherwise a collection of
 what is not frozen is enough, and scans thousands of times fewer objects: the full one took
-a tenth of the brokers' CPU while a client produced to 10,000 partitions).
+a tenth of the brokers' CPU while a client produced to 10,000 partitions), and only once
+abandoned connections left enough bytes unread to be worth it (broker/response_memory.py).
 """
 
 from __future__ import annotations
@@ -61,7 +62,13 @@ def collect_since(freezes_then: int) -> None:
     if freezes_then < _freezes:
         full_collection()
     else:
-        gc.collect()
+        collect_unfrozen()
+
+
+def collect_unfrozen() -> None:
+    """Collect the unreachable objects that are not frozen (a full collection of them: with
+    the heap frozen, a short one)."""
+    gc.collect()
 
 
 def full_collection() -> None:

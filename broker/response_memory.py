@@ -19,6 +19,11 @@ from . import heap
 
 COLLECT_DELAY_S = 1.0
 COLLECT_INTERVAL_S = 10.0
+# Bytes abandoned connections must have left unread before a collection may reach into the
+# frozen heap (broker.heap): at 10,000 partitions that full collection held the event loop
+# 0.8 s, and the controller quorum, missing the fetches of a leader held that long, elected
+# another. Fewer bytes wait for a later collection: the memory they hold is bounded by this.
+FULL_COLLECTION_BYTES = 8 << 20
 
 
 class ResponseMemory:
@@ -30,19 +35,23 @@ class ResponseMemory:
         self._changed = asyncio.Condition()
         self._collected_at = -COLLECT_INTERVAL_S
         self._collection: asyncio.TimerHandle | None = None
-        # heap.freezes() when the oldest connection abandoned since the last collection began.
+        # heap.freezes() when the oldest connection abandoned since the last collection began,
+        # and the bytes the abandoned connections left unread.
         self._abandoned_since: int | None = None
+        self._abandoned_bytes = 0
 
     def connection(self, limit: int) -> "ConnectionResponses":
         return ConnectionResponses(self, limit)
 
-    def collect_abandoned(self, freezes_then: int) -> None:
+    def collect_abandoned(self, freezes_then: int, lost_bytes: int) -> None:
         """A connection ended with responses its client never read. Its streams, transport
         and the exception that ended them form reference cycles that keep those buffers
         until a full garbage collection, which Python may not run for a long while: run one
         soon (connections that go together share it), at most every COLLECT_INTERVAL_S, as
         it pauses the event loop briefly. ``freezes_then``: heap.freezes() when the connection
-        began (its cycles are frozen only if the heap was frozen since)."""
+        began (its cycles are frozen only if the heap was frozen since); ``lost_bytes``: what
+        its client left unread."""
+        self._abandoned_bytes += lost_bytes
         self._abandoned_since = min(freezes_then, self._abandoned_since
                                     if self._abandoned_since is not None else freezes_then)
         if self._collection is None:
@@ -53,7 +62,11 @@ class ResponseMemory:
     def _collect(self) -> None:
         self._collection = None
         self._collected_at = time.monotonic()
-        since, self._abandoned_since = self._abandoned_since, None
+        since = self._abandoned_since
+        if since < heap.freezes() and self._abandoned_bytes < FULL_COLLECTION_BYTES:
+            heap.collect_unfrozen()  # the frozen part waits for more bytes to be worth it
+            return
+        self._abandoned_since, self._abandoned_bytes = None, 0
         heap.collect_since(since)
 
 
@@ -86,13 +99,13 @@ class ConnectionResponses:
         async with self._memory._changed:
             self._memory._changed.notify_all()
 
-    async def close(self, abandoned: bool) -> None:
-        """The connection ended: whatever it still holds is freed; `abandoned` if its client
-        left responses unread."""
-        abandoned = abandoned or self.used > 0
+    async def close(self, lost_bytes: int) -> None:
+        """The connection ended: whatever it still holds is freed; `lost_bytes`: responses
+        its client left unread."""
+        lost_bytes += self.used
         await self.release(self.used)
-        if abandoned:
-            self._memory.collect_abandoned(self._freezes_at_start)
+        if lost_bytes:
+            self._memory.collect_abandoned(self._freezes_at_start, lost_bytes)
 
     def _add(self, nbytes: int) -> None:
         self.used += nbytes
