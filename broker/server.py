@@ -238,6 +238,9 @@ class Broker:
                 check_quorum_timeout_s=1.5 * config.controller_quorum_fetch_timeout_ms / 1000)))
 
     async def start(self) -> None:
+        if self.config.loop_stall_log_ms > 0:  # from the start: loading stalls too
+            self._background.append(asyncio.create_task(
+                StallWatch(self.config.loop_stall_log_ms / 1000).run()))
         buckets: asyncio.Task | None = None
         if self.object_store is not None:
             await self.object_store.start()
@@ -352,9 +355,6 @@ class Broker:
                 self.config.producer_id_expiration_ms)),
             asyncio.create_task(self.loop_lag.probe()),
         ]
-        if self.config.loop_stall_log_ms > 0:
-            self._background.append(asyncio.create_task(
-                StallWatch(self.config.loop_stall_log_ms / 1000).run()))
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
                 await self.metrics.start()
