@@ -15,6 +15,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import BufferUnderflow
 
+from .fetch_response import FetchAnswer, encode_fetch_response
 from .internal import JsonBody, is_internal, read_json_body, write_json_body
 from .shape import BadShape, check_shape
 
@@ -149,6 +150,8 @@ def _skip_tagged_fields(buf: bytes, position: int) -> int:
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:
     """Size-prefixed response frame; header v1 for flexible versions except ApiVersions (v0)."""
+    if isinstance(body, FetchAnswer):
+        return b"".join(encode_fetch_response(header.correlation_id, header.api_version, body))
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     out.write(_SIZE.pack(header.correlation_id))
@@ -158,6 +161,14 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     frame = out.getbuffer()
     _SIZE.pack_into(frame, 0, len(frame) - 4)
     return bytes(frame)
+
+
+def encode_response_buffers(header: RequestHeader, body: Any) -> list:
+    """``encode_response`` as buffers to write in order: a Fetch response's record sets are
+    not copied into one frame (protocol.fetch_response)."""
+    if isinstance(body, FetchAnswer):
+        return encode_fetch_response(header.correlation_id, header.api_version, body)
+    return [encode_response(header, body)]
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,

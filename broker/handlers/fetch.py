@@ -7,6 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from protocol.build import millis
+from protocol.fetch_response import FetchAnswer, FetchedPartition, FetchedTopic
 from replication.cluster_metadata import METADATA_TOPIC
 from protocol.records import iter_batches
 from replication.fetch_session import (
@@ -54,7 +55,7 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
     answer_now = False
     # A follower's fetch comes from a broker (broker.inter_broker): its CLUSTER_ACTION.
     if replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.topic_authorization_failed),
+        return PartitionRead(_entry(request, index, ErrorCode.topic_authorization_failed),
                              0, None)
     try:
         partition = ctx.services.replicas.get(topic, index)
@@ -73,7 +74,7 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
                 ctx, partition, client_az(ctx.header.client_id, getattr(request, "rack_id", "")))
             if preferred is not None:
                 return PartitionRead(_entry(
-                    ctx, request, index, ErrorCode.none, hw=partition.high_watermark,
+                    request, index, ErrorCode.none, hw=partition.high_watermark,
                     lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
                     preferred=preferred), 0, None)
             upper = (partition.last_stable_offset if request.isolation_level == READ_COMMITTED
@@ -103,28 +104,28 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             result = await partition.log.read(fetch.fetch_offset, max_bytes,
                                               max_offset=upper, min_one_batch=first_data)
             records = result.records
-        aborted = (_aborted_transactions(ctx, partition, fetch.fetch_offset, records)
+        aborted = (_aborted_transactions(partition, fetch.fetch_offset, records)
                    if request.isolation_level == READ_COMMITTED and replica_id < 0 else None)
         error = ErrorCode.none
     except PartitionError as e:
-        return PartitionRead(_entry(ctx, request, index, e.error_code), 0, None)
+        return PartitionRead(_entry(request, index, e.error_code), 0, None)
     except OffsetOutOfRange:
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.offset_out_of_range,
+        return PartitionRead(_entry(request, index, ErrorCode.offset_out_of_range,
                                     hw=partition.high_watermark,
                                     log_start=partition.log.log_start_offset), 0, None)
     except RecordsLost:
         # Not KAFKA_STORAGE_ERROR, which clients retry forever without a word (see RecordsLost).
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.unknown_server_error), 0, None)
+        return PartitionRead(_entry(request, index, ErrorCode.unknown_server_error), 0, None)
     except KafkaStorageError:
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None)
-    entry = _entry(ctx, request, index, error, hw=partition.high_watermark,
+        return PartitionRead(_entry(request, index, ErrorCode.kafka_storage_error), 0, None)
+    entry = _entry(request, index, error, hw=partition.high_watermark,
                    lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
                    records=records, aborted=aborted)
     return PartitionRead(entry, len(records), partition, answer_now,
                          more=not records and fetch.fetch_offset < upper)
 
 
-def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offset: int,
+def _aborted_transactions(partition: Partition, fetch_offset: int,
                           records: bytes) -> tuple:
     """The aborted transactions with records in what the fetch returns, which a
     read_committed consumer drops (up to their abort markers)."""
@@ -133,9 +134,7 @@ def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offse
     end = fetch_offset
     for header in iter_batches(records, allow_partial_tail=True):
         end = header.next_offset
-    return tuple(ctx.response("AbortedTransaction", producer_id=t.producer_id,
-                              first_offset=t.first_offset)
-                 for t in partition.log.aborted_transactions(fetch_offset, end))
+    return tuple(partition.log.aborted_transactions(fetch_offset, end))
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition,
@@ -155,15 +154,12 @@ def _preferred_read_replica(ctx: RequestContext, partition: Partition,
     return chosen.node_id if chosen is not None else None
 
 
-def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,
+def _entry(request, index: int, error: ErrorCode, hw: int = -1,
            lso: int = -1, log_start: int = -1, records: bytes = b"", preferred: int = -1,
-           aborted: tuple | None = None) -> object:
+           aborted: tuple | None = None) -> FetchedPartition:
     if aborted is None and request.isolation_level == READ_COMMITTED:
         aborted = ()
-    return ctx.response(
-        "PartitionData", partition_index=index, error_code=error, high_watermark=hw,
-        last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=aborted,
-        preferred_read_replica=preferred, records=records)
+    return FetchedPartition(index, error, hw, lso, log_start, aborted, preferred, records)
 
 
 def response_bytes_bound(request, fetch_max_bytes: int) -> int:
@@ -208,14 +204,13 @@ class _Reads:
             done.append((key, read))
         return done
 
-    def topics(self, ctx: RequestContext, include=lambda key, fetch, entry: True) -> list:
+    def topics(self, include=lambda key, fetch, entry: True) -> list[FetchedTopic]:
         """The response's topics: the entries ``include`` keeps, grouped by topic."""
         by_topic: dict[str, list] = {}
         for (topic, _), (fetch, read) in self.by_key.items():
             if include((topic, fetch.partition), fetch, read.entry):
                 by_topic.setdefault(topic, []).append(read.entry)
-        return [ctx.response("FetchableTopicResponse", topic=topic, partitions=tuple(entries))
-                for topic, entries in by_topic.items()]
+        return [FetchedTopic(topic, entries) for topic, entries in by_topic.items()]
 
 
 def _requested(request) -> list[tuple[str, object]]:
@@ -275,8 +270,7 @@ async def fetch(ctx: RequestContext, request) -> object:
         session = _open_session(ctx, request)
     except FetchSessionError as e:
         ctx.services.fetch_sessions.requests[e.error_code.name.lower()] += 1
-        return ctx.response("FetchResponse", throttle_time=0, error_code=e.error_code,
-                            session_id=INVALID_SESSION_ID, responses=())
+        return FetchAnswer(0, e.error_code, INVALID_SESSION_ID, ())
     if by_replica:
         ctx.services.replicas.follower_fetched(request.replica_id)
     incremental = session is not None and request.session_epoch > INITIAL_EPOCH
@@ -303,15 +297,14 @@ async def fetch(ctx: RequestContext, request) -> object:
             break
         await wait_for_any_change(watched, remaining)  # long poll
     if session is None:
-        topics = reads.topics(ctx)
+        topics = reads.topics()
     else:
         # A new session's answer lists every partition; an incremental one only the news.
-        topics = reads.topics(ctx, lambda key, cached, entry: (
+        topics = reads.topics(lambda key, cached, entry: (
             cached.is_news(entry) or not incremental))
     for topic in topics:
         if topic.topic != METADATA_TOPIC:  # brokers following the controller, not a topic's use
             ctx.services.topic_metrics.fetched(
                 topic.topic, sum(len(p.records or b"") for p in topic.partitions), by_replica)
-    return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
-                        session_id=INVALID_SESSION_ID if session is None else session.session_id,
-                        responses=tuple(topics))
+    return FetchAnswer(0, ErrorCode.none,
+                       INVALID_SESSION_ID if session is None else session.session_id, topics)
