@@ -15,7 +15,12 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import BufferUnderflow
 
-from .fetch_response import FetchAnswer, encode_fetch_response
+from .hand_encoded import (
+    FetchAnswer,
+    ProduceAnswer,
+    encode_fetch_response,
+    encode_produce_response,
+)
 from .internal import JsonBody, is_internal, read_json_body, write_json_body
 from .shape import BadShape, check_shape
 
@@ -152,6 +157,8 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     """Size-prefixed response frame; header v1 for flexible versions except ApiVersions (v0)."""
     if isinstance(body, FetchAnswer):
         return b"".join(encode_fetch_response(header.correlation_id, header.api_version, body))
+    if isinstance(body, ProduceAnswer):
+        return encode_produce_response(header.correlation_id, header.api_version, body)
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     out.write(_SIZE.pack(header.correlation_id))
@@ -165,7 +172,7 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
 
 def encode_response_buffers(header: RequestHeader, body: Any) -> list:
     """``encode_response`` as buffers to write in order: a Fetch response's record sets are
-    not copied into one frame (protocol.fetch_response)."""
+    not copied into one frame (protocol.hand_encoded)."""
     if isinstance(body, FetchAnswer):
         return encode_fetch_response(header.correlation_id, header.api_version, body)
     return [encode_response(header, body)]

@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from protocol.build import millis
-from protocol.fetch_response import FetchAnswer, FetchedPartition, FetchedTopic
+from protocol.hand_encoded import FetchAnswer, FetchedPartition, FetchedTopic
 from replication.cluster_metadata import METADATA_TOPIC
 from protocol.records import iter_batches
 from replication.fetch_session import (

@@ -1,4 +1,5 @@
-"""The hand-written Fetch response encoder writes exactly what kio's codec writes."""
+"""The hand-written Fetch and Produce response encoders write exactly what kio's codec
+writes, at every version."""
 
 import dataclasses
 
@@ -7,14 +8,19 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from protocol.build import make
-from protocol.fetch_response import (
-    MAX_VERSION,
-    MIN_VERSION,
+from protocol.hand_encoded import (
+    FETCH_VERSIONS,
+    PRODUCE_VERSIONS,
     SEPARATE_BUFFER_BYTES,
     FetchAnswer,
     FetchedPartition,
     FetchedTopic,
+    ProduceAnswer,
+    ProducedPartition,
+    ProducedTopic,
+    RecordError,
     encode_fetch_response,
+    encode_produce_response,
 )
 from protocol.framing import RequestHeader, decode_response, encode_response
 from storage.producer_state import AbortedTransaction
@@ -51,8 +57,8 @@ def _as_kio(version: int, answer: FetchAnswer):
                 responses=topics)
 
 
-@pytest.mark.parametrize("version", range(MIN_VERSION, MAX_VERSION + 1))
-def test_same_bytes_as_kio(version):
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+def test_fetch_same_bytes_as_kio(version):
     answer = _answer()
     expected = _as_kio(version, answer)
     header = RequestHeader(1, version, 77, None)
@@ -65,6 +71,41 @@ def test_same_bytes_as_kio(version):
     assert correlation_id == 77 and decoded == expected
 
 
+def _produced() -> ProduceAnswer:
+    return ProduceAnswer(throttle_time=5, responses=[
+        ProducedTopic("orders", [
+            ProducedPartition(0, 0, 1234, -1, 0),
+            ProducedPartition(1, 0, 2**40, 1_700_000_000_000, 17),
+            ProducedPartition(2, 87, error_message="bad batch",
+                              record_errors=[RecordError(3, "no"), RecordError(4)]),
+        ]),
+        ProducedTopic("é" * 30, [ProducedPartition(5, 6, error_message=None)]),
+    ])
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_same_bytes_as_kio(version):
+    answer = _produced()
+    module = load_payload_module(0, version, EntityType.response)
+    expected = make(module.ProduceResponse, throttle_time=answer.throttle_time, responses=tuple(
+        make(module.TopicProduceResponse, name=t.name, partition_responses=tuple(
+            make(module.PartitionProduceResponse, **{
+                **{f.name: getattr(p, f.name) for f in dataclasses.fields(p)},
+                "record_errors": tuple(make(module.BatchIndexAndErrorMessage,
+                                            batch_index=e.batch_index,
+                                            batch_index_error_message=e.batch_index_error_message)
+                                       for e in p.record_errors)
+                if hasattr(module, "BatchIndexAndErrorMessage") else ()})
+            for p in t.partition_responses)) for t in answer.responses))
+    header = RequestHeader(0, version, 78, None)
+    encoded = encode_produce_response(78, version, answer)
+    assert encoded == encode_response(header, expected)
+    assert encode_response(header, answer) == encoded
+    assert decode_response(encoded[4:], 0, version) == (78, expected)
+
+
 def test_other_versions_are_refused():
     with pytest.raises(ValueError):
-        encode_fetch_response(1, MAX_VERSION + 1, _answer())
+        encode_fetch_response(1, FETCH_VERSIONS.stop, _answer())
+    with pytest.raises(ValueError):
+        encode_produce_response(1, PRODUCE_VERSIONS.stop, _produced())
