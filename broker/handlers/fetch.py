@@ -48,13 +48,12 @@ class PartitionRead(NamedTuple):
     more: bool = False
 
 
-async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budget: int,
-                          first_data: bool, received_at: float) -> PartitionRead:
+async def _read_partition(reads: _Reads, topic: str, fetch, budget: int,
+                          first_data: bool) -> PartitionRead:
+    ctx, request, replica_id = reads.ctx, reads.request, reads.replica_id
     index = fetch.partition
-    replica_id = getattr(request, "replica_id", -1)
     answer_now = False
-    # A follower's fetch comes from a broker (broker.inter_broker): its CLUSTER_ACTION.
-    if replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
+    if not reads.may_read(topic):
         return PartitionRead(_entry(request, index, ErrorCode.topic_authorization_failed),
                              0, None)
     try:
@@ -69,9 +68,9 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             partition.check_epoch(current_epoch)
             if not partition.is_leader and ctx.version < FOLLOWER_FETCH_MIN_VERSION:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
-            await partition.catch_up(received_at)
-            preferred = _preferred_read_replica(
-                ctx, partition, client_az(ctx.header.client_id, getattr(request, "rack_id", "")))
+            await partition.catch_up(reads.received_at)
+            preferred = (None if reads.zone is None
+                         else _preferred_read_replica(ctx, partition, reads.zone))
             if preferred is not None:
                 return PartitionRead(_entry(
                     request, index, ErrorCode.none, hw=partition.high_watermark,
@@ -138,11 +137,11 @@ def _aborted_transactions(partition: Partition, fetch_offset: int,
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition,
-                            zone: str | None) -> int | None:
+                            zone: str) -> int | None:
     """KIP-392: a consumer in AZ ``zone`` (broker.client_az: client.rack first) that this
     broker, in another AZ, serves is sent to a broker in its AZ that can serve the partition
     too (an in-sync replica; for a diskless partition any broker), the same one every time."""
-    if zone is None or not partition.is_leader:
+    if not partition.is_leader:
         return None
     image = ctx.services.image
     own = image.brokers.get(partition.node_id)
@@ -174,19 +173,37 @@ def response_bytes_bound(request, fetch_max_bytes: int) -> int:
 class _Reads:
     """What a Fetch has read so far, by partition: a long poll reads again only what changed
     (every partition without a session), and a later read of a partition replaces the
-    earlier one."""
+    earlier one. It also holds what every partition's read needs from the request, worked
+    out once (a fetch may list thousands of partitions)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, ctx: RequestContext, request, budget: int, received_at: float) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.received_at = received_at
+        self.replica_id = getattr(request, "replica_id", -1)
+        self.zone = client_az(ctx.header.client_id, getattr(request, "rack_id", ""))
+        self._may_read: dict[str, bool] = {}
         self.budget = budget
         self.by_key: dict[PartitionKey, tuple[object, PartitionRead]] = {}
         self.answer_now = False
+
+    def may_read(self, topic: str) -> bool:
+        """READ on the topic (a follower's fetch comes from a broker, broker.inter_broker:
+        its CLUSTER_ACTION was checked), asked once per topic and request."""
+        if self.replica_id >= 0:
+            return True
+        found = self._may_read.get(topic)
+        if found is None:
+            found = self._may_read[topic] = allowed(self.ctx, AclOperation.READ,
+                                                    ResourceType.TOPIC, topic)
+        return found
 
     @property
     def total(self) -> int:
         return sum(read.size for _, read in self.by_key.values())
 
-    async def read(self, ctx: RequestContext, request, targets: list[tuple[str, object]],
-                   received_at: float) -> list[tuple[PartitionKey, PartitionRead]]:
+    async def read(self, targets: list[tuple[str, object]],
+                   ) -> list[tuple[PartitionKey, PartitionRead]]:
         """Read ``targets`` (topic, the partition's fetch position) in order."""
         for key in {(topic, fetch.partition) for topic, fetch in targets}:
             self.by_key.pop(key, None)
@@ -195,8 +212,8 @@ class _Reads:
         turns = LoopSlice(READ_SLICE_S)
         for topic, fetch in targets:
             await turns.pause()
-            read = await _read_partition(ctx, request, topic, fetch, max(self.budget - total, 0),
-                                         total == 0, received_at)
+            read = await _read_partition(self, topic, fetch, max(self.budget - total, 0),
+                                         total == 0)
             key = (topic, fetch.partition)
             self.by_key[key] = (fetch, read)
             total += read.size
@@ -277,15 +294,15 @@ async def fetch(ctx: RequestContext, request) -> object:
     ctx.services.fetch_sessions.requests[
         "none" if session is None else "incremental" if incremental else "full"] += 1
     fetch_max_bytes = ctx.services.config.fetch_max_bytes
-    reads = _Reads(response_bytes_bound(request, fetch_max_bytes) if session is None
+    reads = _Reads(ctx, request, response_bytes_bound(request, fetch_max_bytes)
+                   if session is None
                    else min(request.max_bytes if request.max_bytes > 0 else fetch_max_bytes,
-                            fetch_max_bytes))
+                            fetch_max_bytes), received_at)
     while True:
         if session is None:
-            await reads.read(ctx, request, _requested(request), received_at)
+            await reads.read(_requested(request))
         else:
-            _after_session_read(ctx, session, await reads.read(
-                ctx, request, _targets(session), received_at))
+            _after_session_read(ctx, session, await reads.read(_targets(session)))
         remaining = deadline - time.monotonic()
         if reads.total >= request.min_bytes or reads.answer_now or remaining <= 0:
             break
