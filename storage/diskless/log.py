@@ -4,6 +4,7 @@ writer, offsets and reads come from the batch coordinator, bytes from object sto
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from ..log import (
     EpochEndOffset,
     KafkaStorageError,
     OffsetOutOfRange,
+    Prefetch,
     PartitionLog,
     ReadResult,
     RecordsLost,
@@ -40,8 +42,10 @@ from .control_plane import (
     OpenLog,
     SealLog,
 )
-from .read_cache import ReadCache
+from .read_cache import Range, ReadCache
 from .wal_writer import WalWriter
+
+log = logging.getLogger(__name__)
 
 
 class BatchRejected(ProducerStateError):
@@ -128,13 +132,30 @@ class DisklessLog(PartitionLog):
         info = self.control_plane.log_info(self.topic_id, self.partition)
         if not info.log_start_offset <= offset <= info.high_watermark:
             raise OffsetOutOfRange()
-        coordinates = [c for c in self.control_plane.find_batches(
-            self.topic_id, self.partition, offset, max_bytes)
-            if max_offset is None or c.base_offset < max_offset]
+        coordinates = self._coordinates(offset, max_bytes, max_offset)
         if not min_one_batch and coordinates and coordinates[0].byte_size > max_bytes:
             coordinates = []
         records = await self._batches(coordinates)
         return ReadResult(bytes(records), info.log_start_offset, info.high_watermark)
+
+    def prefetch(self, offset: int, max_bytes: int, *, max_offset: int) -> Prefetch | None:
+        ranges = [(c.object_key, c.byte_offset, c.byte_size)
+                  for c in self._coordinates(offset, max_bytes, max_offset)]
+        if self.cache.holds(ranges):
+            return None
+        return Prefetch(sum(size for _, _, size in ranges), self._fill_cache(ranges))
+
+    async def _fill_cache(self, ranges: list[Range]) -> None:
+        try:
+            await self.cache.read(ranges)
+        except Exception as error:  # the read that follows reports it
+            log.debug("prefetch of %s-%d failed: %r", self.topic, self.partition, error)
+
+    def _coordinates(self, offset: int, max_bytes: int,
+                     max_offset: int | None) -> list[BatchCoordinate]:
+        return [c for c in self.control_plane.find_batches(
+            self.topic_id, self.partition, offset, max_bytes)
+            if max_offset is None or c.base_offset < max_offset]
 
     async def _batches(self, coordinates: list[BatchCoordinate]) -> bytearray:
         """The batches as stored by their producers, given their assigned offsets (and the

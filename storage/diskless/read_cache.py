@@ -39,6 +39,9 @@ class ReadCache:
             (_, _, evicted_size), _ = self._entries.popitem(last=False)
             self.size_bytes -= evicted_size
 
+    def holds(self, ranges: Sequence[Range]) -> bool:
+        return all(entry in self._entries for entry in ranges)
+
     async def read(self, ranges: Sequence[Range]) -> list[bytes]:
         """The bytes of every range, in order; misses are read with one ranged GET per span
         of nearby ranges of one object (ObjectStore.get_ranges coalesces them)."""
