@@ -35,8 +35,6 @@ READ_COMMITTED = 1
 # How long a Fetch reads partitions before it yields to the event loop (each read may open
 # the partition's log: a follower's first fetch of a new topic opens thousands).
 READ_SLICE_S = 0.005
-# Remote reads (PartitionLog.prefetch) a Fetch waits for together.
-PREFETCH_AT_ONCE = 32
 # Fetch v11 (KIP-392) is the first version whose clients may fetch from followers.
 FOLLOWER_FETCH_MIN_VERSION = 11
 
@@ -227,8 +225,8 @@ class _Reads:
 
     async def _prefetch(self, targets: list[tuple[str, object]]) -> None:
         """A consumer's reads from object storage (PartitionLog.prefetch: diskless), within
-        the response's budget, brought in PREFETCH_AT_ONCE at a time rather than one
-        partition after the other by the reads in order, which then find them cached."""
+        the response's budget, brought in together rather than one partition after the
+        other by the reads in order, which then find them cached."""
         if self.replica_id >= 0:
             return
         left = self.budget - self.total
@@ -247,9 +245,6 @@ class _Reads:
                 continue
             left -= started.size
             pending.append(started.done)
-            if len(pending) == PREFETCH_AT_ONCE:
-                await asyncio.gather(*pending)
-                pending = []
         await asyncio.gather(*pending)
 
     def topics(self, include=lambda key, fetch, entry: True) -> list[FetchedTopic]:

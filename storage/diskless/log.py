@@ -4,7 +4,6 @@ writer, offsets and reads come from the batch coordinator, bytes from object sto
 from __future__ import annotations
 
 import base64
-import logging
 import time
 from pathlib import Path
 
@@ -42,10 +41,8 @@ from .control_plane import (
     OpenLog,
     SealLog,
 )
-from .read_cache import Range, ReadCache
+from .read_cache import ReadCache
 from .wal_writer import WalWriter
-
-log = logging.getLogger(__name__)
 
 
 class BatchRejected(ProducerStateError):
@@ -143,13 +140,7 @@ class DisklessLog(PartitionLog):
                   for c in self._coordinates(offset, max_bytes, max_offset)]
         if self.cache.holds(ranges):
             return None
-        return Prefetch(sum(size for _, _, size in ranges), self._fill_cache(ranges))
-
-    async def _fill_cache(self, ranges: list[Range]) -> None:
-        try:
-            await self.cache.read(ranges)
-        except Exception as error:  # the read that follows reports it
-            log.debug("prefetch of %s-%d failed: %r", self.topic, self.partition, error)
+        return Prefetch(sum(size for _, _, size in ranges), self.cache.prefetch(ranges))
 
     def _coordinates(self, offset: int, max_bytes: int,
                      max_offset: int | None) -> list[BatchCoordinate]:
