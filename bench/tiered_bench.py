@@ -124,12 +124,19 @@ def acks1_latency(cluster: LocalCluster, topics: dict[str, str], requests: int,
     return result
 
 
+# The steps of an active-tiered acks=all produce the brokers time (kipper_tiered_step_*).
+STEPS = ("upload_wait", "put", "publish", "download", "replicated")
+
+
 def acks_all_latency(cluster: LocalCluster, topics: dict[str, str], requests: int,
-                     payload: bytes) -> dict:
+                     payload: bytes, cases: tuple[str, ...] = ("classic", *SCHEMES)) -> dict:
+    """Per case (a key of ``topics``): the latency of ``requests`` acks=all produce requests
+    one at a time, and for an active-tiered case the mean of each of its STEPS, the fast
+    bucket PUTs and the bytes that fell back to the leader."""
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
     result = {}
-    for case in ("classic", *SCHEMES):
-        timed_request(producer, topics[case], payload)
+    for case in cases:
+        timed_request(producer, topics[case], payload)  # connections, metadata
         before = broker_counters(cluster)
         seconds = [timed_request(producer, topics[case], payload) for _ in range(requests)]
         grown = broker_counters(cluster) - before
@@ -137,9 +144,9 @@ def acks_all_latency(cluster: LocalCluster, topics: dict[str, str], requests: in
         if case != "classic":
             summary["breakdown_mean_ms"] = {
                 step: grown["sum_s", step] / grown["count", step] * 1000
-                for step in ("upload_wait", "put", "publish", "download", "replicated")
-                if grown["count", step]}
+                for step in STEPS if grown["count", step]}
             summary["fallback_bytes"] = grown["fallback_bytes"]
+            summary["fast_puts"] = grown["requests", "PutObject"]
         result[case] = summary
     return result
 

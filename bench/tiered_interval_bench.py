@@ -26,13 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from bench.local_cluster import LocalCluster
 from bench.run_json import write_run
-from bench.tiered_bench import broker_counters, create_topics, latency_summary, timed_request
-
-STEPS = ("upload_wait", "put", "publish", "download", "replicated")
+from bench.tiered_bench import STEPS, acks_all_latency, create_topics
 
 
 def run(root: Path, interval_ms: int, args: argparse.Namespace) -> dict:
@@ -42,22 +38,9 @@ def run(root: Path, interval_ms: int, args: argparse.Namespace) -> dict:
     payload = os.urandom(args.record_bytes)
     try:
         topics = create_topics(cluster)
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                             "linger.ms": 0})
-        result: dict = {"interval_ms": interval_ms}
-        for case in ("classic", "topic"):
-            timed_request(producer, topics[case], payload)  # connections, metadata
-            before = broker_counters(cluster)
-            seconds = [timed_request(producer, topics[case], payload)
-                       for _ in range(args.requests)]
-            grown = broker_counters(cluster) - before
-            summary = latency_summary(seconds)
-            if case == "topic":
-                summary["breakdown_mean_ms"] = {
-                    step: grown["sum_s", step] / grown["count", step] * 1000
-                    for step in STEPS if grown["count", step]}
-                summary["fast_puts"] = grown["requests", "PutObject"]
-            result["classic" if case == "classic" else "active_tiered"] = summary
+        latency = acks_all_latency(cluster, topics, args.requests, payload, ("classic", "topic"))
+        result = {"interval_ms": interval_ms, "classic": latency["classic"],
+                  "active_tiered": latency["topic"]}
     finally:
         cluster.stop()
     tiered = result["active_tiered"]

@@ -165,6 +165,10 @@ class BrokerConfig:
         None, "host:port of the HTTP metrics endpoint (`/metrics`, `/metrics.json`, "
         "`/admin/s3-faults`); port 0 = any free port; none = no endpoint.",
         flag=Flag("--metrics-listener", every_node=True))
+    loop_stall_log_ms: int = setting(
+        0, "When the event loop is held this long by one piece of work, log where it is "
+        "(broker.stall_watch: a stack per stall, for finding what holds a broker up); 0 = "
+        "off. `kipper_event_loop_lag_seconds` counts the stalls either way.")
     controller: str | None = setting(
         None, "host:port of the controller, a quorum of one elsewhere; none (and no "
         "`controller_quorum_voters`) = this process runs it alone.", flag=Flag("--controller"))

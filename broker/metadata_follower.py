@@ -32,10 +32,10 @@ from kio.schema.fetch_snapshot.v0.request import (
     TopicSnapshot,
 )
 
-from coordinator.state_machine import Applier
+from coordinator.state_machine import DECODE_CHUNK, Applier
 from protocol.apis import ApiKey
 from protocol.build import make
-from protocol.records import decode_json_records, iter_batches
+from protocol.records import decode_json_records, json_record_chunks
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from replication.partition import PartitionError
 from replication.raft.leader_connection import LeaderConnection
@@ -58,8 +58,8 @@ class Endpoint:
     security_protocol: int  # Kafka's id: PLAINTEXT 0, SSL 1, SASL_PLAINTEXT 2, SASL_SSL 3
 
 FETCH_MAX_WAIT_MS = 500
-# Records applied between two yields to the event loop: a partition record may open a log
-# (a few files read, an fsync), so this is some tens of milliseconds at most.
+# Snapshot records loaded between two yields to the event loop (the log's records are applied
+# in slices of time, Applier.apply_in_turns).
 APPLY_SLICE = 8
 # Snapshot bytes asked per FetchSnapshot.
 SNAPSHOT_CHUNK = 4 << 20
@@ -205,12 +205,8 @@ class MetadataFollower:
             if data.snapshot_id.end_offset >= 0:
                 await self._load_snapshot(data.snapshot_id)
                 continue
-            fetched = data.records or b""
-            for batch in iter_batches(fetched, allow_partial_tail=True):
-                records = decode_json_records(fetched[batch.position:batch.position + batch.size])
-                for start in range(0, len(records), APPLY_SLICE):
-                    self.applier.apply(records[start:start + APPLY_SLICE])
-                    await asyncio.sleep(0)
+            await self.applier.apply_in_turns(json_record_chunks(data.records or b"",
+                                                                 DECODE_CHUNK))
 
     async def _load_snapshot(self, snapshot_id) -> None:
         """Fetch the snapshot the controller named (KIP-630 FetchSnapshot, a chunk at a time)

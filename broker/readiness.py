@@ -25,6 +25,10 @@ from replication.node_client import NodeClient
 
 # Partitions of one leader: topic -> partition indexes.
 Partitions = dict[str, list[int]]
+# Partitions one ListOffsets request asks about.
+LIST_OFFSETS_CHUNK = 1000
+# The longest pause between two rounds.
+MAX_PAUSE_S = 1.0
 
 
 async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
@@ -53,7 +57,7 @@ async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
                 problems.append(f"{topic.name}-{partition.partition_index}: no leader")
     leaders = list(by_leader)
     answers = await asyncio.gather(*(
-        _list_offsets_errors(nodes, brokers[leader], by_leader[leader], timeout_s)
+        _ask_leader(nodes, brokers[leader], by_leader[leader], timeout_s, answered)
         for leader in leaders), return_exceptions=True)
     for leader, answer in zip(leaders, answers):
         if isinstance(answer, (ConnectionError, OSError, asyncio.TimeoutError)):
@@ -61,10 +65,28 @@ async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],
         elif isinstance(answer, BaseException):
             raise answer
         else:
-            failed = {(topic, index) for topic, index, _ in answer}
-            answered.update((topic, index) for topic, indexes in by_leader[leader].items()
-                            for index in indexes if (topic, index) not in failed)
-            problems += [f"{topic}-{index}: {error}" for topic, index, error in answer]
+            problems += answer
+    return problems
+
+
+async def _ask_leader(nodes: NodeClient, address: tuple[str, int], partitions: Partitions,
+                      timeout_s: float, answered: set[tuple[str, int]]) -> list[str]:
+    """ListOffsets of ``partitions`` from their leader, LIST_OFFSETS_CHUNK at a time, one
+    request after another; each partition that answers is added to ``answered`` as its
+    request returns. A restarting leader opens the log of each partition it is asked about
+    first: one request for all of them (6,000 at once) outlasted its timeout, and the next
+    round asked them all again."""
+    problems = []
+    pairs = [(topic, index) for topic, indexes in partitions.items() for index in indexes]
+    for start in range(0, len(pairs), LIST_OFFSETS_CHUNK):
+        chunk: Partitions = defaultdict(list)
+        for topic, index in pairs[start:start + LIST_OFFSETS_CHUNK]:
+            chunk[topic].append(index)
+        errors = await _list_offsets_errors(nodes, address, chunk, timeout_s)
+        failed = {(topic, index) for topic, index, _ in errors}
+        answered.update(pair for pair in pairs[start:start + LIST_OFFSETS_CHUNK]
+                        if pair not in failed)
+        problems += [f"{topic}-{index}: {error}" for topic, index, error in errors]
     return problems
 
 
@@ -87,20 +109,25 @@ async def wait_until_usable(nodes: NodeClient, bootstrap: tuple[str, int], timeo
                             interval_s: float = 0.2) -> None:
     """Return once every partition has answered; raise TimeoutError naming what still does
     not. A partition that answered is not asked again: with thousands of partitions, asking
-    every one of them every round took the restarting brokers' CPU from the work awaited."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
+    every one of them every round took the restarting brokers' CPU from the work awaited.
+    For the same reason the pause after a round is as long as the round took (up to
+    MAX_PAUSE_S): the Metadata of 10,000 partitions alone takes a loaded broker half a
+    second to answer, and asked every 0.2 s it kept that broker busy with little else."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     answered: set[tuple[str, int]] = set()
     while True:
+        started = loop.time()
         try:
             problems = await unusable_partitions(nodes, bootstrap, interval_s + 10, answered)
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
             problems = [f"{bootstrap[0]}:{bootstrap[1]}: {e or type(e).__name__}"]
         if not problems:
             return
-        if asyncio.get_running_loop().time() >= deadline:
+        if loop.time() >= deadline:
             raise TimeoutError(f"not usable after {timeout_s:.0f} s: {len(problems)} "
                                f"problems, e.g. {', '.join(problems[:5])}")
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(max(interval_s, min(loop.time() - started, MAX_PAUSE_S)))
 
 
 async def live_brokers(nodes: NodeClient, address: tuple[str, int], timeout_s: float) -> set[int]:

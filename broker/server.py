@@ -69,6 +69,7 @@ from .diskless_metrics import DisklessMetrics
 from .handlers.txn_markers import local_marker_writer
 from .listening import binding
 from .metadata_follower import Endpoint, MetadataFollower
+from .stall_watch import StallWatch
 from .metrics import MetricsServer
 from .producer_ids import ProducerIdAllocator
 from .response_memory import ResponseMemory
@@ -237,9 +238,20 @@ class Broker:
                 check_quorum_timeout_s=1.5 * config.controller_quorum_fetch_timeout_ms / 1000)))
 
     async def start(self) -> None:
+        buckets: asyncio.Task | None = None
         if self.object_store is not None:
             await self.object_store.start()
-            await self._ensure_buckets()
+            # `kipper cluster up` starts the object store with the brokers: while it starts,
+            # this node's listeners and controller quorum start too (a restarting cluster
+            # elects its controller meanwhile); the engines that use it wait for it.
+            buckets = asyncio.create_task(self._ensure_buckets())
+        try:
+            await self._start(buckets)
+        finally:
+            if buckets is not None and not buckets.done():
+                buckets.cancel()  # start failed before it needed them
+
+    async def _start(self, buckets: asyncio.Task | None) -> None:
         ports = {}
         for security in self.listener_securities:
             listener = security.listener
@@ -298,6 +310,8 @@ class Broker:
                 await self.controller.bootstrap_scram_users(self.config.sasl_scram_bootstrap_users)
             else:
                 self._background.append(asyncio.create_task(self._bootstrap_scram_users()))
+        if buckets is not None:
+            await buckets
         if self.config.broker_role and self.object_store is not None:
             self._start_diskless()
         if self.config.broker_role:
@@ -338,6 +352,9 @@ class Broker:
                 self.config.producer_id_expiration_ms)),
             asyncio.create_task(self.loop_lag.probe()),
         ]
+        if self.config.loop_stall_log_ms > 0:
+            self._background.append(asyncio.create_task(
+                StallWatch(self.config.loop_stall_log_ms / 1000).run()))
         if self.metrics is not None:
             with binding(self.config.metrics_listener, "--metrics-listener"):
                 await self.metrics.start()

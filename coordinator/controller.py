@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import decode_json_records
+from protocol.records import json_record_chunks
 from replication.acls import AclBinding, AclBindingFilter
 from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate_broker_configs
 from replication.cluster_metadata import (
@@ -40,6 +40,7 @@ from replication.cluster_metadata import (
     partition_record,
     producer_ids_record,
 )
+from replication.loop_slice import LoopSlice
 from replication.node_client import NodeClient
 from replication.raft import QUORUM_STATE_FILE, NotLeader, QuorumSettings
 from replication.raft.driver import QuorumDriver
@@ -61,7 +62,7 @@ from .group_config import validate_group_configs
 from .metadata_log import MetadataLog, SnapshotId
 from .placement import assign_replicas
 from .scram_changes import ScramDeletion, ScramUpsertion
-from .state_machine import Applier
+from .state_machine import DECODE_CHUNK, Applier
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +206,11 @@ class ControllerQuorum:
 SOLE_VOTER_START_TIMEOUT_S = 30.0
 # Between two attempts to commit a fence that failed (a storage error, say).
 FENCE_RETRY_S = 0.25
+# How long a walk over every partition (building the changes of a fence or an election)
+# holds the event loop before it lets the quorum's fetches and the brokers' requests through
+# (committed records are applied in turns too: Applier.apply_in_turns): a voter that hears
+# nothing from its leader for controller_quorum_fetch_timeout_ms elects another.
+WALK_SLICE_S = 0.01
 
 
 class Controller:
@@ -321,6 +327,14 @@ class Controller:
         log.info("controller %d is active in epoch %d (metadata at offset %d)", self.node_id,
                  epoch, self.image.next_offset)
         self._progressed()
+        # The previous controller may have unfenced a broker and lost its leadership before
+        # the elections that go with it were committed: nothing else would ever elect a
+        # leader for those partitions.
+        async with self._lock:
+            try:
+                await self._commit(await self._elect_leaderless())
+            except ControllerError as e:
+                log.warning("electing leaders on activation failed: %s", e.message)
 
     def _deactivate(self) -> None:
         if self.active:
@@ -342,13 +356,12 @@ class Controller:
                 while self.image.next_offset < committed:
                     offset = self.image.next_offset
                     data = await self.log.read(offset, 1 << 20, committed)
-                    records = [(o, r) for o, r in decode_json_records(data)
-                               if offset <= o < committed]
-                    if not records:
-                        break
-                    self.applier.apply(records)
+                    await self.applier.apply_in_turns(
+                        [(o, r) for o, r in chunk if offset <= o < committed]
+                        for chunk in json_record_chunks(data, DECODE_CHUNK))
+                    if self.image.next_offset == offset:
+                        break  # nothing committed was read
                     self._bytes_since_snapshot += len(data)
-                    await asyncio.sleep(0)
             except (KafkaStorageError, OSError, ValueError) as e:
                 log.warning("applying committed metadata failed (retrying): %s", e)
                 await asyncio.sleep(0.1)
@@ -440,7 +453,7 @@ class Controller:
             records = []
             if node_id in self.image.brokers and not self.image.brokers[node_id].fenced:
                 # A restarted broker lost its in-memory state: its leaderships move first.
-                records += self._fence_records({node_id})
+                records += await self._fence_records({node_id})
             # The registration record's offset: where the quorum appends next.
             epoch = self.raft.log.log_end_offset + len(records)
             registration = broker_record(BrokerInfo(node_id, host, port, rack, epoch,
@@ -465,7 +478,7 @@ class Controller:
             if broker.fenced and not want_fence:
                 log.info("broker %d is ready: unfencing it", node_id)
                 await self._commit([{"type": "unfence_broker", "node_id": node_id}])
-                await self._commit(self._elect_leaderless())
+                await self._commit(await self._elect_leaderless())
             if log_dir_offline != broker.log_dir_offline:
                 log.warning("broker %d reports its log dir %s", node_id,
                             "full: moving its leaderships" if log_dir_offline else "writable again")
@@ -516,7 +529,7 @@ class Controller:
                     log.warning("fencing broker %d: no heartbeat for %.1f s", node,
                                 time.monotonic() - self._last_heartbeat.get(node, 0))
                     try:
-                        await self._commit(self._fence_records({node}))
+                        await self._commit(await self._fence_records({node}))
                     except ControllerError as e:
                         log.warning("fencing broker %d failed (trying again): %s", node, e)
                         await asyncio.sleep(FENCE_RETRY_S)
@@ -551,19 +564,23 @@ class Controller:
                         return ErrorCode.none, True
                     log.info("controlled shutdown of broker(s) %s: moving leaderships",
                              ", ".join(map(str, sorted(stopping))))
-                    await self._commit(self._fence_records(stopping))
+                    await self._commit(await self._fence_records(stopping))
                 return ErrorCode.none, True
         finally:
             if self._shutting_down.get(node_id) == epoch:
                 del self._shutting_down[node_id]
 
-    def _fence_records(self, nodes: set[int]) -> list[dict]:
+    async def _fence_records(self, nodes: set[int]) -> list[dict]:
         """Fence ``nodes``: drop them from ISRs and move their leaderships to ISR members
-        still live. An ISR of fenced brokers only is kept: they were the last in sync."""
+        still live. An ISR of fenced brokers only is kept: they were the last in sync.
+        The caller holds the lock: no other change is made while this yields (and if this
+        controller loses its leadership meanwhile, committing the records fails)."""
         live = {b.node_id for b in self.image.live_brokers()} - nodes
         records: list[dict] = [{"type": "fence_broker", "node_id": node} for node in sorted(nodes)]
-        for topic in self.image.topics.values():
-            for info in topic.partitions.values():
+        turns = LoopSlice(WALK_SLICE_S)
+        for topic in list(self.image.topics.values()):
+            for info in list(topic.partitions.values()):
+                await turns.pause()
                 if nodes.isdisjoint(info.isr) and info.leader not in nodes:
                     continue
                 isr = [r for r in info.isr if r not in nodes] or info.isr
@@ -623,14 +640,17 @@ class Controller:
         any of them can lead it), or, with none live, the last ISR (as for any partition)."""
         return [r for r in info.replicas if r in live] or info.isr
 
-    def _elect_leaderless(self) -> list[dict]:
+    async def _elect_leaderless(self) -> list[dict]:
         """Elect a leader for the partitions without one; and bring the live replicas of
-        shared partitions back into their ISRs (after a broker is unfenced)."""
+        shared partitions back into their ISRs (after a broker is unfenced). The caller
+        holds the lock."""
         live = {b.node_id for b in self.image.live_brokers()}
         records = []
-        for topic in self.image.topics.values():
+        turns = LoopSlice(WALK_SLICE_S)
+        for topic in list(self.image.topics.values()):
             shared = self._storage_mode(topic.name) == "shared"
-            for info in topic.partitions.values():
+            for info in list(topic.partitions.values()):
+                await turns.pause()
                 if shared and info.leader != NO_LEADER:
                     isr = self._shared_isr(info, live)
                     if set(isr) != set(info.isr):
@@ -648,7 +668,7 @@ class Controller:
 
     @staticmethod
     def _changed(info: PartitionInfo, isr: list[int], leader: int) -> dict:
-        return _partition_change(info, replace(info, isr=isr, leader=leader))
+        return _partition_change(info, info, isr=isr, leader=leader)
 
     # --- ISR changes from partition leaders (AlterPartition) -----------------------------
 
@@ -1314,11 +1334,13 @@ class Controller:
         await self._change_partitions(imbalanced, to_preferred)
 
 
-def _partition_change(before: PartitionInfo, after: PartitionInfo) -> dict:
-    """The record that turns ``before`` into ``after``: a new partition epoch, and a new
-    leader epoch if the leader changed."""
+def _partition_change(before: PartitionInfo, after: PartitionInfo, **changes) -> dict:
+    """The record that turns ``before`` into ``after`` (with ``changes`` made to it): a new
+    partition epoch, and a new leader epoch if the leader changed."""
+    leader = changes.get("leader", after.leader)
     return partition_record(replace(
-        after, leader_epoch=before.leader_epoch + (1 if after.leader != before.leader else 0),
+        after, **changes,
+        leader_epoch=before.leader_epoch + (1 if leader != before.leader else 0),
         partition_epoch=before.partition_epoch + 1))
 
 

@@ -5,16 +5,16 @@ Pure functions over bytes; the broker's connection loop does the I/O.
 
 from __future__ import annotations
 
-import io
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import BufferUnderflow
 
+from .encoder import encoder
 from .hand_encoded import (
     FetchAnswer,
     ProduceAnswer,
@@ -76,7 +76,7 @@ def _reader(schema: type) -> Any:
 
 @lru_cache(maxsize=None)
 def _writer(schema: type) -> Any:
-    return write_json_body if schema is JsonBody else entity_writer(schema)
+    return write_json_body if schema is JsonBody else encoder(schema)
 
 
 def peek_header_prefix(frame: bytes) -> tuple[int, int, int]:
@@ -159,15 +159,13 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
         return b"".join(encode_fetch_response(header.correlation_id, header.api_version, body))
     if isinstance(body, ProduceAnswer):
         return encode_produce_response(header.correlation_id, header.api_version, body)
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    out.write(_SIZE.pack(header.correlation_id))
+    out = bytearray(4)
+    out += _SIZE.pack(header.correlation_id)
     if type(body).__flexible__ and header.api_key != API_VERSIONS_KEY:
-        out.write(b"\0")  # no tagged fields in the response header
+        out.append(0)  # no tagged fields in the response header
     _writer(type(body))(out, body)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    return bytes(frame)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
 def encode_response_buffers(header: RequestHeader, body: Any) -> list:
@@ -181,21 +179,19 @@ def encode_response_buffers(header: RequestHeader, body: Any) -> list:
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                    body: Any) -> bytes:
     """Size-prefixed request frame (kipper's broker-to-broker and internal calls)."""
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    out.write(_HEADER_PREFIX.pack(api_key, api_version, correlation_id))
+    out = bytearray(4)
+    out += _HEADER_PREFIX.pack(api_key, api_version, correlation_id)
     if client_id is None:
-        out.write(_INT16.pack(-1))
+        out += _INT16.pack(-1)
     else:
         raw = client_id.encode()
-        out.write(_INT16.pack(len(raw)))
-        out.write(raw)
+        out += _INT16.pack(len(raw))
+        out += raw
     if type(body).__flexible__:
-        out.write(b"\0")
+        out.append(0)
     _writer(type(body))(out, body)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    return bytes(frame)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
 def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:

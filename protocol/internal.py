@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import io
 import json
 import secrets
 import struct
@@ -65,10 +64,10 @@ def read_json_body(buf: bytes | memoryview, position: int) -> tuple[JsonBody, in
     return JsonBody(json.loads(bytes(buf[start:start + length]))), start + length
 
 
-def write_json_body(out: io.BytesIO, body: JsonBody) -> None:
+def write_json_body(out: bytearray, body: JsonBody) -> None:
     raw = json.dumps(body.value, separators=(",", ":")).encode()
-    out.write(_LENGTH.pack(len(raw)))
-    out.write(raw)
+    out += _LENGTH.pack(len(raw))
+    out += raw
 
 
 def is_internal(api_key: int) -> bool:

@@ -342,21 +342,32 @@ def decode_json_records(data: bytes) -> list[tuple[int, dict]]:
     collector is paused meanwhile: the decoded values hold no reference cycles, and the
     collections their allocations set off, each scanning all that was decoded so far,
     took three quarters of the time."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _decode_json_records(data)
-    finally:
-        if collecting:
-            gc.enable()
+    return [record for chunk in json_record_chunks(data, 1 << 31) for record in chunk]
 
 
-def _decode_json_records(data: bytes) -> list[tuple[int, dict]]:
-    out = []
+def json_record_chunks(data: bytes, size: int) -> Iterator[list[tuple[int, dict]]]:
+    """``decode_json_records`` a chunk of at most ``size`` records at a time, for callers
+    that give the event loop its turn in between: the one batch of a topic of 5,000
+    partitions took 60-130 ms to decode."""
+    chunks = _json_record_chunks(data, size)
+    while True:
+        collecting = gc.isenabled()
+        gc.disable()  # while decoding only: the caller's code between chunks collects
+        try:
+            chunk = next(chunks, None)
+        finally:
+            if collecting:
+                gc.enable()
+        if chunk is None:
+            return
+        yield chunk
+
+
+def _json_record_chunks(data: bytes, size: int) -> Iterator[list[tuple[int, dict]]]:
     for header in iter_batches(data, allow_partial_tail=True):
         offsets, values = [], []
         position = header.position + HEADER_SIZE
-        for _ in range(header.record_count):
+        for i in range(header.record_count):
             length, start = _varint(data, position)
             # attributes (int8), timestampDelta (varlong), offsetDelta (varint), key, value
             _, cursor = _varint(data, start + 1)
@@ -366,8 +377,9 @@ def _decode_json_records(data: bytes) -> list[tuple[int, dict]]:
             offsets.append(header.base_offset + offset_delta)
             values.append(data[cursor:cursor + value_length])
             position = start + length
-        out += zip(offsets, json.loads(b"[" + b",".join(values) + b"]"))
-    return out
+            if len(values) == size or i == header.record_count - 1:
+                yield list(zip(offsets, json.loads(b"[" + b",".join(values) + b"]")))
+                offsets, values = [], []
 
 
 def first_matching_record(batch: bytes, header: BatchHeader,

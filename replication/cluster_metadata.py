@@ -64,6 +64,11 @@ class PartitionInfo:
     def span_chain(self, topic_mode: str) -> list[StorageSpan]:
         return self.spans or [StorageSpan(topic_mode, 0)]
 
+    def served_anywhere(self, topic_mode: str) -> bool:
+        """Whether every broker can serve all of the partition (diskless, and no span of a
+        leader-based mode left from a live switch): else clients are sent to its leader."""
+        return all(span.mode == "diskless" for span in self.span_chain(topic_mode))
+
 
 @dataclass
 class TopicInfo:

@@ -75,6 +75,8 @@ class DynamicConfigs:
             self._log_configs.clear()
             for listener in self.listeners:
                 listener()
+        elif record["type"] == "remove_topic":
+            self._log_configs.pop(record["name"], None)
 
     # --- effective values ------------------------------------------------------------------
 
@@ -131,8 +133,10 @@ class DynamicConfigs:
         """The effective configs of ``topic`` on this node."""
         cached = self._log_configs.get(topic.name)
         if cached is None or cached[0] is not topic.configs:
-            cached = self._log_configs[topic.name] = (
-                topic.configs, LogConfig.from_topic_configs(topic.configs, self.topic_defaults()))
+            cached = (topic.configs,
+                      LogConfig.from_topic_configs(topic.configs, self.topic_defaults()))
+            if self.image.topics.get(topic.name) is topic:  # not a deleted topic's, for good
+                self._log_configs[topic.name] = cached
         return cached[1]
 
     # --- DescribeConfigs -------------------------------------------------------------------

@@ -35,6 +35,7 @@ from storage.disk_space import log_storage_error
 from storage.log import KafkaStorageError
 
 from .fetch_session import INVALID_SESSION_ID, FetchPlan, FetchPosition, FetchSessionHandler
+from .loop_slice import LoopSlice
 from .node_client import NodeConnection
 from .partition import ReplicatedPartition
 from .throttle import ReplicationQuota
@@ -46,6 +47,8 @@ PARTITION_MAX_BYTES = 1 << 20
 MAX_TRUNCATION_ROUNDS = 8
 # How long a fetcher whose every partition is throttled waits before measuring again.
 THROTTLED_PAUSE_S = 0.1
+# Answered partitions without records applied between the event loop's turns.
+APPLY_SLICE_S = 0.005
 
 
 class LeaderFetcher:
@@ -167,25 +170,40 @@ class LeaderFetcher:
             self.quota.record(sum(len(data.records or b"") for topic in response.responses
                                   for data in topic.partitions
                                   if (topic.topic, data.partition_index) in throttled))
-        # Concurrently: an active-tiered partition's append downloads from object storage,
-        # which must not hold back the other partitions.
         answered = [(partition, data) for topic in response.responses
                     for data in topic.partitions
                     if (partition := self.partitions.get((topic.topic, data.partition_index)))
                     is not None]
-        ends = [partition.log.log_end_offset for partition, _ in answered]
-        applied = await asyncio.gather(*(self._apply(partition, data)
-                                         for partition, data in answered))
-        for (partition, data), ok, end in zip(answered, applied, ends):
-            self.session.moved((partition.topic, partition.index))
+        # Appends run concurrently: an active-tiered partition's append downloads from object
+        # storage, which must not hold back the other partitions.
+        appending = [(partition, data) for partition, data in answered if data.records]
+        ends = [partition.log.log_end_offset for partition, _ in appending]
+        appended = await asyncio.gather(*(self._apply(partition, data)
+                                          for partition, data in appending))
+        progressed = any(appended)
+        for (partition, _), ok, end in zip(appending, appended, ends):
             # Records that did not move the log end (an active-tiered download that failed
             # falls back to the leader's records that way) are asked for again at once,
             # although this replica's position did not change.
-            if not ok or (data.records and partition.log.log_end_offset == end):
-                self.session.resend((partition.topic, partition.index))
-        if answered and not any(applied):
+            self._answered(partition, ok and partition.log.log_end_offset != end)
+        # The rest in turn, without a task each: a first fetch of a new topic answers
+        # thousands of partitions, and their tasks held the event loop for a tenth of a second.
+        turns = LoopSlice(APPLY_SLICE_S)
+        for partition, data in answered:
+            if not data.records:
+                ok = await self._apply(partition, data)
+                progressed = progressed or ok
+                self._answered(partition, ok)
+                await turns.pause()
+        if answered and not progressed:
             # Every partition is waiting for metadata that moves it: do not spin.
             await asyncio.sleep(0.1)
+
+    def _answered(self, partition: ReplicatedPartition, moved_on: bool) -> None:
+        key = (partition.topic, partition.index)
+        self.session.moved(key)
+        if not moved_on:
+            self.session.resend(key)
 
     def _positions(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], FetchPosition]:
         return {key: FetchPosition(partition.log.log_end_offset, partition.leader_epoch,
@@ -195,9 +213,10 @@ class LeaderFetcher:
     def _request(self, plan: FetchPlan) -> FetchRequest:
         by_topic: dict[str, list] = {}
         for (topic, index), position in plan.to_send.items():
-            by_topic.setdefault(topic, []).append(make(
-                FetchPartition, partition=index,
-                current_leader_epoch=position.current_leader_epoch,
+            # The class itself, not ``make``: one per partition of a first fetch (thousands), and
+            # every field is in this version.
+            by_topic.setdefault(topic, []).append(FetchPartition(
+                partition=index, current_leader_epoch=position.current_leader_epoch,
                 fetch_offset=position.fetch_offset,
                 last_fetched_epoch=self.partitions[(topic, index)].log.latest_epoch(),
                 log_start_offset=position.log_start_offset,

@@ -317,12 +317,15 @@ class PartitionLog(abc.ABC):
     async def close(self, *, sync: bool = True) -> None:
         """Release the log; what it keeps on local disk is durable and marked clean, so the
         next open needs no recovery. With ``sync=False`` nothing is fsynced nor marked: the
-        caller syncs the whole file system, then calls ``mark_clean`` (LogManager.close_all,
-        one sync for thousands of logs instead of several fsyncs each)."""
+        caller syncs the whole file system, then records ``closed_log_end``
+        (LogManager.close_all: one sync for thousands of logs, not several fsyncs each)."""
 
-    def mark_clean(self) -> None:
-        """After ``close(sync=False)`` and a sync of the file system: let the next open skip
-        recovery (engines that keep nothing to recover locally have nothing to mark)."""
+    def closed_log_end(self) -> int | None:
+        """After ``close(sync=False)``: the log end of what it keeps on local disk, which
+        the caller records in its data directory's clean shutdown once the file system is
+        synced (storage.classic.clean_shutdown), so the next open skips recovery. None:
+        the engine keeps nothing to recover locally."""
+        return None
 
     @abc.abstractmethod
     async def delete(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .classic import ClassicLog
 from .classic.checkpoint import DELETED_DIR_SUFFIX, move_aside_for_deletion, sync_file_system
+from .classic.clean_shutdown import CleanShutdown
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
@@ -20,9 +21,11 @@ from .spans import Span, SpanChainLog
 
 logger = logging.getLogger(__name__)
 
-# (topic, partition, config, partition directory) -> log. Engines that need more (an object
-# store client, the batch coordinator) are registered by the broker as closures over it.
-EngineFactory = Callable[[str, int, LogConfig, Path], PartitionLog]
+# (topic, partition, config, partition directory, *, clean_recovery_point) -> log: the last
+# argument, when not None, says the log was closed cleanly with that log end
+# (storage.classic.clean_shutdown). Engines that need more (an object store client, the
+# batch coordinator) are registered by the broker as closures over it.
+EngineFactory = Callable[..., PartitionLog]
 # now_ms -> bytes freed: retention an engine applies to all its partitions at once (the
 # diskless batch coordinator's, one record for every topic), run on the logs' schedule.
 EngineRetention = Callable[[int], Awaitable[int]]
@@ -51,6 +54,8 @@ class LogManager:
         for doomed in self.data_dir.glob(f"*{DELETED_DIR_SUFFIX}"):
             shutil.rmtree(doomed, ignore_errors=True)  # deletions a crash interrupted
         self.disk_space = DiskSpace(self.data_dir, reserved_bytes)
+        # What the last shutdown left: the logs it closed cleanly, opened without recovery.
+        self.clean_shutdown = CleanShutdown(self.data_dir)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         # Logs holding data that flush.ms wants fsynced on time (PartitionLog.on_flush_pending).
         self._flush_pending: dict[tuple[str, int], PartitionLog] = {}
@@ -106,8 +111,9 @@ class LogManager:
         if not by_mode:
             for old in self._detached.get(key, ()):
                 old.release_directory()  # a deleted log of the same name not yet removed
-        log = by_mode[mode] = factory(topic, partition, config,
-                                      self.partition_dir(topic, partition))
+        log = by_mode[mode] = factory(
+            topic, partition, config, self.partition_dir(topic, partition),
+            clean_recovery_point=self.clean_shutdown.take(topic, partition))
         if not is_internal_topic(topic):
             log.disk_space = self.disk_space
         return log
@@ -145,6 +151,7 @@ class LogManager:
     async def delete_partition(self, topic: str, partition: int) -> None:
         """Remove the partition's data, whether or not its log is open."""
         log = self.detach(topic, partition)
+        self.clean_shutdown.take(topic, partition)  # never opened: its entry goes with it
         if log is not None:
             await self.delete_detached(log)
         elif (doomed := move_aside_for_deletion(self.partition_dir(topic, partition))) is not None:
@@ -179,27 +186,24 @@ class LogManager:
             await log.flush()
 
     async def close_all(self) -> None:
-        """Close every log durably with two syncs of the file system in all, rather than
-        several fsyncs per log (seconds with 2,000 partitions): write out every log, sync,
-        then mark each one clean (which the next open trusts only with its data durable),
-        and sync again."""
-        closed: list[tuple[tuple[str, int], PartitionLog]] = []
+        """Close every log durably with one sync of the file system, rather than several
+        fsyncs per log (seconds with 2,000 partitions): write out every log, sync, then
+        record them all as closed cleanly in one checkpoint and one marker for the data
+        directory (storage.classic.clean_shutdown), which the next open trusts only with
+        the data durable. A log that failed to close is left out: it will be recovered."""
+        closed: dict[tuple[str, int], int] = {}
         while self._logs:
             key, log = self._logs.popitem()
             self._flush_pending.pop(key, None)
             try:
                 await log.close(sync=False)
-                closed.append((key, log))
+                if (end := log.closed_log_end()) is not None:
+                    closed[key] = end
             except Exception:
                 # One failing partition must not leave the others without a clean shutdown.
                 logger.exception("closing %s-%s failed", *key)
         await asyncio.to_thread(sync_file_system, self.data_dir)
-        for key, log in closed:
-            try:
-                log.mark_clean()
-            except Exception:
-                logger.exception("marking %s-%s clean failed", *key)
-        await asyncio.to_thread(sync_file_system, self.data_dir)
+        self.clean_shutdown.write(closed)
 
     async def run_retention(self, interval_s: float) -> None:
         """Apply retention to every log, whatever its engine, every ``interval_s`` (the

@@ -256,9 +256,11 @@ class SpanChainLog(PartitionLog):
         for log in self.held_logs():
             await log.close(sync=sync)
 
-    def mark_clean(self) -> None:
-        for log in self.held_logs():
-            log.mark_clean()
+    def closed_log_end(self) -> int | None:
+        # Every span's engine keeps its files in the partition's one directory, so at most
+        # one of them keeps a local log.
+        ends = [end for log in self.held_logs() if (end := log.closed_log_end()) is not None]
+        return ends[0] if len(ends) == 1 else None
 
     def release_directory(self) -> None:
         for log in self.held_logs():

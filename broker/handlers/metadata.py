@@ -35,10 +35,12 @@ def broker_entries(ctx: RequestContext, entity: str, id_field: str = "node_id") 
 
 async def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: bool,
                        turns: LoopSlice) -> object:
+    # From ``topic`` as it was, not the image: the topic may be deleted between two turns.
+    storage_mode = ctx.services.replicas.configs.log_config(topic).storage_mode
     partitions = []
     for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
         await turns.pause()
-        partitions.append(_partition_entry(ctx, p))
+        partitions.append(_partition_entry(ctx, p, storage_mode))
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
                         topic_id=topic.topic_id, is_internal=is_internal_topic(topic.name),
                         partitions=tuple(partitions),
@@ -46,9 +48,9 @@ async def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: b
                             ctx, with_operations, ResourceType.TOPIC, topic.name))
 
 
-def _partition_entry(ctx: RequestContext, p: PartitionInfo) -> object:
+def _partition_entry(ctx: RequestContext, p: PartitionInfo, storage_mode: str) -> object:
     leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
-    if ctx.services.replicas.served_anywhere(p):
+    if p.served_anywhere(storage_mode):
         # Leaderless: name the broker this client should use (KIP-1181); a Metadata
         # request has no rack, so only the client id can say where the client is.
         servers = diskless_servers(ctx.services.image)

@@ -68,8 +68,11 @@ class QuorumDriver:
         await asyncio.gather(*self._requests, return_exceptions=True)
 
     async def _tick_forever(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
+            self.raft.stalled(loop.time() - due)
             try:
                 await self.raft.tick()
             except Exception:  # noqa: BLE001 - one failed tick must not end the quorum

@@ -323,6 +323,15 @@ class RaftNode:
     def _fetch_timeout(self) -> float:
         return self.settings.fetch_timeout_s + self.settings.fetch_jitter_s * self.rng.random()
 
+    def stalled(self, seconds: float) -> None:
+        """This voter's event loop was held ``seconds`` longer than a tick (by the broker
+        sharing it: a topic of thousands of partitions created): a fetch answer that waited
+        in its socket meanwhile could not be read, so the stall does not count as the
+        leader's silence. Kafka's raft client has a thread of its own, which a busy broker
+        does not hold up; without this, creating 5,000 partitions set off an election."""
+        if seconds > 0 and self.role is Role.FOLLOWER:
+            self._deadline += seconds
+
     async def tick(self) -> None:
         """Act on what the clock says: elections, a follower's next fetch, a leader's
         check that a majority still follows it."""

@@ -52,9 +52,10 @@ class ActiveTiered:
         self._states: dict[tuple[str, int], TieredPartitionState] = {}
         self._link: ReplicaLink | None = None
 
-    def open_log(self, topic: str, partition: int, config: LogConfig,
-                 directory: Path) -> ActiveTieredLog:
-        log_ = ActiveTieredLog(topic, partition, config, directory, self)
+    def open_log(self, topic: str, partition: int, config: LogConfig, directory: Path, *,
+                 clean_recovery_point: int | None = None) -> ActiveTieredLog:
+        log_ = ActiveTieredLog(topic, partition, config, directory, self,
+                               clean_recovery_point=clean_recovery_point)
         self._states[log_.state.key] = log_.state
         return log_
 

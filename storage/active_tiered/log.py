@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 class ActiveTieredLog(ClassicLog):
     def __init__(self, topic: str, partition: int, config: LogConfig, directory: Path | str,
-                 shared: "ActiveTiered") -> None:
-        super().__init__(topic, partition, config, directory)
+                 shared: "ActiveTiered", *, clean_recovery_point: int | None = None) -> None:
+        super().__init__(topic, partition, config, directory,
+                         clean_recovery_point=clean_recovery_point)
         self._shared = shared
         self.state = TieredPartitionState(self)
         self.scheme.opened(self.state)

@@ -78,11 +78,6 @@ def write_atomically(path: Path | str, content: str | bytes, *, sync: bool = Tru
         fsync_dir(os.path.dirname(os.fspath(path)))
 
 
-def create_empty_file(path: Path | str) -> None:
-    """A marker file (the clean-shutdown marker), not made durable here."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
-
-
 def read_file(path: Path | str) -> bytes | None:
     """The bytes of a small file (a checkpoint, a segment's index), None if there is none.
     Plain system calls: a broker reads several of these per log when it opens thousands

@@ -16,7 +16,8 @@ Durability bookkeeping:
   clean shutdown) were flushed with their indexes: they are opened lazily, their indexes
   read on first use (Kafka's LazyIndex).
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
-  on open means no recovery is needed. It is removed as soon as the log is loaded, and that
+  on open means no recovery is needed. (A broker's logs are closed together and share one
+  marker and recovery-point checkpoint per data directory instead: clean_shutdown.py.) It is removed as soon as the log is loaded, and that
   removal is made durable before the first change to the segments (an fsync of the
   directory then, not at open: a broker opens thousands of logs and writes to few).
 """
@@ -32,7 +33,6 @@ from protocol.records import BatchHeader
 
 from ..config import LogConfig
 from .checkpoint import (
-    create_empty_file,
     fsync_dir,
     move_aside_for_deletion,
     read_offset,
@@ -61,11 +61,14 @@ def list_log_dir(directory: Path | str) -> set[str]:
 class LocalLog:
     def __init__(self, directory: Path, config: LogConfig, *, start_offset: int = 0,
                  on_recovered_batch: Callable[[BatchHeader], None] | None = None,
-                 names: set[str] | None = None) -> None:
+                 names: set[str] | None = None,
+                 clean_recovery_point: int | None = None) -> None:
         """Load (and if needed recover) the segments in ``directory``; an empty log starts at
         ``start_offset``. ``on_recovered_batch`` sees every batch of a recovered segment, in
         offset order, so state derived from batches (leader epochs) can be rebuilt.
-        ``names``: the directory's listing (list_log_dir), if the caller made it."""
+        ``names``: the directory's listing (list_log_dir), if the caller made it.
+        ``clean_recovery_point``: the log was closed cleanly with this log end, as its data
+        directory's clean shutdown says (storage.classic.clean_shutdown): no recovery."""
         self.dir = directory
         self.config = config
         # Strings for the files opened at every start: see LogSegment.
@@ -73,17 +76,23 @@ class LocalLog:
         self._recovery_point_file = os.path.join(self._dir, RECOVERY_POINT_FILE)
         if names is None:
             names = list_log_dir(directory)
-        self.recovery_point = (read_offset(self._recovery_point_file) or 0
-                               if RECOVERY_POINT_FILE in names else 0)
+        if clean_recovery_point is not None:
+            # The file may be older (a clean close does not rewrite it): lower is safe.
+            self.recovery_point = clean_recovery_point
+        else:
+            self.recovery_point = (read_offset(self._recovery_point_file) or 0
+                                   if RECOVERY_POINT_FILE in names else 0)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         # The clean-shutdown marker was removed but the removal may not be durable yet.
         self._marker_removal_unsynced = False
-        self._load(names, start_offset, on_recovered_batch)
+        self._load(names, start_offset, on_recovered_batch, clean_recovery_point is not None)
 
     def _load(self, names: set[str], start_offset: int,
-              on_recovered_batch: Callable[[BatchHeader], None] | None) -> None:
-        clean = CLEAN_SHUTDOWN_FILE in names
+              on_recovered_batch: Callable[[BatchHeader], None] | None,
+              closed_cleanly: bool) -> None:
+        marked_clean = CLEAN_SHUTDOWN_FILE in names
+        clean = closed_cleanly or marked_clean
         if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
             self._finish_swaps()
             names = set(os.listdir(self.dir))
@@ -116,7 +125,7 @@ class LocalLog:
         if not self._segments:
             self._segments.append(self._new_segment(start_offset))
         self._bases = [s.base_offset for s in self._segments]
-        if clean:
+        if marked_clean:
             os.unlink(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE))
             self._marker_removal_unsynced = True
 
@@ -287,42 +296,35 @@ class LocalLog:
         self._bases = [offset]
         self._set_recovery_point(offset)
 
-    def _set_recovery_point(self, offset: int, *, sync: bool = True) -> None:
+    def _set_recovery_point(self, offset: int) -> None:
         # Written at once, also when truncation lowers it: a later crash must recover the
         # data appended in place of what was truncated, even below the old recovery point.
         self.recovery_point = offset
-        write_offset(self._recovery_point_file, offset, sync=sync)
+        write_offset(self._recovery_point_file, offset)
 
     def flush(self) -> None:
         for segment in self._segments:
             segment.flush()
         self._advance_recovery_point()
 
-    def _advance_recovery_point(self, *, sync: bool = True) -> None:
+    def _advance_recovery_point(self) -> None:
         # A segment created since the last flush is only durable once the directory is.
-        if sync and self.active.base_offset >= self.recovery_point:
+        if self.active.base_offset >= self.recovery_point:
             fsync_dir(self.dir)
         if self.recovery_point != self.next_offset:
-            self._set_recovery_point(self.next_offset, sync=sync)
+            self._set_recovery_point(self.next_offset)
 
     def close(self, *, sync: bool = True) -> None:
-        """Without ``sync`` nothing is fsynced and the log is not marked clean yet: the
-        caller syncs the file system, then calls ``mark_clean``."""
+        """Without ``sync`` nothing is fsynced and the log is not marked clean: the caller
+        syncs the file system, then records the log end in its data directory's clean
+        shutdown (LogManager.close_all)."""
         for segment in self._segments:
             segment.close(sync=sync)
         if sync:
-            self.mark_clean(sync=True)
-
-    def mark_clean(self, *, sync: bool = True) -> None:
-        """Advance the recovery point to the end and write the clean-shutdown marker: only
-        once every segment is durable, as the next open trusts them both. Unsynced, a crash
-        may lose them, which costs a recovery, never data."""
-        self._advance_recovery_point(sync=sync)
-        marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
-        if sync:
-            write_atomically(marker, "")
-        else:
-            create_empty_file(marker)  # empty: nothing in it can be torn
+            # The recovery point and the marker once every segment is durable, as the next
+            # open trusts them both.
+            self._advance_recovery_point()
+            write_atomically(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "")
 
     def move_aside(self) -> Path | None:
         """Close the files and rename the directory for deletion (checkpoint.

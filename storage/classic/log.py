@@ -90,7 +90,10 @@ def marker_of(buf: bytes | bytearray | memoryview, batch: BatchHeader) -> TxnMar
 
 class ClassicLog(PartitionLog):
     def __init__(self, topic: str, partition: int, config: LogConfig,
-                 directory: Path | str) -> None:
+                 directory: Path | str, *, clean_recovery_point: int | None = None) -> None:
+        """``clean_recovery_point``: the log end its data directory's clean shutdown
+        recorded for it (storage.classic.clean_shutdown); None: recover what its own
+        recovery point does not cover."""
         super().__init__(topic, partition, config)
         self.directory = directory if isinstance(directory, Path) else Path(directory)
         # Strings, and files read only if the one listing shows them: a broker opens
@@ -105,7 +108,8 @@ class ClassicLog(PartitionLog):
             checkpointed_start = (read_offset(self._log_start_file) or 0
                                   if LOG_START_OFFSET_FILE in names else 0)
             self._local = LocalLog(self.directory, config, start_offset=checkpointed_start,
-                                   on_recovered_batch=self._on_recovered_batch, names=names)
+                                   on_recovered_batch=self._on_recovered_batch, names=names,
+                                   clean_recovery_point=clean_recovery_point)
             self._log_start = max(checkpointed_start, self._local.segments[0].base_offset)
             if self._local.next_offset < self._log_start:
                 # Data up to the checkpointed log start is gone (lost or never written here).
@@ -525,9 +529,8 @@ class ClassicLog(PartitionLog):
             self._epochs.save(sync=sync)
             self._local.close(sync=sync)
 
-    def mark_clean(self) -> None:
-        with storage_io(f"mark {self.directory} clean"):
-            self._local.mark_clean(sync=False)
+    def closed_log_end(self) -> int:
+        return self._local.next_offset
 
     def release_directory(self) -> None:
         if not self._released:

@@ -229,6 +229,8 @@ class DisklessLog(PartitionLog):
 def log_factory(control_plane: ControlPlane, writer: WalWriter, cache: ReadCache, topic_ids):
     """The LogManager engine factory for ``kipper.storage.mode=diskless``; ``topic_ids``
     maps a topic name to its current topic id."""
-    def open_log(topic: str, partition: int, config: LogConfig, directory: Path) -> DisklessLog:
+    def open_log(topic: str, partition: int, config: LogConfig, directory: Path, *,
+                 clean_recovery_point: int | None = None) -> DisklessLog:
+        # Nothing local to recover: it keeps its data in object storage.
         return DisklessLog(topic, partition, config, topic_ids(topic), control_plane, writer, cache)
     return open_log

@@ -54,26 +54,45 @@ class EmbeddedS3(_Server):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: Path | None = None) -> None:
         # Imported here: every node reads this module's constants, only the server needs moto
         # (a third of a second of every broker's start).
-        from moto.server import ThreadedMotoServer
+        from moto.moto_server.werkzeug_app import (DomainDispatcherApplication,
+                                                   MotoRequestHandler, create_backend_app)
+        from werkzeug.serving import make_server
 
         from .object_files import keep_objects_under
         if data_dir is not None:
             keep_objects_under(data_dir)
-        self._server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+
+        class OneServerHeader(MotoRequestHandler):
+            """Werkzeug names itself in a Server header and moto's response names "amazon.com"
+            in another: strict HTTP parsers refuse two (aiohttp's pure-Python parser, which
+            asyncio debug mode and platforms without its C extension use)."""
+
+            def send_header(self, keyword: str, value: str) -> None:
+                if keyword.lower() != "server" or value == self.version_string():
+                    super().send_header(keyword, value)
+
+        self._server = make_server(host, port, DomainDispatcherApplication(create_backend_app),
+                                   threaded=True, request_handler=OneServerHeader)
+        self._thread: threading.Thread | None = None
         self.endpoint_url: str | None = None
 
     def start(self) -> str:
         # werkzeug logs every request at INFO; at S3 request rates that drowns the log.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
+        self._thread = threading.Thread(target=self._server.serve_forever, name="embedded-s3",
+                                        daemon=True)
+        self._thread.start()
+        host, port = self._server.server_address[:2]
         self.endpoint_url = f"http://{host}:{port}"
         return self.endpoint_url
 
     def stop(self) -> None:
-        if self.endpoint_url is not None:
-            self._server.stop()
-            self.endpoint_url = None
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+        self.endpoint_url = None
 
 
 class EmbeddedS3Process(_Server):

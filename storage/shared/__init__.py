@@ -59,9 +59,10 @@ class SharedStorage:
         self._wave_started = 0.0
         self._wave: list[float] = []
 
-    def open_log(self, topic: str, partition: int, config: LogConfig,
-                 directory: Path) -> SharedLog:
-        return SharedLog(topic, partition, config, directory, self)
+    def open_log(self, topic: str, partition: int, config: LogConfig, directory: Path, *,
+                 clean_recovery_point: int | None = None) -> SharedLog:
+        return SharedLog(topic, partition, config, directory, self,
+                         clean_recovery_point=clean_recovery_point)
 
     def leadership_changed(self, log_: SharedLog, role: Leadership) -> None:
         key = (log_.topic, log_.partition)

@@ -50,8 +50,9 @@ REOPEN_CONCURRENCY = 8
 
 class SharedLog(ClassicLog):
     def __init__(self, topic: str, partition: int, config: LogConfig, directory: Path | str,
-                 engine: "SharedStorage") -> None:
-        super().__init__(topic, partition, config, directory)
+                 engine: "SharedStorage", *, clean_recovery_point: int | None = None) -> None:
+        super().__init__(topic, partition, config, directory,
+                         clean_recovery_point=clean_recovery_point)
         self._engine = engine
         self.state = SharedPartitionState(self)
         self._reopening: asyncio.Task | None = None

@@ -26,6 +26,7 @@ from bench.lifecycle_bench import (
 from bench.local_cluster import LocalCluster, pid_alive
 from storage.objectstore import WAL_BUCKET, fast_bucket
 from support.clients import consume_all
+from support.metrics import scrape, total
 from support.storage_modes import MODES
 from support.topics import create_topic
 from support.wait import wait_until
@@ -213,6 +214,26 @@ def test_racks_that_are_not_bucket_names_work(local_cluster, topic_name):
 
 
 @pytest.mark.system
+def test_creating_and_deleting_5000_partitions_fences_nothing_and_keeps_the_controller(
+        local_cluster, topic_name):
+    """Thousands of partitions created and deleted are applied in turns of the event loop:
+    every broker keeps heartbeating (none fenced), every follower keeps fetching (no ISR
+    shrinks), and every voter keeps hearing from the quorum's leader (no election)."""
+    from confluent_kafka.admin import AdminClient
+    cluster = local_cluster(brokers=3, metrics=True)
+    position = cluster.log_size()
+    create_topic(cluster.bootstrap, topic_name, 5000, 3)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.delete_topics([topic_name], operation_timeout=60)[topic_name].result(90)
+    wait_until(lambda: topic_name not in admin.list_topics(timeout=10).topics, timeout=60)
+    time.sleep(3)  # what the deletion set off: log deletions, fetchers stopping
+    log = cluster.log_since(position)
+    assert "fencing broker" not in log and "asking the voters for an election" not in log, \
+        "\n".join(line for line in log.splitlines() if "fencing" in line or "election" in line)
+    scrapes = [scrape(cluster.broker(node)["metrics"]) for node in range(3)]
+    assert total(scrapes, "kipper_isr_shrinks_total") == 0
+
+
 def test_2000_partitions_stop_gracefully_and_restart_usable_at_the_bootstrap_line(local_cluster):
     """Ctrl-C of a cluster with 2,000 partitions of every mode, after traffic, stops every
     broker gracefully, none killed (how long it takes is bench/lifecycle_bench.py's figure); started again, every partition answers ListOffsets as soon

@@ -85,6 +85,35 @@ async def test_metadata_lists_the_partition_this_node_leads(services):
     assert response.controller_id == NODE
 
 
+async def test_metadata_of_a_topic_deleted_between_turns(services, monkeypatch):
+    """Entries are built between turns of the event loop; a topic deleted meanwhile is
+    answered as it was (it raised KeyError, and the client's connection was closed)."""
+    import asyncio
+
+    from broker.handlers import metadata
+    monkeypatch.setattr(metadata, "ENTRY_SLICE_S", 0.0)  # a turn before every partition
+    image = services.image
+    image.apply(image.next_offset, {"type": "partition", "topic": TOPIC, "partition": 1,
+                                    "replicas": [NODE], "isr": [NODE], "leader": NODE,
+                                    "leader_epoch": 0, "partition_epoch": 0})
+
+    async def delete_at_first_turn() -> None:
+        record = {"type": "remove_topic", "name": TOPIC}
+        image.apply(image.next_offset, record)
+        services.replicas.on_metadata_record(record)
+        services.dynamic_configs.on_metadata_record(record)
+
+    deletion = asyncio.get_running_loop().call_soon(
+        lambda: asyncio.ensure_future(delete_at_first_turn()))
+    response = await call(services, ApiKey.METADATA, 12, make(
+        MetadataRequest, topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+    deletion.cancel()
+    assert TOPIC not in image.topics  # deleted while the answer was built
+    (topic,) = response.topics
+    assert [p.partition_index for p in topic.partitions] == [0, 1]
+
+
 async def test_produce_then_fetch(services):
     batch = bytes(build_batch([(b"k", b"v1"), (None, b"v2")], 1_700_000_000_000))
     produced = await call(services, ApiKey.PRODUCE, 9, make(

@@ -8,6 +8,7 @@ import logging
 import pytest
 from kio.schema.errors import ErrorCode
 
+from coordinator.metadata_log import MetadataLog
 from coordinator.controller import (
     FIRST_PRODUCER_ID,
     PRODUCER_ID_BLOCK_SIZE,
@@ -148,3 +149,39 @@ async def test_producer_id_blocks_never_repeat_across_registrations_and_controll
     assert first == range(FIRST_PRODUCER_ID, FIRST_PRODUCER_ID + PRODUCER_ID_BLOCK_SIZE)
     assert second.start == first.stop and third.start == second.stop
     assert len(second) == len(third) == PRODUCER_ID_BLOCK_SIZE
+
+
+async def test_a_new_active_controller_elects_leaders_its_predecessor_left_out(tmp_path):
+    """A controller that unfenced a broker and lost its leadership before the elections that
+    go with it were committed (a separate commit): the next active controller elects them."""
+    controller = Controller(tmp_path, ControllerSettings())
+    await controller.start()
+    try:
+        epoch = await controller.register_broker(0, "127.0.0.1", 9092, "az1")
+        await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+        await controller.create_topic("t", 2, 1, {})
+        await controller.register_broker(0, "127.0.0.1", 9092, "az1")  # a restart: fenced
+        assert {p.leader for p in controller.image.topics["t"].partitions.values()} \
+            == {NO_LEADER}
+        epoch = controller.raft.epoch
+    finally:
+        await controller.stop()
+    # What the predecessor committed: the unfencing, without the elections.
+    metadata_log = MetadataLog(tmp_path)
+    await metadata_log.append([{"type": "unfence_broker", "node_id": 0}], epoch)
+    await metadata_log.log.close()
+
+    restarted = Controller(tmp_path, ControllerSettings())
+    await restarted.start()
+    try:
+        assert not restarted.image.brokers[0].fenced
+        partitions = restarted.image.topics["t"].partitions
+
+        async def elected() -> None:
+            while any(p.leader == NO_LEADER for p in partitions.values()):
+                await restarted._wait_for_progress()
+
+        await asyncio.wait_for(elected(), 5)
+        assert [(p.leader, p.isr) for p in partitions.values()] == [(0, [0]), (0, [0])]
+    finally:
+        await restarted.stop()

@@ -11,6 +11,7 @@ from protocol.records import (
     decode_json_records,
     encode_json_records,
     iter_batches,
+    json_record_chunks,
     read_header,
     read_marker,
     rebase,
@@ -112,3 +113,13 @@ def test_json_records_decode_with_their_offsets_keys_skipped_and_a_torn_tail_ign
     assert decode_json_records(data + second[:30]) == [
         (10, {"type": "topic", "name": "t"}), (11, {"type": "partition", "n": 1}),
         (12, {"a": [1, 2]}), (13, "s")]
+
+
+def test_json_records_decode_in_chunks_that_end_with_each_batch():
+    first = encode_json_records([{"n": n} for n in range(5)])
+    second = encode_json_records([{"n": n} for n in range(5, 7)])
+    rebase(second, 0, 5)
+    data = bytes(first + second)
+    chunks = list(json_record_chunks(data + bytes(second[:30]), 2))
+    assert [[offset for offset, _ in chunk] for chunk in chunks] == [[0, 1], [2, 3], [4], [5, 6]]
+    assert [record for chunk in chunks for record in chunk] == decode_json_records(data)

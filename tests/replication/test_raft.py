@@ -115,6 +115,26 @@ async def test_a_voter_cut_off_for_a_while_cannot_depose_a_working_leader():
     assert cut_off.role is Role.FOLLOWER and leader.is_leader and leader.epoch == epoch
 
 
+async def test_a_followers_own_stall_is_not_the_leaders_silence():
+    """A follower whose event loop was held (its broker busy) could not read the leader's
+    answers meanwhile: the stall moves its fetch deadline on, so it stands for no election
+    when its ticks resume; a leader silent past the deadline after that is still noticed."""
+    net = SimNetwork([0, 1, 2], seed=3)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    follower = next(n for n in net.nodes.values() if n is not leader)
+    net.in_flight.clear()
+    follower.stalled(3.0)
+    net.clock.now += 3.0  # the stall: no tick, no message read
+    await follower.tick()
+    assert follower.role is Role.FOLLOWER
+    net.crash(leader.node_id)
+    for _ in range(30):  # 3 s: a fetch timeout (1-1.3 s) and an election
+        await net.tick(0.1)
+        await net.deliver_all()
+    assert follower.epoch > leader.epoch and follower.leader_id != leader.node_id
+
+
 async def test_a_leader_that_resigns_is_replaced_within_one_round_of_votes():
     """A graceful stop of the leader (EndQuorumEpoch): its followers elect one of them
     without waiting for a fetch or election timeout, pre-vote included: a follower told

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
-from storage import manager
 from storage.classic import ClassicLog
-from storage.classic.local_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from storage.config import InvalidConfig, LogConfig
 from storage.manager import LogManager
 
@@ -30,27 +27,6 @@ async def test_open_uses_the_engine_of_the_storage_mode(tmp_path, produce):
     assert reopened.log_end_offset == 2
 
 
-async def test_close_all_syncs_the_file_system_twice_instead_of_fsyncing_every_file(
-        tmp_path, produce, monkeypatch):
-    """Several fsyncs per log made closing 2,000 partitions take seconds: close_all writes
-    every log out, syncs once, marks each one clean and syncs again; the next open trusts
-    the marks and finds every record."""
-    logs = LogManager(tmp_path)
-    for partition in range(20):
-        await produce(logs.open("t", partition, LogConfig()), [b"a", b"b"])
-    fsyncs, syncs = [], []
-    monkeypatch.setattr(os, "fsync", fsyncs.append)
-    monkeypatch.setattr(manager, "sync_file_system", syncs.append)
-    await logs.close_all()
-    monkeypatch.undo()
-    assert (fsyncs, syncs) == ([], [tmp_path, tmp_path])
-    for partition in range(20):
-        directory = tmp_path / f"t-{partition}"
-        assert (directory / CLEAN_SHUTDOWN_FILE).exists()
-        assert (directory / RECOVERY_POINT_FILE).read_text().strip() == "2"
-        assert LogManager(tmp_path).open("t", partition, LogConfig()).log_end_offset == 2
-
-
 async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path):
     logs = LogManager(tmp_path)
     with pytest.raises(InvalidConfig, match="diskless"):
@@ -58,7 +34,7 @@ async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path):
 
     opened = []
 
-    def fake_engine(topic, partition, config, directory):
+    def fake_engine(topic, partition, config, directory, *, clean_recovery_point=None):
         opened.append((topic, partition, directory))
         return ClassicLog(topic, partition, config, directory)
 

@@ -34,8 +34,12 @@ def proxied_broker(storage_mode, broker_factory, s3_endpoint):
 
 
 def produce_confluent_kafka(bootstrap: str, topic: str) -> None:
+    # Each dropped response closes the connection: librdkafka's reconnect backoff doubles
+    # with each (up to 10 s by default), which a diskless broker's slower rounds ran into
+    # until a flush outlasted its 60 s.
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 2, "retry.backoff.ms": 50})
+                         "linger.ms": 2, "retry.backoff.ms": 50,
+                         "reconnect.backoff.max.ms": 500})
     failures = []
     for round_ in range(ROUNDS):
         for i in range(round_ * PER_ROUND, (round_ + 1) * PER_ROUND):

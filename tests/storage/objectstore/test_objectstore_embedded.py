@@ -37,6 +37,22 @@ async def test_store_without_endpoint_runs_its_own_server() -> None:
             await probe.get(WAL_BUCKET, "k")
 
 
+def test_strict_http_parsers_accept_its_responses() -> None:
+    """Python's dev mode makes aiohttp parse strictly: a response naming two servers (werkzeug's
+    and moto's) was refused, so no bucket could be made."""
+    script = ("import asyncio\n"
+              "from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreConfig\n"
+              "async def main():\n"
+              "    async with ObjectStore(ObjectStoreConfig(max_attempts=1)) as store:\n"
+              "        await store.ensure_buckets(['az1'])\n"
+              "        await store.put(WAL_BUCKET, 'k', b'strict')\n"
+              "        assert await store.get(WAL_BUCKET, 'k') == b'strict'\n"
+              "asyncio.run(main())\n")
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_standalone_process_announces_itself_and_stops_on_sigterm() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "storage.objectstore.embedded", "--port", "0"],
