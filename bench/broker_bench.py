@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 try:
@@ -127,7 +127,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     futures[topic].result(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # wait until every partition has a leader
-        md = admin.list_topics(topic, timeout=5)
+        try:
+            md = admin.list_topics(topic, timeout=5)
+        except KafkaException:  # a broker busy opening thousands of new logs: ask again
+            continue
         t = md.topics.get(topic)
         if t is not None and t.error is None and len(t.partitions) == partitions and all(
                 p.leader >= 0 and p.error is None for p in t.partitions.values()):
@@ -254,7 +257,8 @@ def self_cpu() -> float:
 def run_one(name: str, bootstrap: str, args: argparse.Namespace, broker_pid: int,
             on_phase=lambda phase, starting: None) -> RunResult:
     topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, args.partitions)
+    # A broker opens a log per partition: allow a loaded machine a second per 100 of them.
+    create_topic(bootstrap, topic, args.partitions, timeout=max(30.0, args.partitions / 100))
     results = {}
     for phase in ("produce", "consume"):
         on_phase(phase, True)

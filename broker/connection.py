@@ -27,6 +27,7 @@ from protocol.framing import (
     RequestHeader,
     UnsupportedVersion,
     encode_response,
+    encode_response_buffers,
     parse_request,
 )
 
@@ -229,7 +230,7 @@ class Connection:
 
     async def _queue_ready(self, data: bytes) -> None:
         done = asyncio.get_running_loop().create_future()
-        done.set_result(data)
+        done.set_result([data])
         await self._responses.put(done)
 
     def _response_bound(self, header: RequestHeader, body: object) -> int:
@@ -240,7 +241,7 @@ class Connection:
         return 0
 
     async def _handle(self, header: RequestHeader, body: object, traffic_class: str,
-                      expected: int, received_at: float) -> bytes | None:
+                      expected: int, received_at: float) -> list | None:
         context = RequestContext(header, self.services, self.peer,
                                  self.authentication.node_id, self.principal, self.client_host,
                                  self.listener_name)
@@ -252,10 +253,12 @@ class Connection:
             self.writer.close()
             response = None
         # (Cancelled at shutdown: what it holds is freed when the connection closes.)
-        data = None if response is None else encode_response(header, response)  # None: acks=0
+        # None: acks=0. Buffers written in order (a Fetch response's record sets uncopied).
+        data = None if response is None else encode_response_buffers(header, response)
+        size = 0 if data is None else sum(map(len, data))
         if data is not None:
-            self.traffic.response(traffic_class, len(data))
-        self.held.resize(expected, len(data) if data is not None else 0)
+            self.traffic.response(traffic_class, size)
+        self.held.resize(expected, size)
         self.requests.observe(header.api_key, time.perf_counter() - received_at)
         return data
 
@@ -271,10 +274,10 @@ class Connection:
                 continue
             try:
                 if not self.writer.is_closing():  # else drain on, so the reader never blocks
-                    self.writer.write(data)
+                    self.writer.writelines(data)
                     await self.writer.drain()
             except ConnectionError:
                 self._lost_bytes += len(data)
                 self.writer.close()
             finally:
-                await self.held.release(len(data))
+                await self.held.release(sum(map(len, data)))

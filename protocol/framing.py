@@ -15,6 +15,12 @@ from kio.serial import entity_reader
 from kio.serial.errors import BufferUnderflow
 
 from .encoder import encoder
+from .hand_encoded import (
+    FetchAnswer,
+    ProduceAnswer,
+    encode_fetch_response,
+    encode_produce_response,
+)
 from .internal import JsonBody, is_internal, read_json_body, write_json_body
 from .shape import BadShape, check_shape
 
@@ -149,6 +155,10 @@ def _skip_tagged_fields(buf: bytes, position: int) -> int:
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:
     """Size-prefixed response frame; header v1 for flexible versions except ApiVersions (v0)."""
+    if isinstance(body, FetchAnswer):
+        return b"".join(encode_fetch_response(header.correlation_id, header.api_version, body))
+    if isinstance(body, ProduceAnswer):
+        return encode_produce_response(header.correlation_id, header.api_version, body)
     out = bytearray(4)
     out += _SIZE.pack(header.correlation_id)
     if type(body).__flexible__ and header.api_key != API_VERSIONS_KEY:
@@ -156,6 +166,14 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     _writer(type(body))(out, body)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def encode_response_buffers(header: RequestHeader, body: Any) -> list:
+    """``encode_response`` as buffers to write in order: a Fetch response's record sets are
+    not copied into one frame (protocol.hand_encoded)."""
+    if isinstance(body, FetchAnswer):
+        return encode_fetch_response(header.correlation_id, header.api_version, body)
+    return [encode_response(header, body)]
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,

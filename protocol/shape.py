@@ -82,14 +82,37 @@ class _Reader:
 
 @lru_cache(maxsize=None)
 def _plan(entity: type) -> list[Callable[[_Reader], None]]:
-    """One checker per non-tagged field, in wire order."""
+    """One checker per non-tagged field, in wire order; a run of fixed-size fields is one
+    skip (a Fetch request repeats six of them for each of thousands of partitions)."""
     flexible = entity.__flexible__
     steps = []
+    fixed_run = 0
     for field in dataclasses.fields(entity):
         if get_field_tag(field) is not None:
             continue  # tagged fields sit in the tagged section, skipped as a whole
+        size = _fixed_size(field)
+        if size is not None:
+            fixed_run += size
+            continue
+        if fixed_run:
+            steps.append(_skipper(fixed_run))
+            fixed_run = 0
         steps.append(_field_checker(field, flexible))
+    if fixed_run:
+        steps.append(_skipper(fixed_run))
     return steps
+
+
+def _fixed_size(field: dataclasses.Field) -> int | None:
+    """The wire size of a field of a fixed-size primitive type (not an array)."""
+    kind = classify_field(field)
+    if kind.is_array or isinstance(kind, (EntityField, EntityTupleField)):
+        return None
+    return _FIXED_SIZES.get(get_schema_field_type(field))
+
+
+def _skipper(size: int) -> Callable[[_Reader], None]:
+    return lambda r: r.skip(size)
 
 
 def _field_checker(field: dataclasses.Field, flexible: bool) -> Callable[[_Reader], None]:
@@ -123,8 +146,7 @@ def _field_checker(field: dataclasses.Field, flexible: bool) -> Callable[[_Reade
 
 def _primitive_checker(kafka_type: str, flexible: bool) -> Callable[[_Reader], None]:
     if kafka_type in _FIXED_SIZES:
-        size = _FIXED_SIZES[kafka_type]
-        return lambda r: r.skip(size)
+        return _skipper(_FIXED_SIZES[kafka_type])
     if kafka_type in ("string", "bytes", "records"):
         wide = kafka_type != "string"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from protocol.records import BatchHeader, InvalidRecordBatch
 
@@ -80,6 +80,15 @@ class ReadResult:
     records: bytes
     log_start_offset: int
     log_end_offset: int
+
+
+@dataclass(slots=True, frozen=True)
+class Prefetch:
+    """Bytes a read will find already brought in once ``done`` (which raises nothing: a
+    failure is the read's to report) completes."""
+
+    size: int
+    done: Awaitable[None]
 
 
 @dataclass(slots=True, frozen=True)
@@ -191,6 +200,12 @@ class PartitionLog(abc.ABC):
         """Whole batches from ``offset``, at most ``max_bytes`` unless the first batch alone is
         larger and ``min_one_batch`` (KIP-74); never past ``max_offset`` (exclusive, e.g. the
         high watermark). Raises OffsetOutOfRange."""
+
+    def prefetch(self, offset: int, max_bytes: int, *, max_offset: int) -> Prefetch | None:
+        """Start bringing in what ``read`` from ``offset`` would need, so that a Fetch of
+        many partitions waits for their remote reads together rather than one after the
+        other; None when there is nothing to bring in (a local log, the default)."""
+        return None
 
     async def read_for_replica(self, replica_id: int, offset: int, max_bytes: int, *,
                                max_offset: int | None = None,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import NamedTuple
 
@@ -7,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.apis import ApiKey
 from protocol.build import millis
+from protocol.hand_encoded import FetchAnswer, FetchedPartition, FetchedTopic
 from replication.cluster_metadata import METADATA_TOPIC
 from protocol.records import iter_batches
 from replication.fetch_session import (
@@ -47,14 +49,13 @@ class PartitionRead(NamedTuple):
     more: bool = False
 
 
-async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budget: int,
-                          first_data: bool, received_at: float) -> PartitionRead:
+async def _read_partition(reads: _Reads, topic: str, fetch, budget: int,
+                          first_data: bool) -> PartitionRead:
+    ctx, request, replica_id = reads.ctx, reads.request, reads.replica_id
     index = fetch.partition
-    replica_id = getattr(request, "replica_id", -1)
     answer_now = False
-    # A follower's fetch comes from a broker (broker.inter_broker): its CLUSTER_ACTION.
-    if replica_id < 0 and not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, topic):
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.topic_authorization_failed),
+    if not reads.may_read(topic):
+        return PartitionRead(_entry(request, index, ErrorCode.topic_authorization_failed),
                              0, None)
     try:
         partition = ctx.services.replicas.get(topic, index)
@@ -68,12 +69,12 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             partition.check_epoch(current_epoch)
             if not partition.is_leader and ctx.version < FOLLOWER_FETCH_MIN_VERSION:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
-            await partition.catch_up(received_at)
-            preferred = _preferred_read_replica(
-                ctx, partition, client_az(ctx.header.client_id, getattr(request, "rack_id", "")))
+            await partition.catch_up(reads.received_at)
+            preferred = (None if reads.zone is None
+                         else _preferred_read_replica(ctx, partition, reads.zone))
             if preferred is not None:
                 return PartitionRead(_entry(
-                    ctx, request, index, ErrorCode.none, hw=partition.high_watermark,
+                    request, index, ErrorCode.none, hw=partition.high_watermark,
                     lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
                     preferred=preferred), 0, None)
             upper = (partition.last_stable_offset if request.isolation_level == READ_COMMITTED
@@ -103,28 +104,28 @@ async def _read_partition(ctx: RequestContext, request, topic: str, fetch, budge
             result = await partition.log.read(fetch.fetch_offset, max_bytes,
                                               max_offset=upper, min_one_batch=first_data)
             records = result.records
-        aborted = (_aborted_transactions(ctx, partition, fetch.fetch_offset, records)
+        aborted = (_aborted_transactions(partition, fetch.fetch_offset, records)
                    if request.isolation_level == READ_COMMITTED and replica_id < 0 else None)
         error = ErrorCode.none
     except PartitionError as e:
-        return PartitionRead(_entry(ctx, request, index, e.error_code), 0, None)
+        return PartitionRead(_entry(request, index, e.error_code), 0, None)
     except OffsetOutOfRange:
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.offset_out_of_range,
+        return PartitionRead(_entry(request, index, ErrorCode.offset_out_of_range,
                                     hw=partition.high_watermark,
                                     log_start=partition.log.log_start_offset), 0, None)
     except RecordsLost:
         # Not KAFKA_STORAGE_ERROR, which clients retry forever without a word (see RecordsLost).
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.unknown_server_error), 0, None)
+        return PartitionRead(_entry(request, index, ErrorCode.unknown_server_error), 0, None)
     except KafkaStorageError:
-        return PartitionRead(_entry(ctx, request, index, ErrorCode.kafka_storage_error), 0, None)
-    entry = _entry(ctx, request, index, error, hw=partition.high_watermark,
+        return PartitionRead(_entry(request, index, ErrorCode.kafka_storage_error), 0, None)
+    entry = _entry(request, index, error, hw=partition.high_watermark,
                    lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
                    records=records, aborted=aborted)
     return PartitionRead(entry, len(records), partition, answer_now,
                          more=not records and fetch.fetch_offset < upper)
 
 
-def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offset: int,
+def _aborted_transactions(partition: Partition, fetch_offset: int,
                           records: bytes) -> tuple:
     """The aborted transactions with records in what the fetch returns, which a
     read_committed consumer drops (up to their abort markers)."""
@@ -133,17 +134,15 @@ def _aborted_transactions(ctx: RequestContext, partition: Partition, fetch_offse
     end = fetch_offset
     for header in iter_batches(records, allow_partial_tail=True):
         end = header.next_offset
-    return tuple(ctx.response("AbortedTransaction", producer_id=t.producer_id,
-                              first_offset=t.first_offset)
-                 for t in partition.log.aborted_transactions(fetch_offset, end))
+    return tuple(partition.log.aborted_transactions(fetch_offset, end))
 
 
 def _preferred_read_replica(ctx: RequestContext, partition: Partition,
-                            zone: str | None) -> int | None:
+                            zone: str) -> int | None:
     """KIP-392: a consumer in AZ ``zone`` (broker.client_az: client.rack first) that this
     broker, in another AZ, serves is sent to a broker in its AZ that can serve the partition
     too (an in-sync replica; for a diskless partition any broker), the same one every time."""
-    if zone is None or not partition.is_leader:
+    if not partition.is_leader:
         return None
     image = ctx.services.image
     own = image.brokers.get(partition.node_id)
@@ -155,15 +154,12 @@ def _preferred_read_replica(ctx: RequestContext, partition: Partition,
     return chosen.node_id if chosen is not None else None
 
 
-def _entry(ctx: RequestContext, request, index: int, error: ErrorCode, hw: int = -1,
+def _entry(request, index: int, error: ErrorCode, hw: int = -1,
            lso: int = -1, log_start: int = -1, records: bytes = b"", preferred: int = -1,
-           aborted: tuple | None = None) -> object:
+           aborted: tuple | None = None) -> FetchedPartition:
     if aborted is None and request.isolation_level == READ_COMMITTED:
         aborted = ()
-    return ctx.response(
-        "PartitionData", partition_index=index, error_code=error, high_watermark=hw,
-        last_stable_offset=lso, log_start_offset=log_start, aborted_transactions=aborted,
-        preferred_read_replica=preferred, records=records)
+    return FetchedPartition(index, error, hw, lso, log_start, aborted, preferred, records)
 
 
 def response_bytes_bound(request, fetch_max_bytes: int) -> int:
@@ -178,29 +174,48 @@ def response_bytes_bound(request, fetch_max_bytes: int) -> int:
 class _Reads:
     """What a Fetch has read so far, by partition: a long poll reads again only what changed
     (every partition without a session), and a later read of a partition replaces the
-    earlier one."""
+    earlier one. It also holds what every partition's read needs from the request, worked
+    out once (a fetch may list thousands of partitions)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, ctx: RequestContext, request, budget: int, received_at: float) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.received_at = received_at
+        self.replica_id = getattr(request, "replica_id", -1)
+        self.zone = client_az(ctx.header.client_id, getattr(request, "rack_id", ""))
+        self._may_read: dict[str, bool] = {}
         self.budget = budget
         self.by_key: dict[PartitionKey, tuple[object, PartitionRead]] = {}
         self.answer_now = False
+
+    def may_read(self, topic: str) -> bool:
+        """READ on the topic (a follower's fetch comes from a broker, broker.inter_broker:
+        its CLUSTER_ACTION was checked), asked once per topic and request."""
+        if self.replica_id >= 0:
+            return True
+        found = self._may_read.get(topic)
+        if found is None:
+            found = self._may_read[topic] = allowed(self.ctx, AclOperation.READ,
+                                                    ResourceType.TOPIC, topic)
+        return found
 
     @property
     def total(self) -> int:
         return sum(read.size for _, read in self.by_key.values())
 
-    async def read(self, ctx: RequestContext, request, targets: list[tuple[str, object]],
-                   received_at: float) -> list[tuple[PartitionKey, PartitionRead]]:
+    async def read(self, targets: list[tuple[str, object]],
+                   ) -> list[tuple[PartitionKey, PartitionRead]]:
         """Read ``targets`` (topic, the partition's fetch position) in order."""
         for key in {(topic, fetch.partition) for topic, fetch in targets}:
             self.by_key.pop(key, None)
+        await self._prefetch(targets)
         total = self.total
         done = []
         turns = LoopSlice(READ_SLICE_S)
         for topic, fetch in targets:
             await turns.pause()
-            read = await _read_partition(ctx, request, topic, fetch, max(self.budget - total, 0),
-                                         total == 0, received_at)
+            read = await _read_partition(self, topic, fetch, max(self.budget - total, 0),
+                                         total == 0)
             key = (topic, fetch.partition)
             self.by_key[key] = (fetch, read)
             total += read.size
@@ -208,14 +223,37 @@ class _Reads:
             done.append((key, read))
         return done
 
-    def topics(self, ctx: RequestContext, include=lambda key, fetch, entry: True) -> list:
+    async def _prefetch(self, targets: list[tuple[str, object]]) -> None:
+        """A consumer's reads from object storage (PartitionLog.prefetch: diskless), within
+        the response's budget, brought in together rather than one partition after the
+        other by the reads in order, which then find them cached."""
+        if self.replica_id >= 0:
+            return
+        left = self.budget - self.total
+        hosted = self.ctx.services.replicas.partitions
+        pending: list = []
+        for topic, fetch in targets:
+            if left <= 0:
+                break
+            partition = hosted.get((topic, fetch.partition))
+            if partition is None or fetch.fetch_offset >= partition.high_watermark:
+                continue
+            started = partition.log.prefetch(fetch.fetch_offset,
+                                             min(fetch.partition_max_bytes, left),
+                                             max_offset=partition.high_watermark)
+            if started is None:
+                continue
+            left -= started.size
+            pending.append(started.done)
+        await asyncio.gather(*pending)
+
+    def topics(self, include=lambda key, fetch, entry: True) -> list[FetchedTopic]:
         """The response's topics: the entries ``include`` keeps, grouped by topic."""
         by_topic: dict[str, list] = {}
         for (topic, _), (fetch, read) in self.by_key.items():
             if include((topic, fetch.partition), fetch, read.entry):
                 by_topic.setdefault(topic, []).append(read.entry)
-        return [ctx.response("FetchableTopicResponse", topic=topic, partitions=tuple(entries))
-                for topic, entries in by_topic.items()]
+        return [FetchedTopic(topic, entries) for topic, entries in by_topic.items()]
 
 
 def _requested(request) -> list[tuple[str, object]]:
@@ -275,23 +313,22 @@ async def fetch(ctx: RequestContext, request) -> object:
         session = _open_session(ctx, request)
     except FetchSessionError as e:
         ctx.services.fetch_sessions.requests[e.error_code.name.lower()] += 1
-        return ctx.response("FetchResponse", throttle_time=0, error_code=e.error_code,
-                            session_id=INVALID_SESSION_ID, responses=())
+        return FetchAnswer(0, e.error_code, INVALID_SESSION_ID, ())
     if by_replica:
         ctx.services.replicas.follower_fetched(request.replica_id)
     incremental = session is not None and request.session_epoch > INITIAL_EPOCH
     ctx.services.fetch_sessions.requests[
         "none" if session is None else "incremental" if incremental else "full"] += 1
     fetch_max_bytes = ctx.services.config.fetch_max_bytes
-    reads = _Reads(response_bytes_bound(request, fetch_max_bytes) if session is None
+    reads = _Reads(ctx, request, response_bytes_bound(request, fetch_max_bytes)
+                   if session is None
                    else min(request.max_bytes if request.max_bytes > 0 else fetch_max_bytes,
-                            fetch_max_bytes))
+                            fetch_max_bytes), received_at)
     while True:
         if session is None:
-            await reads.read(ctx, request, _requested(request), received_at)
+            await reads.read(_requested(request))
         else:
-            _after_session_read(ctx, session, await reads.read(
-                ctx, request, _targets(session), received_at))
+            _after_session_read(ctx, session, await reads.read(_targets(session)))
         remaining = deadline - time.monotonic()
         if reads.total >= request.min_bytes or reads.answer_now or remaining <= 0:
             break
@@ -303,15 +340,14 @@ async def fetch(ctx: RequestContext, request) -> object:
             break
         await wait_for_any_change(watched, remaining)  # long poll
     if session is None:
-        topics = reads.topics(ctx)
+        topics = reads.topics()
     else:
         # A new session's answer lists every partition; an incremental one only the news.
-        topics = reads.topics(ctx, lambda key, cached, entry: (
+        topics = reads.topics(lambda key, cached, entry: (
             cached.is_news(entry) or not incremental))
     for topic in topics:
         if topic.topic != METADATA_TOPIC:  # brokers following the controller, not a topic's use
             ctx.services.topic_metrics.fetched(
                 topic.topic, sum(len(p.records or b"") for p in topic.partitions), by_replica)
-    return ctx.response("FetchResponse", throttle_time=0, error_code=ErrorCode.none,
-                        session_id=INVALID_SESSION_ID if session is None else session.session_id,
-                        responses=tuple(topics))
+    return FetchAnswer(0, ErrorCode.none,
+                       INVALID_SESSION_ID if session is None else session.session_id, topics)

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.transaction.partition_adder import RETRIABLE_ADD_ERRORS
 from protocol.apis import ApiKey
 from protocol.build import millis
+from protocol.hand_encoded import ProduceAnswer, ProducedPartition, ProducedTopic
 from protocol.records import (
     BatchHeader,
     CorruptRecordBatch,
@@ -162,28 +163,27 @@ async def produce(ctx: RequestContext, request) -> object | None:
         validated = {(t.name, p.index): _validate(ctx, t.name, p.index, p.records, acks)
                      for t in request.topic_data for p in t.partition_data}
         validated |= await _add_to_transaction(ctx, request.transactional_id, validated)
-        # gather starts the appends in request order before any of them can suspend,
-        # which keeps pipelined requests' batches in order (see broker.connection).
-        outcomes = await asyncio.gather(*(
-            _append(ctx, topic, index, validated[(topic, index)], acks,
-                    millis(request.timeout) / 1000)
-            for topic, index in keys))
+        timeout_s = millis(request.timeout) / 1000
+        if len(keys) == 1:  # a librdkafka producer's every request: no task to gather
+            (topic, index), = keys
+            outcomes = [await _append(ctx, topic, index, validated[(topic, index)], acks,
+                                      timeout_s)]
+        else:
+            # gather starts the appends in request order before any of them can suspend,
+            # which keeps pipelined requests' batches in order (see broker.connection).
+            outcomes = await asyncio.gather(*(
+                _append(ctx, topic, index, validated[(topic, index)], acks, timeout_s)
+                for topic, index in keys))
     if acks == 0:
         return None
 
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[ProducedPartition]] = {}
     for (topic, index), outcome in zip(keys, outcomes):
         if isinstance(outcome, AppendResult):
-            entry = ctx.response("PartitionProduceResponse", index=index,
-                                 error_code=ErrorCode.none, base_offset=outcome.base_offset,
-                                 log_append_time=outcome.log_append_time_ms,
-                                 log_start_offset=outcome.log_start_offset, record_errors=())
+            entry = ProducedPartition(index, ErrorCode.none, outcome.base_offset,
+                                      outcome.log_append_time_ms, outcome.log_start_offset)
         else:
             code, message = outcome
-            entry = ctx.response("PartitionProduceResponse", index=index, error_code=code,
-                                 base_offset=-1, log_append_time=-1, log_start_offset=-1,
-                                 record_errors=(), error_message=message)
+            entry = ProducedPartition(index, code, error_message=message)
         by_topic.setdefault(topic, []).append(entry)
-    return ctx.response("ProduceResponse", throttle_time=0, responses=tuple(
-        ctx.response("TopicProduceResponse", name=topic, partition_responses=tuple(entries))
-        for topic, entries in by_topic.items()))
+    return ProduceAnswer([ProducedTopic(topic, entries) for topic, entries in by_topic.items()])

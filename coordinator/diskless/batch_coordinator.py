@@ -173,6 +173,9 @@ class BatchCoordinator(RecordControlPlane):
         self._committed_offsets = _CommittedOffsetQuestions(self._ask_committed_offset)
         self.catch_up_failures = 0
         self._last_question_error: Exception | None = None  # for the NotCaughtUp message
+        # The latest catch-up: its ``since`` and the committed offset it waited for. A Fetch
+        # catches up once for each of its partitions with the same ``since``.
+        self._caught_up: tuple[float, int] = (-math.inf, 0)
 
     def start(self) -> None:
         self._apply_task = asyncio.create_task(self._apply_loop())
@@ -338,10 +341,16 @@ class BatchCoordinator(RecordControlPlane):
         own writes (Raft's ReadIndex). The writable coordinator asks nobody; another broker
         asks it, and one question answers every caller that arrived before it was sent.
         Raises NotCaughtUp after ``catch_up_timeout_s``."""
+        caught_up_since, committed = self._caught_up
+        if since <= caught_up_since and self.applier.next_offset >= committed:
+            # An answer about a moment after a later ``since`` holds for this one too.
+            return
         try:
             async with asyncio.timeout(self.catch_up_timeout_s):
                 committed = await self._committed_offset(since)
                 await self.applier.wait_until_applied(committed, math.inf)
+                if since > self._caught_up[0]:
+                    self._caught_up = (since, committed)
         except TimeoutError as e:
             self.catch_up_failures += 1
             raise NotCaughtUp(

@@ -25,6 +25,7 @@ from ..log import (
     EpochEndOffset,
     KafkaStorageError,
     OffsetOutOfRange,
+    Prefetch,
     PartitionLog,
     ReadResult,
     RecordsLost,
@@ -128,13 +129,24 @@ class DisklessLog(PartitionLog):
         info = self.control_plane.log_info(self.topic_id, self.partition)
         if not info.log_start_offset <= offset <= info.high_watermark:
             raise OffsetOutOfRange()
-        coordinates = [c for c in self.control_plane.find_batches(
-            self.topic_id, self.partition, offset, max_bytes)
-            if max_offset is None or c.base_offset < max_offset]
+        coordinates = self._coordinates(offset, max_bytes, max_offset)
         if not min_one_batch and coordinates and coordinates[0].byte_size > max_bytes:
             coordinates = []
         records = await self._batches(coordinates)
         return ReadResult(bytes(records), info.log_start_offset, info.high_watermark)
+
+    def prefetch(self, offset: int, max_bytes: int, *, max_offset: int) -> Prefetch | None:
+        ranges = [(c.object_key, c.byte_offset, c.byte_size)
+                  for c in self._coordinates(offset, max_bytes, max_offset)]
+        if self.cache.holds(ranges):
+            return None
+        return Prefetch(sum(size for _, _, size in ranges), self.cache.prefetch(ranges))
+
+    def _coordinates(self, offset: int, max_bytes: int,
+                     max_offset: int | None) -> list[BatchCoordinate]:
+        return [c for c in self.control_plane.find_batches(
+            self.topic_id, self.partition, offset, max_bytes)
+            if max_offset is None or c.base_offset < max_offset]
 
     async def _batches(self, coordinates: list[BatchCoordinate]) -> bytearray:
         """The batches as stored by their producers, given their assigned offsets (and the

@@ -5,6 +5,8 @@ stale; merging writes new objects under new keys."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -13,6 +15,8 @@ from storage.histogram import Histogram
 from storage.objectstore import WAL_BUCKET, ObjectStore
 
 Range = tuple[str, int, int]  # object key, byte offset, size
+
+log = logging.getLogger(__name__)
 
 
 class ReadCache:
@@ -25,6 +29,9 @@ class ReadCache:
         # Time to GET what one read missed from one object (all its coalesced ranges).
         self.download_seconds = Histogram()
         self._entries: OrderedDict[Range, bytes] = OrderedDict()
+        # Ranges prefetched in this turn of the event loop, and the future of their read.
+        self._batch: tuple[list[Range], asyncio.Future] | None = None
+        self._filling: set[asyncio.Task] = set()
 
     def put(self, key: str, offset: int, size: int, data: bytes) -> None:
         if size > self.max_bytes:
@@ -38,6 +45,36 @@ class ReadCache:
         while self.size_bytes > self.max_bytes:
             (_, _, evicted_size), _ = self._entries.popitem(last=False)
             self.size_bytes -= evicted_size
+
+    def holds(self, ranges: Sequence[Range]) -> bool:
+        return all(entry in self._entries for entry in ranges)
+
+    def prefetch(self, ranges: Sequence[Range]) -> asyncio.Future:
+        """Bring ``ranges`` in together with every range asked for in the same turn of the
+        event loop: one ``read``, coalesced per object (the partitions a Fetch prefetches
+        have their batches in the same few WAL objects). The future never fails: a failed
+        range is missed again by the read that wants it, which reports it."""
+        if self._batch is None:
+            loop = asyncio.get_running_loop()
+            self._batch = ([], loop.create_future())
+            loop.call_soon(self._read_batch)
+        self._batch[0].extend(ranges)
+        return self._batch[1]
+
+    def _read_batch(self) -> None:
+        (ranges, done), self._batch = self._batch, None
+        task = asyncio.ensure_future(self._fill(ranges, done))
+        self._filling.add(task)
+        task.add_done_callback(self._filling.discard)
+
+    async def _fill(self, ranges: list[Range], done: asyncio.Future) -> None:
+        try:
+            await self.read(ranges)
+        except Exception as error:  # the read that wants the range reports it
+            log.debug("prefetch of %d ranges failed: %r", len(ranges), error)
+        finally:
+            if not done.done():
+                done.set_result(None)
 
     async def read(self, ranges: Sequence[Range]) -> list[bytes]:
         """The bytes of every range, in order; misses are read with one ranged GET per span
@@ -53,14 +90,19 @@ class ReadCache:
             else:
                 missing.setdefault(entry[0], []).append((entry[1], entry[2]))
                 self.misses += 1
-        for key, spans in missing.items():
-            started = time.monotonic()
-            downloaded = await self.store.get_ranges(WAL_BUCKET, key, spans)
-            self.download_seconds.observe(time.monotonic() - started)
+        downloads = await asyncio.gather(*(self._download(key, spans)
+                                           for key, spans in missing.items()))
+        for (key, spans), downloaded in zip(missing.items(), downloads):
             for (offset, size), data in zip(spans, downloaded):
                 found[(key, offset, size)] = data
                 self.put(key, offset, size, data)
         return [found[entry] for entry in ranges]
+
+    async def _download(self, key: str, spans: list[tuple[int, int]]) -> list[bytes]:
+        started = time.monotonic()
+        downloaded = await self.store.get_ranges(WAL_BUCKET, key, spans)
+        self.download_seconds.observe(time.monotonic() - started)
+        return downloaded
 
     @property
     def hit_rate(self) -> float:

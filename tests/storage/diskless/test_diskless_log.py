@@ -182,3 +182,18 @@ async def test_a_fenced_producer_s_batches_are_rejected_and_their_bytes_dead(
     assert rejected.value.error_code == ErrorCode.transaction_coordinator_fenced
     assert [h.base_offset for h in iter_batches((await log.read(0, 1 << 20)).records)] == [0, 1]
     assert log.last_stable_offset(log.log_end_offset) == 2
+
+
+async def test_prefetch_brings_what_a_read_needs_into_the_cache(make_log, build_batch):
+    log = make_log()
+    await append(log, build_batch, [b"a", b"b"])
+    await append(log, build_batch, [b"c"])
+    started = log.prefetch(0, 1 << 20, max_offset=log.log_end_offset)
+    assert started is not None and started.size > 0
+    await started.done
+    assert log.prefetch(0, 1 << 20, max_offset=log.log_end_offset) is None  # cached now
+    misses = log.cache.misses
+    assert len((await log.read(0, 1 << 20)).records) == started.size
+    assert log.cache.misses == misses
+    # Nothing to read: nothing to bring in.
+    assert log.prefetch(log.log_end_offset, 1 << 20, max_offset=log.log_end_offset) is None

@@ -51,3 +51,19 @@ async def test_ranges_larger_than_the_cache_are_not_kept(store, s3_prefix):
     cache.put(key, 0, 10, OBJECT[:10])
     cache.put(key, 0, 10, OBJECT[:10])  # already there: counted once
     assert cache.size_bytes == 10
+
+
+async def test_prefetches_of_one_turn_are_read_together(store, s3_prefix):
+    key = await put_object(store, s3_prefix)
+    other = await put_object(store, s3_prefix, "p")
+    missing = f"{s3_prefix}gone"
+    cache = ReadCache(store)
+    first = cache.prefetch([(key, 0, 10)])
+    second = cache.prefetch([(other, 5, 5), (key, 100, 20)])
+    assert first is second  # asked in the same turn: one read
+    await first
+    assert sorted(store.range_reads) == [(key, [(0, 10), (100, 20)]), (other, [(5, 5)])]
+    assert cache.holds([(key, 0, 10), (key, 100, 20), (other, 5, 5)])
+    # A range that cannot be read fails no prefetch: the read that wants it reports it.
+    await cache.prefetch([(missing, 0, 10)])
+    assert not cache.holds([(missing, 0, 10)])
