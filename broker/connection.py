@@ -272,12 +272,13 @@ class Connection:
                 continue
             if data is None:
                 continue
+            size = sum(map(len, data))
             try:
                 if not self.writer.is_closing():  # else drain on, so the reader never blocks
                     self.writer.writelines(data)
                     await self.writer.drain()
             except ConnectionError:
-                self._lost_bytes += len(data)
+                self._lost_bytes += size
                 self.writer.close()
             finally:
-                await self.held.release(sum(map(len, data)))
+                await self.held.release(size)

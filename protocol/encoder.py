@@ -39,11 +39,26 @@ _INT64 = struct.Struct(">q").pack
 _ZERO_UUID = uuid_zero.bytes
 
 
-def write_uvarint(out: bytearray, value: int) -> None:
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+    return bytes(out)
+
+
+# Small lengths are by far the most common: precomputed.
+_SMALL_UVARINTS = [_encode_uvarint(n) for n in range(1 << 14)]
+
+
+def uvarint(value: int) -> bytes:
+    """An unsigned varint: compact lengths, tags and tagged-field counts."""
+    return _SMALL_UVARINTS[value] if value < len(_SMALL_UVARINTS) else _encode_uvarint(value)
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    out += uvarint(value)
 
 
 def _packer(fmt: str) -> Write:

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .encoder import uvarint
+
 FETCH_VERSIONS = range(4, 13)
 PRODUCE_VERSIONS = range(3, 13)
 # Record sets at least this large go out as their own buffer rather than copied.
@@ -126,23 +128,6 @@ class ProduceAnswer:
     throttle_time: int = 0
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# Small lengths are by far the most common: precomputed.
-_SMALL_UVARINTS = [_uvarint(n) for n in range(1 << 14)]
-
-
-def _length(value: int) -> bytes:
-    return _SMALL_UVARINTS[value] if value < len(_SMALL_UVARINTS) else _uvarint(value)
-
-
 def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer) -> list:
     """The size-prefixed response frame (header v0, or v1 from v12) as buffers to write in
     order."""
@@ -187,7 +172,7 @@ def encode_fetch_response(correlation_id: int, version: int, answer: FetchAnswer
             records = p.records
             length = len(records)
             if flexible:
-                out += _length(length + 1)
+                out += uvarint(length + 1)
             else:
                 out += _INT32.pack(length)
             if length >= SEPARATE_BUFFER_BYTES:
@@ -253,7 +238,7 @@ def encode_produce_response(correlation_id: int, version: int, answer: ProduceAn
 
 def _array_length(out: bytearray, length: int, flexible: bool) -> None:
     if flexible:
-        out += _length(length + 1)
+        out += uvarint(length + 1)
     else:
         out += _INT32.pack(length)
 
@@ -265,7 +250,7 @@ def _string(out: bytearray, value: str | None, flexible: bool) -> None:
         return
     raw = value.encode()
     if flexible:
-        out += _length(len(raw) + 1)
+        out += uvarint(len(raw) + 1)
     else:
         out += _INT16.pack(len(raw))
     out += raw
