@@ -245,9 +245,10 @@ class BrokerConfig:
         55 * 1024 * 1024, "Most record bytes one Fetch response carries, whatever the request "
         "asks (`fetch.max.bytes`).")
     connection_max_queued_response_bytes: int = setting(
-        16 * 1024 * 1024, "Response bytes a connection may hold (being built or not yet sent) "
-        "before the broker stops reading its requests; a client that does not read its "
-        "responses cannot grow the broker (one request at a time always goes through).")
+        16 * 1024 * 1024, "Bytes a connection may hold (requests read and not yet answered, "
+        "responses being built or not yet sent) before the broker stops reading its requests; "
+        "a client that pipelines large requests or does not read its responses cannot grow "
+        "the broker (one request at a time always goes through).")
     max_queued_response_bytes: int = setting(
         256 * 1024 * 1024, "The same bound over all connections: past it, a connection that "
         "already holds a response waits before its next request is read.")

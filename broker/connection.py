@@ -46,8 +46,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
-# Requests read ahead of their responses; past this the reader waits (back-pressure).
-MAX_IN_FLIGHT = 64
+# Requests read ahead of their responses; past this the reader waits (back-pressure; their
+# bytes are bounded too, see _read_requests). librdkafka sends one partition per Produce
+# (librdkafka#1700), so a producer to thousands of partitions pipelines thousands of them on
+# one connection, each waiting for its replication or its WAL object: 64 at a time made a
+# diskless produce to 10,000 partitions wait for about 150 WAL rounds, one after the other.
+MAX_IN_FLIGHT = 1000
 SUPPORTED = {int(k): v for k, v in VERSION_RANGES.items() if k in HANDLERS}
 SUPPORTED.update({int(k): (0, 0) for k in InternalApiKey
                   if k in HANDLERS or k in AUTHENTICATION_APIS})
@@ -170,7 +174,10 @@ class Connection:
                 continue
             if self._refused(header, body):
                 return
-            expected = self._response_bound(header, body)
+            # The request's frame is held until its response is built (its parsed body
+            # refers to it), so it counts with the response's bytes: a client pipelining
+            # large requests cannot grow the broker either.
+            expected = self._response_bound(header, body) + len(frame)
             await self.held.reserve(expected)
             task = asyncio.ensure_future(
                 self._handle(header, body, traffic_class, expected, received_at))
@@ -229,6 +236,8 @@ class Connection:
         return True
 
     async def _queue_ready(self, data: bytes) -> None:
+        # Held until sent, as every response is (the sender releases it).
+        await self.held.reserve(len(data))
         done = asyncio.get_running_loop().create_future()
         done.set_result([data])
         await self._responses.put(done)
@@ -258,7 +267,7 @@ class Connection:
         size = 0 if data is None else sum(map(len, data))
         if data is not None:
             self.traffic.response(traffic_class, size)
-        self.held.resize(expected, size)
+        await self.held.resize(expected, size)
         self.requests.observe(header.api_key, time.perf_counter() - received_at)
         return data
 

@@ -4,9 +4,12 @@ CPython's full collection scans every object the collector tracks: with 10,000 p
 that is millions of them and 100-200 ms during which the event loop stands still (no
 heartbeat, no fetch answered; the event-loop lag P99 while 5,000 partitions were created was
 0.25-2.5 s). Most of those objects live as long as their partition. So once a large metadata
-change has been applied (topics created, a snapshot loaded) the heap is moved out of the
-collector's sight (``gc.freeze``, as Instagram does after start-up), and the automatic full
-collections scan only what came since.
+change has been applied (topics created, a snapshot loaded), and once a batch of partitions'
+logs has been opened, the heap is moved out of the collector's sight (``gc.freeze``, as
+Instagram does after start-up), and the automatic full collections scan only what came since.
+Opened logs count as metadata does: a log is opened after its metadata was applied (in the
+background, or by its first request), and what it is made of lives as long as its partition
+too; left unfrozen, 10,000 of them would be scanned by every full collection.
 
 The price: an object frozen while alive and dropped later in a reference cycle is collected
 only by a collection of everything. A topic deletion gives everything back (``gc.unfreeze``:
@@ -22,25 +25,31 @@ from __future__ import annotations
 
 import gc
 
-# Records applied (a partition each, mostly) between two freezes.
-FREEZE_AFTER_RECORDS = 500
+# Long-lived additions (a metadata record applied: a partition, mostly; a partition's log
+# opened) between two freezes.
+FREEZE_AFTER_ADDITIONS = 500
 # How many times the heap was frozen so far (freezes()).
 _freezes = 0
 
 
 class Heap:
     def __init__(self) -> None:
-        self._applied = 0
+        self._added = 0
 
     def applied(self, record: dict) -> None:
         """Called with each metadata record once applied."""
         if record.get("type") == "remove_topic":
             gc.unfreeze()
-            self._applied = 0
+            self._added = 0
             return
-        self._applied += 1
-        if self._applied >= FREEZE_AFTER_RECORDS:
-            self._applied = 0
+        self.added()
+
+    def added(self) -> None:
+        """Called when something that lives as long as its partition was made (its metadata
+        applied, its log opened)."""
+        self._added += 1
+        if self._added >= FREEZE_AFTER_ADDITIONS:
+            self._added = 0
             gc.collect(1)  # young garbage is collected, not frozen with the rest
             _freeze()
 

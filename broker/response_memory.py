@@ -1,12 +1,13 @@
 """How many response bytes the broker holds for its clients, and the wait that bounds it.
 
-A response is held from the moment its request is read (counted at the size it may reach)
-until it is handed to the socket (counted at its real size once built). A client that
-pipelines requests and never reads the responses would otherwise make the broker build and
-keep them all. Like Kafka's muting of a channel, the reader of a connection stops taking
-requests while the connection holds more than its limit, or all connections together hold
-more than the broker's; a connection that holds nothing always gets one request through, so
-no client waits on others.
+A response is held from the moment its request is read (counted at the size it may reach,
+plus the request's own bytes, held until the response is built) until it is handed to the
+socket (counted at its real size once built). A client that pipelines requests and never
+reads the responses would otherwise make the broker build and keep them all, and one that
+pipelines large requests would make it keep those. Like Kafka's muting of a channel, the
+reader of a connection stops taking requests while the connection holds more than its limit,
+or all connections together hold more than the broker's; a connection that holds nothing
+always gets one request through, so no client waits on others.
 """
 
 from __future__ import annotations
@@ -90,9 +91,12 @@ class ConnectionResponses:
                 await self._memory._changed.wait_for(lambda: self._has_room(nbytes))
         self._add(nbytes)
 
-    def resize(self, reserved: int, actual: int) -> None:
+    async def resize(self, reserved: int, actual: int) -> None:
         """A response was built: it holds `actual` bytes where `reserved` were expected."""
-        self._add(actual - reserved)
+        if actual < reserved:
+            await self.release(reserved - actual)
+        else:
+            self._add(actual - reserved)
 
     async def release(self, nbytes: int) -> None:
         self._add(-nbytes)

@@ -312,6 +312,7 @@ class Broker:
                 self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000,
                 log_dir_full=self.logs.disk_space.is_full,
                 quorum_fetch_timeout_s=self.config.controller_quorum_fetch_timeout_ms / 1000)
+            self.replicas.opened_listeners.append(self.follower.heap.added)
         self.controller_channel = ControllerChannel(
             self.controller, self.active_controller.connection(self.nodes, "forwarding"),
             self.follower)

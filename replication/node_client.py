@@ -262,6 +262,10 @@ class NodeConnection:
             self._writer.write(frame)
             async with asyncio.timeout(timeout):  # not wait_for: see _ensure_connected
                 return await future
+        except TimeoutError:
+            # Said, so that a caller's log line tells which call went unanswered.
+            raise TimeoutError(f"no answer to {getattr(api_key, 'name', api_key)} from "
+                               f"{self.host}:{self.port} in {timeout:g} s") from None
         finally:
             self._pending.pop(correlation_id, None)
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kio.schema.alter_partition.v3.request import (
@@ -70,6 +71,9 @@ class ReplicaManager:
         # Of those, the ones this broker followed when it was told of them (ordered set).
         self._open_first: dict[tuple[str, int], None] = {}
         self._opener: asyncio.Task | None = None
+        # Called after each unopened partition is opened: what lives as long as a partition
+        # is made then (the broker freezes it out of the collector's sight, broker.heap).
+        self.opened_listeners: list[Callable[[], None]] = []
         self._started = False
         self._fetchers: dict[int, LeaderFetcher] = {}
         # Log deletions and fetcher shutdowns under way, awaited by close().
