@@ -52,6 +52,8 @@ _SIZE = struct.Struct(">i")
 # one connection, each waiting for its replication or its WAL object: 64 at a time made a
 # diskless produce to 10,000 partitions wait for about 150 WAL rounds, one after the other.
 MAX_IN_FLIGHT = 1000
+# No response carried over to the sender's next write (None ends the queue).
+_NOTHING = object()
 SUPPORTED = {int(k): v for k, v in VERSION_RANGES.items() if k in HANDLERS}
 SUPPORTED.update({int(k): (0, 0) for k in InternalApiKey
                   if k in HANDLERS or k in AUTHENTICATION_APIS})
@@ -272,22 +274,42 @@ class Connection:
         return data
 
     async def _send_responses(self) -> None:
-        while (pending := await self._responses.get()) is not None:
-            try:
-                data = await pending
-            except asyncio.CancelledError:
-                if not pending.cancelled():
-                    raise
+        carried = _NOTHING
+        while True:
+            pending = await self._responses.get() if carried is _NOTHING else carried
+            if pending is None:
+                return
+            buffers = await self._response(pending)
+            # The responses queued behind it that are ready too go out in the same write,
+            # one system call: a producer's pipelined requests to many partitions are
+            # answered together once a follower's fetch commits them.
+            carried = _NOTHING
+            while not self._responses.empty():
+                following = self._responses.get_nowait()
+                if following is None or not following.done():
+                    carried = following
+                    break
+                buffers += await self._response(following)
+            if not buffers:
                 continue
-            if data is None:
-                continue
-            size = sum(map(len, data))
+            size = sum(map(len, buffers))
             try:
                 if not self.writer.is_closing():  # else drain on, so the reader never blocks
-                    self.writer.writelines(data)
+                    self.writer.writelines(buffers)
                     await self.writer.drain()
             except ConnectionError:
                 self._lost_bytes += size
                 self.writer.close()
             finally:
                 await self.held.release(size)
+
+    @staticmethod
+    async def _response(pending: asyncio.Future) -> list:
+        """A queued response's buffers; none for a request answered with nothing (acks=0) or
+        cancelled (shutdown)."""
+        try:
+            return await pending or []
+        except asyncio.CancelledError:
+            if not pending.cancelled():
+                raise
+            return []
