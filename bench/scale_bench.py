@@ -286,9 +286,14 @@ def restart_section(args: argparse.Namespace, root: Path, cluster: LocalCluster,
         try:
             list_offsets(admin, "scale-classic", args.partitions, 30)
             break
-        except Exception as e:  # not every leader serves yet
+        except Exception as e:  # not every leader serves yet, or the client's epochs are old
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"ListOffsets still failing after 600 s: {e}") from e
+            # librdkafka keeps the leader epochs it learned: once the controller moved
+            # leaderships back to their preferred replicas (30 s after the restart), each
+            # ListOffsets it sent was refused FENCED_LEADER_EPOCH until its next metadata
+            # refresh, minutes later. A new client learns them anew.
+            admin = AdminClient({"bootstrap.servers": restarted.bootstrap})
             time.sleep(0.5)
     seconds = time.monotonic() - started
     figures["restart"] = {"partitions": args.partitions, "seconds": seconds}

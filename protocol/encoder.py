@@ -5,7 +5,9 @@ gives each flexible entity a buffer of its own for tagged fields: a Metadata res
 topic of 5,000 partitions took 0.15 s to encode, all of it with the event loop held. The
 writers here are compiled once per entity class from the same schema (kio's field metadata
 and introspection), append to one ``bytearray`` and check nothing: the values come from
-handlers building them with ``protocol.build.make``. A field kio has no writer for raises
+handlers building them with ``protocol.build.make``. Runs of fixed-size numbers are packed
+with one ``struct`` call, short number arrays with their length: encoding a Metadata
+response of 10,000 partitions went from 35 to 19 ms. A field kio has no writer for raises
 NotImplementedError, as it does in kio. Byte-for-byte equality with kio, for every request
 and response of every version kio knows, is tested (tests/protocol/test_encoder.py).
 """
@@ -16,6 +18,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from kio.serial._implicit_defaults import get_tagged_field_default
@@ -127,6 +130,9 @@ def _datetime(nullable: bool) -> Write:
 _FORMATS = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint8": "B", "uint16": "H",
             "uint32": "I", "uint64": "Q", "float64": "d", "bool": "?"}
 _FIXED = {kafka_type: _packer(">" + code) for kafka_type, code in _FORMATS.items()}
+# Number arrays shorter than this (a one-byte varint length, once flexible) are packed by a
+# Struct made once per length.
+_CACHED_ARRAY_LENGTHS = 64
 
 
 def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Write:
@@ -152,16 +158,26 @@ def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Write:
 def _array(item: Write, flexible: bool, code: str | None = None) -> Write:
     """An array of ``item``s; of numbers packed in one call when ``code`` (struct's) is
     given (replica lists: three per partition of a Metadata response)."""
+    packers: dict[int, Callable[..., bytes]] = {}
+
     def write(out: bytearray, items: Any) -> None:
         if items is None:
             out += b"\0" if flexible else b"\xff\xff\xff\xff"
             return
+        length = len(items)
+        if code is not None and length < _CACHED_ARRAY_LENGTHS:
+            pack = packers.get(length)
+            if pack is None:  # the length (a one-byte varint if flexible), then the items
+                pack = packers[length] = struct.Struct(
+                    f">{'B' if flexible else 'i'}{length}{code}").pack
+            out += pack(length + 1 if flexible else length, *items)
+            return
         if flexible:
-            write_uvarint(out, len(items) + 1)
+            write_uvarint(out, length + 1)
         else:
-            out += _INT32(len(items))
+            out += _INT32(length)
         if code is not None:
-            out += struct.pack(f">{len(items)}{code}", *items)
+            out += struct.pack(f">{length}{code}", *items)
             return
         for value in items:
             item(out, value)
@@ -195,28 +211,69 @@ def _nullable(write_entity: Write) -> Write:
     return write
 
 
+def _fixed_code(field: Field) -> str | None:
+    """The struct code of a plain fixed-size number field (None for any other field)."""
+    kind = classify_field(field)
+    if not isinstance(kind, PrimitiveField) or kind.is_array or is_optional(field):
+        return None
+    kafka_type = get_schema_field_type(field)
+    return "h" if kafka_type == "error_code" else _FORMATS.get(kafka_type)
+
+
+def _steps(plain: list[tuple[str, Write, str | None]]) -> list[tuple[str | None, Write]]:
+    """Writers of an entity's untagged fields in order, as (field name, writer of its
+    value); each run of two or more fixed-size numbers is packed with one struct call, by a
+    writer of the whole entity (name None): a Metadata partition's error code, index, leader
+    and leader epoch, written 10,000 times for a topic of 10,000 partitions."""
+    steps: list[tuple[str | None, Write]] = []
+    i = 0
+    while i < len(plain):
+        run = i
+        while run < len(plain) and plain[run][2] is not None:
+            run += 1
+        if run - i >= 2:
+            steps.append((None, _packed_run([name for name, _, _ in plain[i:run]],
+                                            ">" + "".join(code for _, _, code in plain[i:run]))))
+            i = run
+            continue
+        name, write, _ = plain[i]
+        steps.append((name, write))
+        i += 1
+    return steps
+
+
+def _packed_run(names: list[str], fmt: str) -> Write:
+    get = attrgetter(*names)
+    pack = struct.Struct(fmt).pack
+
+    def write(out: bytearray, entity: Any) -> None:
+        out += pack(*get(entity))
+    return write
+
+
 @cache
 def encoder(entity_type: type) -> Write:
     """The writer of ``entity_type``'s entities: ``encoder(type(e))(out, e)`` appends ``e``
     to ``out`` as kio's ``entity_writer`` would write it."""
     flexible = entity_type.__flexible__
-    plain: list[tuple[str, Write]] = []
+    plain: list[tuple[str, Write, str | None]] = []
     tagged: list[tuple[int, str, Write, Any, Any]] = []
     for field in fields(entity_type):
         tag = get_field_tag(field)
         write = _field_writer(field, flexible, tag is not None)
         if tag is None:
-            plain.append((field.name, write))
+            plain.append((field.name, write, _fixed_code(field)))
         else:
             tagged.append((tag, field.name, write, field.default,
                            get_tagged_field_default(field)))
     tagged.sort(key=lambda entry: entry[0])
     if tagged and not flexible:
         raise ValueError("Found tagged fields on a non-flexible model")
+    steps = _steps(plain)
 
     def write_entity(out: bytearray, entity: Any) -> None:
-        for name, write in plain:
-            write(out, getattr(entity, name))
+        for name, write in steps:
+            write(out, entity if name is None else getattr(entity, name))
         if not flexible:
             return
         if not tagged:

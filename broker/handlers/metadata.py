@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.controller import ControllerError, validate_topic_name
 from protocol.apis import ApiKey
+from protocol.build import entity_maker
 from replication.acls import AclOperation, ResourceType
 from replication.cluster_metadata import PartitionInfo, TopicInfo
 from replication.leaderless_partition import diskless_servers
@@ -37,10 +39,12 @@ async def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: b
                        turns: LoopSlice) -> object:
     # From ``topic`` as it was, not the image: the topic may be deleted between two turns.
     storage_mode = ctx.services.replicas.configs.log_config(topic).storage_mode
+    # Built without ``make``'s per-entity work: 10,000 partitions' entries took 90 ms.
+    entry = entity_maker(ctx.response_class("MetadataResponsePartition"), *PARTITION_FIELDS)
     partitions = []
     for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
         await turns.pause()
-        partitions.append(_partition_entry(ctx, p, storage_mode))
+        partitions.append(_partition_entry(ctx, entry, p, storage_mode))
     return ctx.response("MetadataResponseTopic", error_code=ErrorCode.none, name=topic.name,
                         topic_id=topic.topic_id, is_internal=is_internal_topic(topic.name),
                         partitions=tuple(partitions),
@@ -48,7 +52,13 @@ async def _topic_entry(ctx: RequestContext, topic: TopicInfo, with_operations: b
                             ctx, with_operations, ResourceType.TOPIC, topic.name))
 
 
-def _partition_entry(ctx: RequestContext, p: PartitionInfo, storage_mode: str) -> object:
+PARTITION_FIELDS = ("error_code", "partition_index", "leader_id", "leader_epoch", "replica_nodes",
+                    "isr_nodes", "offline_replicas")
+
+
+def _partition_entry(ctx: RequestContext, entry: Callable[..., object], p: PartitionInfo,
+                     storage_mode: str) -> object:
+    """``entry``: builds a MetadataResponsePartition from PARTITION_FIELDS' values."""
     leader, replicas, isr = p.leader, tuple(p.replicas), tuple(p.isr)
     if p.served_anywhere(storage_mode):
         # Leaderless: name the broker this client should use (KIP-1181); a Metadata
@@ -58,10 +68,7 @@ def _partition_entry(ctx: RequestContext, p: PartitionInfo, storage_mode: str) -
         # Every broker serving the partition is a replica a Fetch may send a consumer to
         # (KIP-392); clients such as kafka-python follow only a replica listed here.
         replicas = isr = (leader, *(b.node_id for b in servers if b.node_id != leader))
-    return ctx.response("MetadataResponsePartition", error_code=ErrorCode.none,
-                        partition_index=p.partition, leader_id=leader,
-                        leader_epoch=p.leader_epoch, replica_nodes=replicas, isr_nodes=isr,
-                        offline_replicas=())
+    return entry(ErrorCode.none, p.partition, leader, p.leader_epoch, replicas, isr, ())
 
 
 def _error_entry(ctx: RequestContext, name: str | None, error: ErrorCode, topic_id=None) -> object:

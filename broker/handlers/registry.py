@@ -56,5 +56,8 @@ class RequestContext:
 
     def response(self, entity_name: str, **fields: Any) -> Any:
         """An entity of this request's response schema, at the request's version."""
-        module = response_module(self.header.api_key, self.header.api_version)
-        return make(getattr(module, entity_name), **fields)
+        return make(self.response_class(entity_name), **fields)
+
+    def response_class(self, entity_name: str) -> type:
+        """The class of an entity of this request's response schema, at its version."""
+        return getattr(response_module(self.header.api_key, self.header.api_version), entity_name)

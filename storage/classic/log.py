@@ -516,7 +516,11 @@ class ClassicLog(PartitionLog):
         with storage_io(f"flush {self.directory}"):
             self._epochs.save(sync=True)  # durable before the recovery point passes its entries
             self._local.flush()
-            self._save_producer_state(self._local.next_offset)
+            # Not fsynced (Kafka writes producer snapshots at rolls, not at every flush):
+            # it is written once the batches it covers are durable, so a crash leaves this
+            # snapshot or an older one (CRC-checked: a torn one is ignored), and the
+            # batches after the one found are replayed on open.
+            self._save_producer_state(self._local.next_offset, sync=False)
         self._unflushed_messages = 0
         self._last_flush_ms = now
 

@@ -3,6 +3,7 @@ no process. The node here leads one classic partition, so no replica fetcher is 
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from broker.share_groups import group_configs
 from broker.static_configs import dynamic_configs
 from protocol.apis import ApiKey
 from protocol.build import make
-from protocol.framing import RequestHeader
+from protocol.framing import RequestHeader, decode_response, encode_response
 from protocol.internal import ClusterCredentials
 from protocol.records import build_batch, iter_batches
 from replication.cluster_metadata import MetadataImage
@@ -83,6 +84,25 @@ async def test_metadata_lists_the_partition_this_node_leads(services):
     assert topic.error_code == ErrorCode.none
     assert [(p.partition_index, p.leader_id) for p in topic.partitions] == [(0, NODE)]
     assert response.controller_id == NODE
+
+
+@pytest.mark.parametrize("version", range(13))
+async def test_metadata_partitions_at_every_version(services, version):
+    """Each version's answer (its partitions built without ``make``) has the fields that
+    version has, and survives encoding and decoding."""
+    schema = importlib.import_module(f"kio.schema.metadata.v{version}.request")
+    request = make(schema.MetadataRequest, topics=(make(
+        schema.MetadataRequestTopic, topic_id=None, name=TOPIC),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+        include_cluster_authorized_operations=False)
+    response = await call(services, ApiKey.METADATA, version, request)
+    frame = encode_response(RequestHeader(ApiKey.METADATA, version, 7, "in-process"), response)
+    _, decoded = decode_response(frame[4:], ApiKey.METADATA, version)
+    assert decoded == response
+    (partition,) = decoded.topics[0].partitions
+    assert (partition.partition_index, partition.leader_id, partition.replica_nodes,
+            partition.isr_nodes) == (0, NODE, (NODE,), (NODE,))
+    assert hasattr(partition, "leader_epoch") == (version >= 7)
 
 
 async def test_metadata_of_a_topic_deleted_between_turns(services, monkeypatch):

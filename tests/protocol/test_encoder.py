@@ -5,6 +5,7 @@ tagged fields set."""
 from __future__ import annotations
 
 import datetime
+import importlib
 import io
 import uuid
 from dataclasses import fields
@@ -79,3 +80,22 @@ def test_every_schema_is_written_as_kio_writes_it(nulls):
         assert bytes(out) == expected.getvalue(), name
         checked += 1
     assert checked > 500
+
+
+@pytest.mark.parametrize("version", [0, 12], ids=["legacy", "flexible"])
+@pytest.mark.parametrize("length", [0, 1, 63, 64, 126, 127, 128, 300])
+def test_number_arrays_of_any_length_are_written_as_kio_writes_them(version, length):
+    """Short number arrays are packed with their length by a Struct made per length, long
+    ones item by item: both as kio writes them, on either side of the bound and of a
+    flexible length's one-byte varint."""
+    partition_type = importlib.import_module(
+        f"kio.schema.metadata.v{version}.response").MetadataResponsePartition
+    values = {f.name: getattr(sample(partition_type, False), f.name)
+              for f in fields(partition_type)}
+    entity = partition_type(**{**values, "replica_nodes": tuple(range(length)),
+                               "isr_nodes": tuple(range(length // 2))})
+    expected = io.BytesIO()
+    entity_writer(partition_type)(expected, entity)
+    out = bytearray()
+    encoder(partition_type)(out, entity)
+    assert bytes(out) == expected.getvalue()

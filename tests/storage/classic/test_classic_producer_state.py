@@ -93,6 +93,37 @@ async def test_damaged_snapshot_falls_back_to_the_log(open_log, tmp_path):
     assert await append(reopened, 4) == (4, 5)
 
 
+@pytest.mark.parametrize("lost", ["older", "torn"])
+async def test_a_crash_that_lost_flushs_checkpoint_writes_recovers_every_flushed_batch(
+        open_log, tmp_path, read_all, lost):
+    """``flush`` writes the recovery point and the producer snapshot after the batches are
+    durable, without fsyncing them: a crash may leave the ones of an earlier flush, or torn
+    files. Every flushed batch, and the producers' state, is recovered all the same."""
+    directory = tmp_path / "t-0"
+    log = open_log(segment_bytes=600)
+    for seq in range(0, 10, 2):
+        await append(log, seq)
+    await log.flush()
+    checkpoints = ("recovery-point", "producer-state")
+    earlier = {name: (directory / name).read_bytes() for name in checkpoints}
+    for seq in range(10, 40, 2):
+        await append(log, seq)
+    await log.flush()
+    end = log.log_end_offset
+    assert int(earlier["recovery-point"]) < end and len(list(directory.glob("*.log"))) > 2
+    expected = await read_all(log)
+    for name in checkpoints:  # what the crash left of the last flush's writes
+        (directory / name).write_bytes(earlier[name] if lost == "older" else b"")
+
+    crashed = open_log(segment_bytes=600)  # never closed
+    assert crashed.log_end_offset == end
+    assert await read_all(crashed) == expected
+    assert await append(crashed, 38) == (end - 2, end - 1)  # a retry: its original offsets
+    assert await append(crashed, 40) == (end, end + 1)
+    with pytest.raises(OutOfOrderSequence):
+        await append(crashed, 50)
+
+
 async def test_follower_learns_producer_state_from_replicated_batches(open_log, tmp_path):
     leader = open_log()
     for seq in range(0, 6, 2):
