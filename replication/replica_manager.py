@@ -221,7 +221,10 @@ class ReplicaManager:
         modes: dict[str, str] = {}
         for topic, _ in keys:
             if topic not in modes:
-                modes[topic] = self.log_config(topic).storage_mode
+                try:
+                    modes[topic] = self.log_config(topic).storage_mode
+                except InvalidConfig:
+                    modes[topic] = ""  # no directory made: the open reports it
         await self.logs.make_directories([(topic, index, modes[topic]) for topic, index in keys])
 
     def _next_to_open(self) -> tuple[str, int]:
