@@ -212,7 +212,9 @@ class BrokerConfig:
         9000, "The controller fences a broker that sent no heartbeat for this long and moves "
         "its leaderships.")
     broker_heartbeat_interval_ms: int = setting(
-        500, "How often a broker heartbeats to the controller.")
+        2000, "How often a broker heartbeats to the controller (`broker.heartbeat.interval.ms`"
+        "), at most a quarter of `broker_session_timeout_ms`; a change of its data "
+        "directory's state (full, or not any more) is reported at once.")
     replica_lag_time_max_ms: int = setting(
         30_000, "A follower not caught up with the leader for this long leaves the ISR.")
     unclean_leader_election: bool = setting(

@@ -63,13 +63,16 @@ FETCH_MAX_WAIT_MS = 500
 APPLY_SLICE = 8
 # Snapshot bytes asked per FetchSnapshot.
 SNAPSHOT_CHUNK = 4 << 20
+# Between attempts to register or to get unfenced, and how often the heartbeat loop looks
+# whether the data directory's state changed (reported at once, not at the next heartbeat).
+RETRY_S = 0.5
 
 
 class MetadataFollower:
     def __init__(self, node_id: int, controller: LeaderConnection,
                  metadata_fetches: LeaderConnection,
                  image: MetadataImage, listener: Callable[[dict], None],
-                 heartbeat_interval_s: float = 0.5,
+                 heartbeat_interval_s: float = 2.0,
                  log_dir_full: Callable[[], bool] = lambda: False,
                  quorum_fetch_timeout_s: float = 1.0) -> None:
         self.node_id = node_id
@@ -85,6 +88,7 @@ class MetadataFollower:
         self.quorum_fetch_timeout_s = quorum_fetch_timeout_s
         # Reported in every heartbeat, so the controller moves our leaderships while it is.
         self.log_dir_full = log_dir_full
+        self._reported_log_dir_full = False  # in the last heartbeat sent
         self.epoch = -1
         # Asked in every heartbeat until this broker has loaded what it hosts (start).
         self._want_fence = True
@@ -117,7 +121,7 @@ class MetadataFollower:
                     break
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 log.warning("heartbeat failed: %s", e)
-            await asyncio.sleep(self.heartbeat_interval_s)
+            await asyncio.sleep(RETRY_S)
         await self.catch_up()  # until this broker's image shows it unfenced
 
     async def _register(self) -> None:
@@ -144,13 +148,20 @@ class MetadataFollower:
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 failure = f"controller unreachable for registration: {e}"
             if failure != last_failure:
-                log.warning("%s (retrying every 0.5 s)", failure)
+                log.warning("%s (retrying every %s s)", failure, RETRY_S)
                 last_failure = failure
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(RETRY_S)
 
     async def _heartbeat_loop(self, want_shut_down: bool = False) -> None:
+        """A heartbeat every heartbeat_interval_s, and at once when the data directory
+        starts or stops refusing appends (Kafka's BrokerLifecycleManager does the same for a
+        failed log dir): the controller moves the leaderships of a full disk without waiting
+        for the next one."""
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.heartbeat_interval_s)
+            due = loop.time() + self.heartbeat_interval_s
+            while loop.time() < due and self.log_dir_full() == self._reported_log_dir_full:
+                await asyncio.sleep(min(RETRY_S, due - loop.time()))
             try:
                 response = await self._heartbeat(want_shut_down=False)
                 if response.error_code == ErrorCode.stale_broker_epoch:
@@ -161,11 +172,12 @@ class MetadataFollower:
                 log.warning("heartbeat failed: %s", e)
 
     async def _heartbeat(self, want_shut_down: bool):
+        self._reported_log_dir_full = self.log_dir_full()
         return await self.controller.call(ApiKey.BROKER_HEARTBEAT, make(
             BrokerHeartbeatRequest, broker_id=self.node_id, broker_epoch=self.epoch,
             current_metadata_offset=self.image.next_offset - 1, want_fence=self._want_fence,
             want_shut_down=want_shut_down,
-            offline_log_dirs=(DATA_DIR_ID,) if self.log_dir_full() else ()), 5)
+            offline_log_dirs=(DATA_DIR_ID,) if self._reported_log_dir_full else ()), 5)
 
     async def shut_down(self) -> None:
         """Controlled shutdown: ask the controller to move our leaderships away first."""

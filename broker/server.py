@@ -309,7 +309,11 @@ class Broker:
                 self.config.node_id, controller_connection,
                 # Long polls get their own connection so heartbeats never queue behind them.
                 self.active_controller.connection(self.nodes, "metadata-fetch"), self.image,
-                self._on_metadata_record, self.config.broker_heartbeat_interval_ms / 1000,
+                self._on_metadata_record,
+                # At least four per session timeout (Kafka's defaults: 2 s and 9 s): a cluster
+                # set up to fail over fast shortens the session timeout alone.
+                min(self.config.broker_heartbeat_interval_ms,
+                    self.config.broker_session_timeout_ms / 4) / 1000,
                 log_dir_full=self.logs.disk_space.is_full,
                 quorum_fetch_timeout_s=self.config.controller_quorum_fetch_timeout_ms / 1000)
             self.replicas.opened_listeners.append(self.follower.heap.added)

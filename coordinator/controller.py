@@ -31,6 +31,7 @@ from replication.broker_configs import BROKER_CONFIGS, BrokerConfigDef, validate
 from replication.cluster_metadata import (
     NO_LEADER,
     BrokerInfo,
+    ImageSnapshot,
     MetadataImage,
     PartitionInfo,
     StorageSpan,
@@ -420,13 +421,14 @@ class Controller:
         if not due:
             return
         end_offset = self.image.next_offset
-        records = self.image.snapshot_records()
+        image = self.image.snapshot()
         self._bytes_since_snapshot = 0
         self._last_snapshot_at = time.monotonic()
-        self._snapshot_task = asyncio.create_task(self._write_snapshot(end_offset, records))
+        self._snapshot_task = asyncio.create_task(self._write_snapshot(end_offset, image))
 
-    async def _write_snapshot(self, end_offset: int, records: list[dict]) -> None:
+    async def _write_snapshot(self, end_offset: int, image: ImageSnapshot) -> None:
         started = time.monotonic()
+        records = await image.records_in_turns(WALK_SLICE_S)
         try:
             snapshot = SnapshotId(end_offset, await self.log.epoch_at(end_offset - 1))
             await self.log.write_snapshot(snapshot, records)

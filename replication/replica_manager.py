@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from kio.schema.alter_partition.v3.request import (
     AlterPartitionRequest,
@@ -42,6 +43,9 @@ ALTER_PARTITION_TIMEOUT_S = 30.0
 # How long the background opener opens logs (a deletion deletes them, the ISR check checks
 # them) before it yields to the event loop.
 OPEN_SLICE_S = 0.002
+# Directories of new logs the background opener has made per job, off the event loop, ahead
+# of their opens (LogManager.make_directories).
+DIRECTORIES_PER_JOB = 500
 
 
 @dataclass
@@ -70,6 +74,9 @@ class ReplicaManager:
         self._unopened: dict[tuple[str, int], None] = {}
         # Of those, the ones this broker followed when it was told of them (ordered set).
         self._open_first: dict[tuple[str, int], None] = {}
+        # Of those, the ones created since start (new logs), whose directories the opener
+        # makes first (ordered set).
+        self._new_dirs: dict[tuple[str, int], None] = {}
         self._opener: asyncio.Task | None = None
         # Called after each unopened partition is opened: what lives as long as a partition
         # is made then (the broker freezes it out of the collector's sight, broker.heap).
@@ -137,6 +144,7 @@ class ReplicaManager:
             unopened = [k for k in self._unopened if k[0] == record["name"]]
             for key in unopened:
                 del self._unopened[key]
+                self._new_dirs.pop(key, None)
             # One task deletes them one after another: thousands of deletions started at
             # once would all run their first step in one turn of the event loop.
             self._clean_up(self._delete_logs([log_ for key in keys
@@ -165,11 +173,15 @@ class ReplicaManager:
             if (info.leader not in (self.node_id, NO_LEADER)
                     and self.write_mode(info) != "diskless"):
                 self._open_first[key] = None
+            if self._started and key not in self._unopened and not info.spans:
+                # A new log (those hosted when the broker started have their directories).
+                self._new_dirs[key] = None
             self._unopened[key] = None
             if self._started:
                 self._open_in_background()
         elif key in self._unopened:
             del self._unopened[key]
+            self._new_dirs.pop(key, None)
             log.info("%s-%d no longer has a replica here: deleting it", *key)
             self._clean_up(self.logs.delete_partition(*key))
 
@@ -182,6 +194,7 @@ class ReplicaManager:
         if key not in self._unopened:
             return
         del self._unopened[key]
+        self._new_dirs.pop(key, None)
         topic = self.image.topics.get(key[0])
         info = topic.partitions.get(key[1]) if topic is not None else None
         if info is not None:
@@ -197,8 +210,26 @@ class ReplicaManager:
         # opens (16-50 ms on a loaded machine) per turn starved it.
         turns = LoopSlice(OPEN_SLICE_S)
         while self._unopened:
+            if self._new_dirs:
+                # All of them first: a leader's logs are opened by its followers' first
+                # fetches, which come meanwhile.
+                await self._make_directories()
+                continue
             self._open(self._next_to_open())
             await turns.pause()
+
+    async def _make_directories(self) -> None:
+        keys = list(islice(self._new_dirs, DIRECTORIES_PER_JOB))
+        for key in keys:
+            del self._new_dirs[key]
+        modes: dict[str, str] = {}
+        for topic, _ in keys:
+            if topic not in modes:
+                try:
+                    modes[topic] = self.log_config(topic).storage_mode
+                except InvalidConfig:
+                    modes[topic] = ""  # no directory made: the open reports it
+        await self.logs.make_directories([(topic, index, modes[topic]) for topic, index in keys])
 
     def _next_to_open(self) -> tuple[str, int]:
         while self._open_first:

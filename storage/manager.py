@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 from .classic import ClassicLog
 from .classic.checkpoint import DELETED_DIR_SUFFIX, move_aside_for_deletion, sync_file_system
 from .classic.clean_shutdown import CleanShutdown
+from .classic.local_log import make_new_log_dir
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
@@ -35,6 +37,14 @@ ProducerExpiration = Callable[[int, int], Awaitable[int]]
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _make_log_dirs(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            make_new_log_dir(path)
+        except OSError as e:  # e.g. a full disk: the log's open meets it, and reports it
+            logger.debug("making %s ahead of its open failed: %s", path, e)
 
 
 def is_internal_topic(topic: str) -> bool:
@@ -67,6 +77,8 @@ class LogManager:
         self._engine_logs: dict[tuple[str, int], dict[str, PartitionLog]] = {}
         # Logs detached for deletion and not deleted yet, by partition.
         self._detached: dict[tuple[str, int], list[PartitionLog]] = {}
+        # The job making the directories of partitions (make_directories) while it runs.
+        self._making: dict[tuple[str, int], asyncio.Future] = {}
         self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
 
     def register_engine(self, mode: str, factory: EngineFactory,
@@ -82,6 +94,35 @@ class LogManager:
 
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
+
+    async def make_directories(self, logs: list[tuple[str, int, str]]) -> None:
+        """Make the directories of the logs ``logs`` (topic, partition, storage mode) about
+        to be opened for the first time, with the files their first open would make, in one
+        job off the event loop: made by the open, on the loop, each one held it for tens of
+        ms on a busy disk (thousands of partitions created at once). Those of classic logs
+        only; an existing directory is left as it is. A deletion of one of them meanwhile
+        waits for the job, so that what it deletes is not made after."""
+        paths = {(topic, partition): os.fspath(self.partition_dir(topic, partition))
+                 for topic, partition, mode in logs if self.engines.get(mode) is ClassicLog}
+        if not paths:
+            return
+        job = asyncio.ensure_future(asyncio.to_thread(_make_log_dirs, list(paths.values())))
+        for key in paths:
+            self._making[key] = job
+
+        def done(_: asyncio.Future) -> None:
+            for key in paths:
+                if self._making.get(key) is job:
+                    del self._making[key]
+
+        job.add_done_callback(done)
+        await asyncio.shield(job)  # cancelled or not, the job runs on: deletions wait for it
+
+    async def _made(self, topic: str, partition: int) -> None:
+        """Once no job is making the partition's directory (make_directories)."""
+        job = self._making.get((topic, partition))
+        if job is not None:
+            await asyncio.wait([job])
 
     def open(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
         """The partition's log, opened (and recovered if needed) on first use."""
@@ -152,6 +193,7 @@ class LogManager:
         """Remove the partition's data, whether or not its log is open."""
         log = self.detach(topic, partition)
         self.clean_shutdown.take(topic, partition)  # never opened: its entry goes with it
+        await self._made(topic, partition)
         if log is not None:
             await self.delete_detached(log)
         elif (doomed := move_aside_for_deletion(self.partition_dir(topic, partition))) is not None:
@@ -173,6 +215,7 @@ class LogManager:
     async def delete_detached(self, log: PartitionLog) -> None:
         key = (log.topic, log.partition)
         try:
+            await self._made(*key)
             await log.delete()
         finally:
             detached = self._detached.get(key, [])

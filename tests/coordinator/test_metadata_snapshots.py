@@ -4,7 +4,9 @@ writes and loads them, and what is left of the log."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import uuid
 
 from coordinator.config_changes import ConfigChange, ConfigOp
 from coordinator.controller import Controller, ControllerSettings
@@ -58,6 +60,35 @@ async def test_a_snapshot_rebuilds_the_image(tmp_path):
                                        controller.image.snapshot_records())
         assert same_image(rebuilt, controller.image)
         assert rebuilt.brokers[1].log_dir_offline and rebuilt.brokers[2].fenced
+    finally:
+        await controller.stop()
+
+
+async def test_a_snapshot_built_in_turns_is_the_image_as_it_was_taken(tmp_path):
+    """The controller turns its image into records between turns of the event loop: what
+    is applied meanwhile (leaders moved, a topic deleted, another created) is not in it."""
+    controller = await busy_controller(tmp_path)
+    try:
+        image = controller.image
+        taken = image.snapshot()
+        expected = json.loads(json.dumps(image.snapshot_records()))
+        building = asyncio.create_task(taken.records_in_turns(0))
+        offset = image.next_offset
+        for topic in [t for t in image.topics.values() if t.name != "t0"]:
+            for info in list(topic.partitions.values()):
+                image.apply(offset, {"type": "partition", "topic": info.topic,
+                                     "partition": info.partition, "replicas": info.replicas,
+                                     "isr": info.isr[:1], "leader": info.isr[0],
+                                     "leader_epoch": info.leader_epoch + 1,
+                                     "partition_epoch": info.partition_epoch + 1})
+                offset += 1
+                await asyncio.sleep(0)
+        image.apply(offset, {"type": "remove_topic", "name": "t0"})
+        image.apply(offset + 1, {"type": "topic", "name": "later", "id": str(uuid.uuid4()),
+                                 "configs": {}})
+        assert not building.done()  # the changes came while it was being built
+        assert json.loads(json.dumps(await building)) == expected
+        assert json.loads(json.dumps(image.snapshot_records())) != expected
     finally:
         await controller.stop()
 

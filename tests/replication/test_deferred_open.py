@@ -5,8 +5,11 @@ opens each on first use or in the background, a few at a time."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from pathlib import Path
+
+import storage.manager
 
 from broker.config import BrokerConfig
 from broker.static_configs import dynamic_configs
@@ -23,16 +26,19 @@ TOPIC = "deferred-open"
 PARTITIONS = 40
 
 
-def hosting(data_dir: Path, topic_id: str, leader_of=lambda index: NODE
-            ) -> tuple[ReplicaManager, LogManager]:
+def hosting(data_dir: Path, topic_id: str, leader_of=lambda index: NODE, *,
+            started: bool = False) -> tuple[ReplicaManager, LogManager]:
     """A broker's replica manager told of TOPIC (replicas: this broker and broker 2; each
-    partition led by ``leader_of(index)``, here by default), as a restart replays it."""
+    partition led by ``leader_of(index)``, here by default), as a restart replays it, or
+    (``started``) as a running broker learns of a new topic."""
     image = MetadataImage()
     logs = LogManager(data_dir)
     replicas = ReplicaManager(NODE, image, logs,
                               dynamic_configs(BrokerConfig(node_id=NODE, data_dir=data_dir), image),
                               NodeClient("test", ClusterCredentials(NODE, "unused"), traffic=None),
                               None)
+    if started:
+        replicas.start()
     records = [{"type": "topic", "name": TOPIC, "id": topic_id, "configs": {}}] + [
         {"type": "partition", "topic": TOPIC, "partition": index, "replicas": [NODE, 2],
          "isr": [NODE, 2], "leader": leader_of(index), "leader_epoch": 0, "partition_epoch": 0}
@@ -95,3 +101,54 @@ async def test_the_partitions_a_broker_follows_are_opened_first(tmp_path: Path):
         assert opened == list(range(PARTITIONS // 2, PARTITIONS)) + list(range(PARTITIONS // 2))
     finally:
         await replicas.close()
+
+
+
+async def test_a_new_topics_directories_are_made_before_its_logs_are_opened(tmp_path: Path):
+    existed = []
+    open_log = LogManager.open
+
+    def open_and_look(logs: LogManager, topic: str, partition: int, config):
+        existed.append((logs.partition_dir(topic, partition) / f"{0:020d}.log").exists())
+        return open_log(logs, topic, partition, config)
+
+    LogManager.open = open_and_look
+    try:
+        replicas, logs = hosting(tmp_path, str(uuid.uuid4()), started=True)
+        async with asyncio.timeout(10):
+            while len(logs.logs()) < PARTITIONS:
+                await asyncio.sleep(0.01)
+        assert existed == [True] * PARTITIONS
+        records = build_batch([b"a", b"b"])
+        partition = replicas.get(TOPIC, 3)
+        await partition.append_as_leader(records, validate_produce_records(records), 1)
+        assert partition.log.log_end_offset == 2
+    finally:
+        LogManager.open = open_log
+        await replicas.close()
+
+
+async def test_a_topic_deleted_while_its_directories_are_made_leaves_none(
+        tmp_path: Path, monkeypatch):
+    making, release, made = threading.Event(), threading.Event(), threading.Event()
+    make_all = storage.manager._make_log_dirs
+
+    def held_back(paths: list[str]) -> None:
+        making.set()
+        release.wait(10)
+        make_all(paths)
+        made.set()
+
+    monkeypatch.setattr(storage.manager, "_make_log_dirs", held_back)
+    replicas, logs = hosting(tmp_path, str(uuid.uuid4()), started=True)
+    try:
+        assert await asyncio.to_thread(making.wait, 10)
+        replicas.on_metadata_record({"type": "remove_topic", "name": TOPIC})
+        await asyncio.sleep(0.05)  # the deletions run, and wait for the directories
+        release.set()
+        assert await asyncio.to_thread(made.wait, 10)
+    finally:
+        release.set()
+        await replicas.close()  # once the deletions are done
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(TOPIC)]
+    assert logs.logs() == []

@@ -43,6 +43,32 @@ async def test_unknown_mode_is_a_clear_error_and_engines_can_register(tmp_path):
     assert opened == [("t", 0, tmp_path / "t-0")]
 
 
+async def test_directories_made_ahead_of_the_open(tmp_path, produce):
+    """make_directories makes what a new classic log's first open would, so that the open
+    makes nothing; it leaves an existing log's directory, and other engines', alone."""
+    logs = LogManager(tmp_path)
+    old = logs.open("old", 0, LogConfig(segment_bytes=200))
+    for _ in range(3):
+        await produce(old, [b"x" * 100])  # a segment each
+    await old.delete_records_before(2)
+    assert old.log_start_offset == 2
+    logs.register_engine("diskless", lambda *args, **kwargs: ClassicLog(*args, **kwargs))
+    await logs.make_directories([("new", 0, "classic"), ("old", 0, "classic"),
+                                 ("other", 0, "diskless")])
+    made = sorted(p.name for p in (tmp_path / "new-0").iterdir())
+    assert made == [f"{0:020d}.log"]
+    assert f"{0:020d}.log" not in {p.name for p in (tmp_path / "old-0").iterdir()}
+    assert not (tmp_path / "other-0").exists()
+
+    new = logs.open("new", 0, LogConfig())
+    assert sorted(p.name for p in (tmp_path / "new-0").iterdir()) == made
+    await produce(new, [b"a", b"b"])
+    await logs.close_all()
+    reopened = LogManager(tmp_path)
+    assert reopened.open("new", 0, LogConfig()).log_end_offset == 2
+    assert reopened.open("old", 0, LogConfig()).log_start_offset == 2
+
+
 async def test_delete_partition_open_or_not(tmp_path, produce):
     logs = LogManager(tmp_path)
     await produce(logs.open("a", 0, LogConfig()), [b"x"])
