@@ -689,7 +689,13 @@ class Controller:
         async with self._lock:
             self._check_active()
             live = {b.node_id for b in self.image.live_brokers()}
-            checked = [self._checked_isr_change(broker_id, change, live) for change in changes]
+            # In turns (a request carries up to 2,000): the image changes only through this
+            # controller's commits, which wait for the lock held here.
+            checked = []
+            turns = LoopSlice(WALK_SLICE_S)
+            for change in changes:
+                checked.append(self._checked_isr_change(broker_id, change, live))
+                await turns.pause()
             records = [record for _, _, record in checked if record is not None]
             if records:
                 await self._commit(records)
