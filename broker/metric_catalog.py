@@ -74,11 +74,12 @@ FAILED_AUTHENTICATIONS = MetricSpec(
     "(Kafka's failed-authentication-total)", where=EVERY_NODE)
 RESPONSE_MEMORY_USED = MetricSpec(
     "kipper_response_memory_used_bytes", "gauge",
-    "Bytes of responses held for clients (reserved while a request runs, then until sent); "
-    "reading stops at kipper_response_memory_limit_bytes", where=EVERY_NODE)
+    "Bytes held for clients: a request's frame and its response's bound while it runs, "
+    "then the response until sent; reading stops at kipper_response_memory_limit_bytes",
+    where=EVERY_NODE)
 RESPONSE_MEMORY_LIMIT = MetricSpec(
     "kipper_response_memory_limit_bytes", "gauge",
-    "max_queued_response_bytes: the broker-wide limit of response bytes held",
+    "max_queued_response_bytes: the broker-wide limit of request and response bytes held",
     where=EVERY_NODE)
 EVENT_LOOP_LAG = MetricSpec(
     "kipper_event_loop_lag_seconds", "histogram",
