@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .acls import (ACL_RECORD, REMOVE_ACL_RECORD, Authorizer, binding_from_record,
@@ -115,23 +116,24 @@ class ImageSnapshot:
     topics: list[tuple[dict, list[PartitionInfo]]]  # each topic's record and partitions
     last: list[dict]
 
-    def records(self) -> list[dict]:
-        records = list(self.first)
+    def _records(self) -> Iterator[dict]:
+        yield from self.first
         for topic, partitions in self.topics:
-            records.append(topic)
-            records += map(partition_record, partitions)
-        return records + self.last
+            yield topic
+            yield from map(partition_record, partitions)
+        yield from self.last
+
+    def records(self) -> list[dict]:
+        return list(self._records())
 
     async def records_in_turns(self, slice_s: float) -> list[dict]:
         """``records``, yielding to the event loop every ``slice_s``."""
         turns = LoopSlice(slice_s)
-        records = list(self.first)
-        for topic, partitions in self.topics:
-            records.append(topic)
-            for info in partitions:
-                records.append(partition_record(info))
-                await turns.pause()
-        return records + self.last
+        records = []
+        for record in self._records():
+            records.append(record)
+            await turns.pause()
+        return records
 
 
 class MetadataImage:

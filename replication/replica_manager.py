@@ -147,8 +147,7 @@ class ReplicaManager:
                 self._stop_serving(key)
             unopened = [k for k in self._unopened if k[0] == record["name"]]
             for key in unopened:
-                del self._unopened[key]
-                self._new_dirs.pop(key, None)
+                self._forget_unopened(key)
             # One task deletes them one after another: thousands of deletions started at
             # once would all run their first step in one turn of the event loop.
             self._clean_up(self._delete_logs([log_ for key in keys
@@ -184,10 +183,14 @@ class ReplicaManager:
             if self._started:
                 self._open_in_background()
         elif key in self._unopened:
-            del self._unopened[key]
-            self._new_dirs.pop(key, None)
+            self._forget_unopened(key)
             log.info("%s-%d no longer has a replica here: deleting it", *key)
             self._clean_up(self.logs.delete_partition(*key))
+
+    def _forget_unopened(self, key: tuple[str, int]) -> None:
+        """``key`` is opened or no longer hosted: nothing is left to open or make for it."""
+        del self._unopened[key]
+        self._new_dirs.pop(key, None)
 
     def _hosts(self, info: PartitionInfo) -> bool:
         # Leaderless: every broker serves every diskless partition, replica or not.
@@ -197,8 +200,7 @@ class ReplicaManager:
         """Host the unopened partition ``key`` as the image has it now."""
         if key not in self._unopened:
             return
-        del self._unopened[key]
-        self._new_dirs.pop(key, None)
+        self._forget_unopened(key)
         topic = self.image.topics.get(key[0])
         info = topic.partitions.get(key[1]) if topic is not None else None
         if info is not None:
