@@ -1140,9 +1140,14 @@ class Controller:
                     accepted.append(commit)
             replaced = {id(commit): streams.replaced_objects(commit) for commit in accepted}
             await self._commit([commit.record() for commit in accepted])
-            # The objects no stream refers to any more: the committer deletes them.
+            # What the committer may delete, which only this image can tell: an accepted
+            # commit's replaced objects no stream refers to any more, a refused one's own
+            # objects no stream refers to. A refusal does not prove its objects unused: an
+            # earlier attempt of the same commit, whose answer was lost in a controller
+            # failover, may have landed (and is why this one was refused).
             return [replace(outcome, freed=tuple(sorted(
-                        obj for obj in replaced.get(id(commit), ())
+                        obj for obj in (replaced.get(id(commit), ()) if outcome.error_code == 0
+                                        else {(r.bucket, r.key) for r in commit.ranges})
                         if not streams.referenced(*obj))))
                     for commit, outcome in zip(commits, outcomes)]
 
