@@ -92,6 +92,11 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
     return voters
 
 
+# A tick this late means the event loop was held (see RaftNode.stalled); less is the
+# scheduling noise of a busy machine (tens of ms on two loaded cores).
+STALL_S = 0.2
+
+
 @dataclass(frozen=True)
 class QuorumSettings:
     # A follower that fetched nothing from its leader for this long starts an election
@@ -325,12 +330,15 @@ class RaftNode:
 
     def stalled(self, seconds: float) -> None:
         """This voter's event loop was held ``seconds`` longer than a tick (by the broker
-        sharing it: a topic of thousands of partitions created): a fetch answer that waited
+        sharing it: a topic of thousands of partitions created). A fetch answer that waited
         in its socket meanwhile could not be read, so the stall does not count as the
-        leader's silence. Kafka's raft client has a thread of its own, which a busy broker
-        does not hold up; without this, creating 5,000 partitions set off an election."""
-        if seconds > 0 and self.role is Role.FOLLOWER:
-            self._deadline += seconds
+        leader's silence: the follower gives its leader a whole fetch timeout from now.
+        Kafka's raft client has a thread of its own, which a busy broker does not hold up;
+        without this, creating 5,000 partitions set off an election. Lateness below
+        ``STALL_S`` is a busy machine's scheduling noise: counting it stretched every fetch
+        timeout, and an election after a real death with it."""
+        if seconds >= STALL_S and self.role is Role.FOLLOWER:
+            self._deadline = max(self._deadline, self.clock() + self._fetch_timeout())
 
     async def tick(self) -> None:
         """Act on what the clock says: elections, a follower's next fetch, a leader's

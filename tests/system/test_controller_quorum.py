@@ -38,8 +38,10 @@ from support.wait import wait_until
 # In-suite kill -9 cycles, each under a producer of every mode (the bench runs 50).
 CYCLES = 3
 # A new controller is active well within this after kill -9 of the active one (measured
-# 1.1-1.3 s on an idle machine: a 1 s fetch timeout, then one election round).
-ELECTION_BOUND_S = 3.0
+# 1.1-1.3 s on an idle machine: a 1 s fetch timeout, then one election round; up to 5 s on
+# two cores loaded by two other clusters, where a voter's held event loop restarts its
+# fetch timeout).
+ELECTION_BOUND_S = 6.0
 
 
 @pytest.fixture
