@@ -67,9 +67,9 @@ class Compactor:
         (outcome,) = await streams.commit([StreamCommit(
             log_.topic, log_.partition, log_.state.leader_epoch, (data_range,), compaction=True)])
         if outcome.error_code != 0:
-            log.info("%r: data object refused (%s), deleting it", log_, outcome.message)
-            await self.store.delete(self.bucket, [key])
-            return
+            # freed names the data object unless an earlier attempt of this commit landed.
+            log.info("%r: data object refused (%s)%s", log_, outcome.message,
+                     ", deleting it" if (self.bucket, key) in outcome.freed else "")
         await self._delete(outcome.freed)
 
     async def _delete(self, objects: tuple[tuple[str, str], ...]) -> None:

@@ -85,8 +85,9 @@ class StreamCommit:
 
 @dataclass(frozen=True, slots=True)
 class CommitOutcome:
-    """The controller's answer for one StreamCommit; ``freed``: objects no stream refers to
-    any more since this commit (the committer deletes them)."""
+    """The controller's answer for one StreamCommit; ``freed``: the objects the committer
+    deletes, as no stream refers to them: those an accepted compaction replaced, or a refused
+    commit's own (unless an earlier attempt of it landed)."""
 
     error_code: ErrorCode
     message: str = ""

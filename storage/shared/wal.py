@@ -15,8 +15,9 @@ A part the controller refuses (this broker no longer leads, or the stream does n
 where the part starts), or a failed PUT, *resets* the partition: its local log is cut back
 to the committed end and its waiting producers get a retriable error. Parts appended before
 the reset and still buffered are dropped unsent. An object none of whose parts was
-committed is deleted at once; the others stay until compaction (storage.shared.compactor)
-has replaced every range of them.
+committed is deleted at once (the controller says which: a refused commit may be a retry of
+one that landed); the others stay until compaction (storage.shared.compactor) has replaced
+every range of them.
 """
 
 from __future__ import annotations
@@ -163,11 +164,12 @@ class SharedWal:
                 self._reset([part for group in groups for _, part in group],
                             f"no answer to the commit: {e}", Reset.RESYNC)
                 return
-        referenced: set[str] = set()
+        sent = {r.key for commit in commits for r in commit.ranges}
+        freed = {key for outcome in outcomes for bucket, key in outcome.freed
+                 if bucket == self.bucket}
         for group, commit, outcome in zip(groups, commits, outcomes):
             parts = [part for _, part in group]
             if outcome.error_code == 0:
-                referenced |= {r.key for r in commit.ranges}
                 parts[0].state.committed(commit.ranges[-1].last_offset + 1)
             else:
                 # Deposed; or the stream does not end where this broker thinks (an earlier
@@ -175,8 +177,10 @@ class SharedWal:
                 self._reset(parts, f"the controller refused the commit: "
                                    f"{outcome.error_code.name} {outcome.message}",
                             Reset.DEPOSED if outcome.error_code in DEPOSED else Reset.RESYNC)
+        # Only the controller can tell a refused object unused (CommitOutcome.freed): an
+        # earlier attempt of this commit may have landed. One that no commit named is.
         for closed in ready:
-            if closed.uploaded.result() and closed.key not in referenced:
+            if closed.uploaded.result() and (closed.key in freed or closed.key not in sent):
                 await self._delete_unreferenced(closed.key)
 
     def _ranges(self, parts: list[tuple[str, _Part]]) -> list[StreamRange]:

@@ -56,6 +56,28 @@ async def test_the_leader_commits_at_the_stream_end_only(controller):
     assert controller.image.shared_streams.end_offset("s", 0) == 10
 
 
+async def test_a_refused_commit_frees_only_objects_no_stream_refers_to(controller):
+    """A commit whose answer was lost in a controller failover is sent again and refused (it
+    landed: the stream no longer ends where it starts); its object must not be deleted.
+    The objects of a commit refused outright are the committer's to delete."""
+    epoch = info(controller).leader_epoch
+    first = append(epoch, wal("w1", 0, 9, epoch))
+    (landed,) = await controller.commit_shared_streams(0, [first])
+    (retried,) = await controller.commit_shared_streams(0, [first])
+    assert (landed.error_code, retried.error_code) == (ErrorCode.none, ErrorCode.invalid_request)
+    assert retried.freed == ()
+    (outright,) = await controller.commit_shared_streams(1, [append(epoch, wal("w2", 10, 19, epoch))])
+    assert outright.error_code == ErrorCode.not_leader_or_follower
+    assert outright.freed == (("kipper-wal", "w2"),)
+    # A compaction sent again replaces its data object by itself: nothing freed.
+    data = StreamRange("kipper-wal", "d1", 0, 9, 0, 100, epoch, "data")
+    compaction = StreamCommit("s", 0, epoch, (data,), compaction=True)
+    (compacted,) = await controller.commit_shared_streams(0, [compaction])
+    (again,) = await controller.commit_shared_streams(0, [compaction])
+    assert (compacted.freed, again.freed) == ((("kipper-wal", "w1"),), ())
+    assert controller.image.shared_streams.stream("s", 0) == [data]
+
+
 async def test_a_deposed_leader_is_refused_and_the_new_one_continues_at_the_same_offset(
         controller):
     old_epoch = info(controller).leader_epoch
