@@ -225,14 +225,28 @@ class Producing:
         return worst
 
 
+def _high_watermark(consumer, partition, timeout: float = 30.0) -> int:
+    """A leader may move meanwhile (the preferred-leader election after a restart): the
+    client is told NOT_LEADER until its metadata catches up, so it asks again."""
+    from confluent_kafka import KafkaError, KafkaException
+    moved = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, max(1.0, deadline - time.monotonic()))[1]
+        except KafkaException as error:
+            if error.args[0].code() not in moved or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_back(bootstrap: str, topic: str) -> Counter:
     """Every record of the topic, by value (read_committed not needed: no transactions)."""
     from confluent_kafka import Consumer, TopicPartition
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1]
-                for p in range(PARTITIONS)}
+        ends = {p: _high_watermark(consumer, TopicPartition(topic, p)) for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         seen: Counter = Counter()
         positions = dict.fromkeys(range(PARTITIONS), 0)
