@@ -22,12 +22,21 @@ log = logging.getLogger(__name__)
 
 async def _on_controller(ctx: RequestContext, request, handle_locally) -> object:
     """Run a topic or config change on the controller (here, or forwarded to it), then wait until this
-    broker's metadata shows the change so the client's next request finds it."""
-    if await ctx.services.controller_channel.becomes_local():
+    broker's metadata shows the change so the client's next request finds it.
+
+    A request another node forwarded here is answered here, never forwarded again: by the
+    controller if it is active, else NOT_CONTROLLER (its operations check), and the
+    forwarder tries the next voter. During an election, two voters that each took the other
+    for the leader bounced a request between them, a new one per hop, until it ended (300
+    CreateTopics for one topic, holding both event loops)."""
+    channel = ctx.services.controller_channel
+    forwarded = (ctx.broker_node is not None and ctx.broker_node >= 0
+                 and channel.controller is not None)
+    if await channel.becomes_local() or forwarded:
         response = await handle_locally(ctx, request)
     else:
-        response = await ctx.services.controller_channel.forward(ctx.header, request)
-    await ctx.services.controller_channel.catch_up()
+        response = await channel.forward(ctx.header, request)
+    await channel.catch_up()
     return response
 
 

@@ -13,6 +13,7 @@ one voter is given (``attempt_s``) so that a hung voter is left for the next one
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -169,6 +170,21 @@ class _LeadershipMoved(Exception):
     pass
 
 
+def _entries_refused(response: Any) -> bool:
+    """Whether an answer without a top-level error code (CreateTopics, DeleteTopics,
+    IncrementalAlterConfigs ...) refuses its entries with NOT_CONTROLLER: a voter whose
+    controller is not active answers a forwarded request so (broker.handlers.admin)."""
+    if not dataclasses.is_dataclass(response):
+        return False
+    for field in dataclasses.fields(response):
+        entries = getattr(response, field.name)
+        if isinstance(entries, tuple) and any(
+                getattr(entry, "error_code", None) == ErrorCode.not_controller
+                for entry in entries):
+            return True
+    return False
+
+
 def _not_leader(response: Any) -> int | None:
     """None if ``response`` came from the active controller, else the leader it names (-1:
     none). Controller APIs answer NOT_CONTROLLER at the top; a Fetch of the metadata log
@@ -177,6 +193,8 @@ def _not_leader(response: Any) -> int | None:
         return -1
     value = getattr(response, "value", None)  # an internal API's JSON body
     if isinstance(value, dict) and value.get("error_code") in _NOT_LEADER:
+        return -1
+    if _entries_refused(response):
         return -1
     if not hasattr(response, "responses") or not hasattr(response, "session_id"):
         return None  # not a Fetch (IncrementalAlterConfigs also answers `responses`)

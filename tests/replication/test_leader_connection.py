@@ -111,3 +111,27 @@ async def test_a_just_elected_voter_asks_itself_again_until_its_controller_is_ac
     voters.behaviour[1] = Answer(ErrorCode.none)  # active now
     assert (await call).error_code == ErrorCode.none
     assert set(voters.calls) == {1}
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    name: str
+    error_code: ErrorCode
+
+
+@dataclass(frozen=True)
+class PerTopicAnswer:
+    """A CreateTopics-like answer: no top-level error code, one per entry."""
+
+    topics: tuple[TopicResult, ...]
+
+
+async def test_entries_refused_with_not_controller_move_on_to_the_next_voter():
+    """A voter whose controller is not active answers a forwarded CreateTopics with
+    NOT_CONTROLLER per topic (broker.handlers.admin): the call tries the next voter."""
+    refused = PerTopicAnswer((TopicResult("t", ErrorCode.not_controller),))
+    created = PerTopicAnswer((TopicResult("t", ErrorCode.none),))
+    voters = Voters({0: refused, 1: created, 2: refused})
+    leadership = ActiveController(VOTERS)
+    response = await leadership.connection(voters).call(ApiKey.CREATE_TOPICS, None, 5)
+    assert response == created and voters.calls == [0, 1]
