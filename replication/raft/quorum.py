@@ -330,15 +330,24 @@ class RaftNode:
 
     def stalled(self, seconds: float) -> None:
         """This voter's event loop was held ``seconds`` longer than a tick (by the broker
-        sharing it: a topic of thousands of partitions created). A fetch answer that waited
-        in its socket meanwhile could not be read, so the stall does not count as the
-        leader's silence: the follower gives its leader a whole fetch timeout from now.
+        sharing it: a topic of thousands of partitions created). What its peers sent
+        meanwhile waited unread in its sockets, so the stall does not count as their
+        silence: a follower gives its leader a whole fetch timeout from now, a leader gives
+        each follower as long to be heard before it counts them for its quorum check.
         Kafka's raft client has a thread of its own, which a busy broker does not hold up;
         without this, creating 5,000 partitions set off an election. Lateness below
         ``STALL_S`` is a busy machine's scheduling noise: counting it stretched every fetch
         timeout, and an election after a real death with it."""
-        if seconds >= STALL_S and self.role is Role.FOLLOWER:
-            self._deadline = max(self._deadline, self.clock() + self._fetch_timeout())
+        if seconds < STALL_S:
+            return
+        now = self.clock()
+        if self.role is Role.FOLLOWER:
+            self._deadline = max(self._deadline, now + self._fetch_timeout())
+        elif self.role is Role.LEADER:
+            heard_by = now - self.settings.check_quorum_timeout_s + self.settings.fetch_timeout_s
+            fetched_at = self._leader.fetched_at
+            for voter, at in fetched_at.items():
+                fetched_at[voter] = max(at, heard_by)
 
     async def tick(self) -> None:
         """Act on what the clock says: elections, a follower's next fetch, a leader's

@@ -271,3 +271,23 @@ async def test_safety_under_loss_reordering_duplication_and_crashes(seed):
     leader = await net.run_until_stable(5000)
     assert leader.log.committed_prefix(len(committed)) == committed
     assert all(n.log.entries == leader.log.entries for n in net.nodes.values())
+
+
+async def test_a_leaders_own_stall_is_not_its_followers_silence():
+    """A leader whose event loop was held could not read its followers' fetches meanwhile:
+    it does not resign for want of them when its ticks resume, but still does when they
+    stay silent past a fetch timeout after that."""
+    net = SimNetwork([0, 1, 2], seed=4)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    net.in_flight.clear()
+    net.clock.now += 3.0  # the stall: no tick, no fetch read
+    leader.stalled(3.0)
+    await leader.tick()
+    assert leader.is_leader
+    for node in list(net.nodes):
+        if node != leader.node_id:
+            net.crash(node)
+    for _ in range(20):  # 2 s: past the fetch timeout given after the stall
+        await net.tick(0.1)
+    assert not leader.is_leader
