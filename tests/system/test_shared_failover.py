@@ -52,9 +52,11 @@ def test_a_paused_leader_gets_no_write_acknowledged_after_it_is_fenced(cluster):
         paused_at = time.monotonic()
         os.kill(pid, signal.SIGSTOP)
         try:
-            # Fenced (3 s session), its partitions reopened elsewhere, writes go on there.
+            # Fenced (3 s session), its partitions reopened elsewhere, writes go on there:
+            # once librdkafka gives up on its requests to the paused broker (request.timeout.ms,
+            # 30 s), twice when it then asks that broker for its new producer id.
             wait_for(lambda: leaders(cluster, topic)[0] != node
-                     and producing.all_acked_since(paused_at + 4.0), 60, "writes resumed")
+                     and producing.all_acked_since(paused_at + 4.0), 120, "writes resumed")
         finally:
             os.kill(pid, signal.SIGCONT)
         # The zombie wakes up with produce requests and a WAL buffer of the old epoch: its
