@@ -189,14 +189,18 @@ class ReplicatedPartition(Partition):
                  propose_isr: IsrProposer | None = None,
                  isr_changes: IsrChanges | None = None,
                  last_fetch_by: Callable[[int], float] = lambda replica_id: 0.0,
-                 committed_offset: int = 0) -> None:
+                 committed_offset: int = 0,
+                 isr_eligible: Callable[[int], bool] = lambda replica_id: True) -> None:
         """``last_fetch_by``: when a follower broker last fetched anything from this one.
+        ``isr_eligible``: whether a follower's broker may join an ISR (not fenced, as
+        Kafka's leader checks before it proposes: the controller refuses it otherwise).
         ``committed_offset``: what is committed already (the base of a span that follows a
         diskless one: everything below it was committed by the batch coordinator)."""
         super().__init__(node_id, log, info)
         self.propose_isr = propose_isr
         self.isr_changes = isr_changes
         self.last_fetch_by = last_fetch_by
+        self.isr_eligible = isr_eligible
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
         # Appends between the seal check and the log (an engine's append may await).
@@ -319,8 +323,7 @@ class ReplicatedPartition(Partition):
         state.log_end_offset = fetch_offset
         if fetch_offset >= self.log.log_end_offset:
             state.caught_up_at = time.monotonic()
-        if (replica_id not in self.isr and fetch_offset >= self.high_watermark
-                and fetch_offset >= self.log.log_end_offset):
+        if self._joins_isr(replica_id, fetch_offset):
             self._propose(self.isr + [replica_id])
         self.maybe_advance_high_watermark()
         news = self._high_watermark > state.high_watermark_sent
@@ -356,10 +359,16 @@ class ReplicatedPartition(Partition):
         if not self.is_leader:
             return
         for replica_id, state in self._followers.items():
-            if (replica_id not in self.isr and state.log_end_offset >= self.high_watermark
-                    and state.log_end_offset >= self.log.log_end_offset):
+            if self._joins_isr(replica_id, state.log_end_offset):
                 self._propose(self.isr + [replica_id])
                 return
+
+    def _joins_isr(self, replica_id: int, log_end_offset: int) -> bool:
+        """A follower out of the ISR holding everything, on an eligible broker: a fenced
+        one's empty replica of an empty partition "holds everything" too, and its
+        proposal was refused every round while it stayed fenced."""
+        return (replica_id not in self.isr and log_end_offset >= self.high_watermark
+                and log_end_offset >= self.log.log_end_offset and self.isr_eligible(replica_id))
 
     def _note_caught_up_followers(self) -> None:
         """Before the log end moves: a follower holding all of it was caught up as of its

@@ -298,7 +298,8 @@ class ReplicaManager:
                 partition = ReplicatedPartition(self.node_id, log_, info, self._propose_isr,
                                                 self.isr_changes, self.last_fetch_by,
                                                 committed_offset=info.span_chain(
-                                                    config.storage_mode)[-1].base_offset)
+                                                    config.storage_mode)[-1].base_offset,
+                                                isr_eligible=self._isr_eligible)
             self.partitions[key] = partition
         else:
             if info.spans:  # its chain gets the spans recorded
@@ -339,6 +340,10 @@ class ReplicaManager:
 
     def last_fetch_by(self, replica_id: int) -> float:
         return self._follower_fetches.get(replica_id, 0.0)
+
+    def _isr_eligible(self, replica_id: int) -> bool:
+        broker = self.image.brokers.get(replica_id)
+        return broker is not None and not broker.fenced
 
     def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
         """Whether what this broker, as leader, sends follower ``replica_id`` counts against

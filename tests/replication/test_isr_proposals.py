@@ -47,6 +47,11 @@ class Controller:
             for topic in request.topics))
 
 
+def broker_records(fenced: frozenset[int] = frozenset()) -> list[dict]:
+    return [{"type": "broker", "node_id": node, "host": "127.0.0.1", "port": 9000 + node,
+             "epoch": 1, "fenced": node in fenced} for node in (LEADER, FOLLOWER)]
+
+
 async def test_caught_up_followers_of_many_partitions_join_their_isrs_in_few_requests(
         tmp_path: Path):
     count = ISR_PROPOSALS_PER_REQUEST + 100
@@ -56,7 +61,8 @@ async def test_caught_up_followers_of_many_partitions_join_their_isrs_in_few_req
     replicas = ReplicaManager(LEADER, image, LogManager(tmp_path), dynamic_configs(config, image),
                               NodeClient("test", ClusterCredentials(LEADER, "unused"), traffic=None),
                               controller)
-    records = [{"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()), "configs": {}}] + [
+    records = [*broker_records(), {"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()),
+                                   "configs": {}}] + [
         {"type": "partition", "topic": TOPIC, "partition": index,
          "replicas": [LEADER, FOLLOWER], "isr": [LEADER], "leader": LEADER,
          "leader_epoch": 0, "partition_epoch": 0} for index in range(count)]
@@ -73,5 +79,37 @@ async def test_caught_up_followers_of_many_partitions_join_their_isrs_in_few_req
         assert [sum(len(t.partitions) for t in r.topics) for r in controller.requests] == [
             ISR_PROPOSALS_PER_REQUEST, 100]
         assert all(partition.partition_epoch == 1 for partition in partitions)
+    finally:
+        await replicas.close()
+
+
+async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
+    """A fenced broker's empty replica of an empty partition holds "everything": the leader
+    proposed it, the controller refused (INELIGIBLE_REPLICA), every round while it stayed
+    fenced. As in Kafka, the leader proposes only eligible replicas."""
+    image = MetadataImage()
+    config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
+    controller = Controller()
+    replicas = ReplicaManager(LEADER, image, LogManager(tmp_path), dynamic_configs(config, image),
+                              NodeClient("test", ClusterCredentials(LEADER, "unused"), traffic=None),
+                              controller)
+    records = [*broker_records(fenced=frozenset({FOLLOWER})),
+               {"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()), "configs": {}},
+               {"type": "partition", "topic": TOPIC, "partition": 0, "replicas": [LEADER, FOLLOWER],
+                "isr": [LEADER], "leader": LEADER, "leader_epoch": 0, "partition_epoch": 0}]
+    for offset, record in enumerate(records):
+        image.apply(offset, record)
+        replicas.on_metadata_record(record)
+    try:
+        partition = replicas.get(TOPIC, 0)
+        partition.record_follower_fetch(FOLLOWER, 0)
+        partition.maybe_expand_isr()
+        await asyncio.sleep(0.05)
+        assert controller.requests == [] and partition.isr == [LEADER]
+        image.apply(len(records), {"type": "unfence_broker", "node_id": FOLLOWER})
+        partition.maybe_expand_isr()
+        async with asyncio.timeout(5):
+            while partition.isr != [LEADER, FOLLOWER]:
+                await asyncio.sleep(0.01)
     finally:
         await replicas.close()
