@@ -87,8 +87,8 @@ class ReplicaManager:
         self.opened_listeners: list[Callable[[], None]] = []
         self._started = False
         self._fetchers: dict[int, LeaderFetcher] = {}
-        # Log deletions and fetcher shutdowns under way, awaited by close().
-        self._cleanups: set[asyncio.Task] = set()
+        # Log deletions, fetcher shutdowns and ISR expansions under way, awaited by close().
+        self._background: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         # ISR changes waiting to be sent (_propose_isr), and the task sending them.
         self._isr_proposals: dict[tuple[str, int], IsrProposal] = {}
@@ -150,13 +150,18 @@ class ReplicaManager:
                 self._forget_unopened(key)
             # One task deletes them one after another: thousands of deletions started at
             # once would all run their first step in one turn of the event loop.
-            self._clean_up(self._delete_logs([log_ for key in keys
+            self._in_background(self._delete_logs([log_ for key in keys
                                               if (log_ := self.logs.detach(*key)) is not None],
                                              unopened))
         elif kind == "broker" and record["node_id"] in self._fetchers:
             # The leader moved to a new address (restart): reconnect its fetcher.
             for partition in list(self._fetchers[record["node_id"]].partitions.values()):
                 self._follow(partition)
+        elif kind == "unfence_broker":
+            # Its caught-up replicas may join ISRs now (they were not eligible while it was
+            # fenced), without waiting for the periodic check: their partitions may be idle
+            # in its fetch session, and then no fetch lists them.
+            self._in_background(self._expand_isrs_with(record["node_id"]))
 
     def _on_partition_record(self, info: PartitionInfo) -> None:
         """A partition this broker starts hosting is opened later: on first use (``get``)
@@ -185,7 +190,7 @@ class ReplicaManager:
         elif key in self._unopened:
             self._forget_unopened(key)
             log.info("%s-%d no longer has a replica here: deleting it", *key)
-            self._clean_up(self.logs.delete_partition(*key))
+            self._in_background(self.logs.delete_partition(*key))
 
     def _forget_unopened(self, key: tuple[str, int]) -> None:
         """``key`` is opened or no longer hosted: nothing is left to open or make for it."""
@@ -315,7 +320,7 @@ class ReplicaManager:
 
     def _delete_replica(self, key: tuple[str, int]) -> None:
         self._stop_serving(key)
-        self._clean_up(self.logs.delete_partition(*key))
+        self._in_background(self.logs.delete_partition(*key))
 
     def _stop_serving(self, key: tuple[str, int]) -> None:
         self._stop_following(*key)
@@ -365,7 +370,7 @@ class ReplicaManager:
         fetcher = self._fetchers.get(leader.node_id)
         if fetcher is None or (fetcher.connection.host, fetcher.connection.port) != (leader.host, leader.port):
             if fetcher is not None:
-                self._clean_up(fetcher.stop())
+                self._in_background(fetcher.stop())
             fetcher = LeaderFetcher(self.node_id, leader.node_id,
                                     self.nodes.connection(leader.host, leader.port, "replication"),
                                     self.follower_throttled, self.follower_quota)
@@ -467,6 +472,14 @@ class ReplicaManager:
                  result.error_code.name)
         return False
 
+    async def _expand_isrs_with(self, node_id: int) -> None:
+        turns = LoopSlice(OPEN_SLICE_S)
+        for partition in [p for p in self.partitions.values()
+                          if isinstance(p, ReplicatedPartition) and p.is_leader
+                          and node_id in p.replicas]:
+            partition.maybe_expand_isr()
+            await turns.pause()
+
     async def _shrink_isr_loop(self) -> None:
         while True:
             await asyncio.sleep(self.replica_lag_time_max_s / 2)
@@ -480,10 +493,10 @@ class ReplicaManager:
                 partition.maybe_expand_isr()
                 await turns.pause()
 
-    def _clean_up(self, work) -> None:
+    def _in_background(self, work) -> None:
         task = asyncio.ensure_future(work)
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def hosted(self) -> int:
@@ -512,7 +525,7 @@ class ReplicaManager:
             if task is not None:
                 task.cancel()
         await asyncio.gather(*(f.stop() for f in self._fetchers.values()),
-                             *self._cleanups, return_exceptions=True)
+                             *self._background, return_exceptions=True)
         for partition in self.partitions.values():
             partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
         await self.logs.close_all()

@@ -86,7 +86,8 @@ async def test_caught_up_followers_of_many_partitions_join_their_isrs_in_few_req
 async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
     """A fenced broker's empty replica of an empty partition holds "everything": the leader
     proposed it, the controller refused (INELIGIBLE_REPLICA), every round while it stayed
-    fenced. As in Kafka, the leader proposes only eligible replicas."""
+    fenced. As in Kafka, the leader proposes only eligible replicas, and proposes them as
+    soon as their broker is unfenced."""
     image = MetadataImage()
     config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
     controller = Controller()
@@ -106,8 +107,10 @@ async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
         partition.maybe_expand_isr()
         await asyncio.sleep(0.05)
         assert controller.requests == [] and partition.isr == [LEADER]
-        image.apply(len(records), {"type": "unfence_broker", "node_id": FOLLOWER})
-        partition.maybe_expand_isr()
+        # Unfenced: the leader proposes it at once, not at its next periodic check.
+        unfenced = {"type": "unfence_broker", "node_id": FOLLOWER}
+        image.apply(len(records), unfenced)
+        replicas.on_metadata_record(unfenced)
         async with asyncio.timeout(5):
             while partition.isr != [LEADER, FOLLOWER]:
                 await asyncio.sleep(0.01)
