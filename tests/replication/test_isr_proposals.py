@@ -47,40 +47,52 @@ class Controller:
             for topic in request.topics))
 
 
-def broker_records(fenced: frozenset[int] = frozenset()) -> list[dict]:
-    return [{"type": "broker", "node_id": node, "host": "127.0.0.1", "port": 9000 + node,
-             "epoch": 1, "fenced": node in fenced} for node in (LEADER, FOLLOWER)]
+class Leader:
+    """Broker LEADER's ReplicaManager fed metadata records as its follower would apply them:
+    both brokers registered (``fenced``: those fenced), one topic of ``partitions``
+    partitions replicated on both, led here, the follower not in the ISR yet."""
+
+    def __init__(self, tmp_path: Path, partitions: int,
+                 fenced: frozenset[int] = frozenset()) -> None:
+        self.image = MetadataImage()
+        self.controller = Controller()
+        config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
+        self.replicas = ReplicaManager(
+            LEADER, self.image, LogManager(tmp_path), dynamic_configs(config, self.image),
+            NodeClient("test", ClusterCredentials(LEADER, "unused"), traffic=None),
+            self.controller)
+        self.apply(*({"type": "broker", "node_id": node, "host": "127.0.0.1",
+                      "port": 9000 + node, "epoch": 1, "fenced": node in fenced}
+                     for node in (LEADER, FOLLOWER)),
+                   {"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()), "configs": {}},
+                   *({"type": "partition", "topic": TOPIC, "partition": index,
+                      "replicas": [LEADER, FOLLOWER], "isr": [LEADER], "leader": LEADER,
+                      "leader_epoch": 0, "partition_epoch": 0} for index in range(partitions)))
+        self.partitions = [self.replicas.get(TOPIC, index) for index in range(partitions)]
+
+    def apply(self, *records: dict) -> None:
+        for record in records:
+            self.image.apply(self.image.next_offset, record)
+            self.replicas.on_metadata_record(record)
+
+    async def until_in_sync(self, timeout_s: float) -> None:
+        async with asyncio.timeout(timeout_s):
+            while any(partition.isr != [LEADER, FOLLOWER] for partition in self.partitions):
+                await asyncio.sleep(0.01)
 
 
 async def test_caught_up_followers_of_many_partitions_join_their_isrs_in_few_requests(
         tmp_path: Path):
-    count = ISR_PROPOSALS_PER_REQUEST + 100
-    image = MetadataImage()
-    config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
-    controller = Controller()
-    replicas = ReplicaManager(LEADER, image, LogManager(tmp_path), dynamic_configs(config, image),
-                              NodeClient("test", ClusterCredentials(LEADER, "unused"), traffic=None),
-                              controller)
-    records = [*broker_records(), {"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()),
-                                   "configs": {}}] + [
-        {"type": "partition", "topic": TOPIC, "partition": index,
-         "replicas": [LEADER, FOLLOWER], "isr": [LEADER], "leader": LEADER,
-         "leader_epoch": 0, "partition_epoch": 0} for index in range(count)]
-    for offset, record in enumerate(records):
-        image.apply(offset, record)
-        replicas.on_metadata_record(record)
+    leader = Leader(tmp_path, ISR_PROPOSALS_PER_REQUEST + 100)
     try:
-        partitions = [replicas.get(TOPIC, index) for index in range(count)]
-        for partition in partitions:  # the follower fetches at the leader's log end
+        for partition in leader.partitions:  # the follower fetches at the leader's log end
             partition.record_follower_fetch(FOLLOWER, partition.log.log_end_offset)
-        async with asyncio.timeout(10):
-            while any(partition.isr != [LEADER, FOLLOWER] for partition in partitions):
-                await asyncio.sleep(0.01)
-        assert [sum(len(t.partitions) for t in r.topics) for r in controller.requests] == [
+        await leader.until_in_sync(10)
+        assert [sum(len(t.partitions) for t in r.topics) for r in leader.controller.requests] == [
             ISR_PROPOSALS_PER_REQUEST, 100]
-        assert all(partition.partition_epoch == 1 for partition in partitions)
+        assert all(partition.partition_epoch == 1 for partition in leader.partitions)
     finally:
-        await replicas.close()
+        await leader.replicas.close()
 
 
 async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
@@ -88,31 +100,15 @@ async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
     proposed it, the controller refused (INELIGIBLE_REPLICA), every round while it stayed
     fenced. As in Kafka, the leader proposes only eligible replicas, and proposes them as
     soon as their broker is unfenced."""
-    image = MetadataImage()
-    config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
-    controller = Controller()
-    replicas = ReplicaManager(LEADER, image, LogManager(tmp_path), dynamic_configs(config, image),
-                              NodeClient("test", ClusterCredentials(LEADER, "unused"), traffic=None),
-                              controller)
-    records = [*broker_records(fenced=frozenset({FOLLOWER})),
-               {"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()), "configs": {}},
-               {"type": "partition", "topic": TOPIC, "partition": 0, "replicas": [LEADER, FOLLOWER],
-                "isr": [LEADER], "leader": LEADER, "leader_epoch": 0, "partition_epoch": 0}]
-    for offset, record in enumerate(records):
-        image.apply(offset, record)
-        replicas.on_metadata_record(record)
+    leader = Leader(tmp_path, 1, fenced=frozenset({FOLLOWER}))
     try:
-        partition = replicas.get(TOPIC, 0)
+        (partition,) = leader.partitions
         partition.record_follower_fetch(FOLLOWER, 0)
         partition.maybe_expand_isr()
         await asyncio.sleep(0.05)
-        assert controller.requests == [] and partition.isr == [LEADER]
+        assert leader.controller.requests == [] and partition.isr == [LEADER]
         # Unfenced: the leader proposes it at once, not at its next periodic check.
-        unfenced = {"type": "unfence_broker", "node_id": FOLLOWER}
-        image.apply(len(records), unfenced)
-        replicas.on_metadata_record(unfenced)
-        async with asyncio.timeout(5):
-            while partition.isr != [LEADER, FOLLOWER]:
-                await asyncio.sleep(0.01)
+        leader.apply({"type": "unfence_broker", "node_id": FOLLOWER})
+        await leader.until_in_sync(5)
     finally:
-        await replicas.close()
+        await leader.replicas.close()
