@@ -11,9 +11,17 @@ from .wait import wait_until
 
 
 def partition_metadata(bootstrap: str, topic: str, partition: int = 0):
-    """confluent-kafka's PartitionMetadata (leader, replicas, isrs), or None if unknown."""
+    """confluent-kafka's PartitionMetadata (leader, replicas, isrs), or None if unknown
+    (also when no broker answered in time: one just back from a network cut may still be
+    catching up with the metadata, and callers poll)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=5)
+    try:
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=5)
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError._TIMED_OUT:
+            raise
+        return None
     return metadata.topics[topic].partitions.get(partition)
 
 
