@@ -150,9 +150,8 @@ class ReplicaManager:
                 self._forget_unopened(key)
             # One task deletes them one after another: thousands of deletions started at
             # once would all run their first step in one turn of the event loop.
-            self._in_background(self._delete_logs([log_ for key in keys
-                                              if (log_ := self.logs.detach(*key)) is not None],
-                                             unopened))
+            detached = [log_ for key in keys if (log_ := self.logs.detach(*key)) is not None]
+            self._in_background(self._delete_logs(detached, unopened))
         elif kind == "broker" and record["node_id"] in self._fetchers:
             # The leader moved to a new address (restart): reconnect its fetcher.
             for partition in list(self._fetchers[record["node_id"]].partitions.values()):
