@@ -471,23 +471,25 @@ class ReplicaManager:
                  result.error_code.name)
         return False
 
+    def _led_with_isr(self) -> list[ReplicatedPartition]:
+        """The partitions this broker leads that have an ISR (leaderless ones have none)."""
+        return [p for p in self.partitions.values()
+                if isinstance(p, ReplicatedPartition) and p.is_leader]
+
     async def _expand_isrs_with(self, node_id: int) -> None:
         turns = LoopSlice(OPEN_SLICE_S)
-        for partition in [p for p in self.partitions.values()
-                          if isinstance(p, ReplicatedPartition) and p.is_leader
-                          and node_id in p.replicas]:
-            partition.maybe_expand_isr()
-            await turns.pause()
+        for partition in self._led_with_isr():
+            if node_id in partition.replicas:
+                partition.maybe_expand_isr()
+                await turns.pause()
 
     async def _shrink_isr_loop(self) -> None:
         while True:
             await asyncio.sleep(self.replica_lag_time_max_s / 2)
-            # In turns: a broker leading thousands of partitions checks them all.
+            # In turns: a broker leading thousands of partitions checks them all (one that
+            # stopped leading meanwhile checks nothing).
             turns = LoopSlice(OPEN_SLICE_S)
-            for partition in [p for p in self.partitions.values()
-                              if isinstance(p, ReplicatedPartition) and p.is_leader]:
-                # (Leaderless partitions have no ISR; one that stopped leading meanwhile
-                # checks nothing.)
+            for partition in self._led_with_isr():
                 partition.maybe_shrink_isr(self.replica_lag_time_max_s)
                 partition.maybe_expand_isr()
                 await turns.pause()
