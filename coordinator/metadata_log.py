@@ -54,9 +54,11 @@ class MetadataLog:
         self.log = ClassicLog(METADATA_TOPIC, 0, config, directory / f"{METADATA_TOPIC}-0")
         self.snapshot_dir = directory / f"{METADATA_TOPIC}-snapshots"
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        # Only this object writes and deletes snapshots, so the directory is listed once
+        # and again after each change: the leader looks at the newest on every Fetch.
+        self._snapshots = self._list_snapshots()
 
-    def snapshots(self) -> list[SnapshotId]:
-        """The snapshots on disk, oldest first (temporary files of torn writes excluded)."""
+    def _list_snapshots(self) -> list[SnapshotId]:
         found = []
         for path in self.snapshot_dir.iterdir():
             match = _SNAPSHOT_NAME.match(path.name)
@@ -64,9 +66,12 @@ class MetadataLog:
                 found.append(SnapshotId(int(match[1]), int(match[2])))
         return sorted(found)
 
+    def snapshots(self) -> list[SnapshotId]:
+        """The snapshots on disk, oldest first (temporary files of torn writes excluded)."""
+        return list(self._snapshots)
+
     def latest_snapshot(self) -> SnapshotId | None:
-        snapshots = self.snapshots()
-        return snapshots[-1] if snapshots else None
+        return self._snapshots[-1] if self._snapshots else None
 
     def snapshot_path(self, snapshot: SnapshotId) -> Path:
         return self.snapshot_dir / snapshot.file_name
@@ -175,6 +180,7 @@ class MetadataLog:
                 write_atomically(self.snapshot_path(snapshot), data)
 
         await asyncio.to_thread(write)
+        self._snapshots = self._list_snapshots()
         self.read_snapshot(snapshot)  # whole and intact, or this raises
         await self.log.truncate_fully_and_start_at(snapshot.end_offset)
 
@@ -187,8 +193,10 @@ class MetadataLog:
                                  bytes(encode_json_records(records)))
 
         await asyncio.to_thread(write)
-        kept = self.snapshots()[-SNAPSHOTS_KEPT:]
-        for old in self.snapshots()[:-SNAPSHOTS_KEPT]:
+        snapshots = self._list_snapshots()
+        kept = snapshots[-SNAPSHOTS_KEPT:]
+        for old in snapshots[:-SNAPSHOTS_KEPT]:
             self.snapshot_path(old).unlink(missing_ok=True)
+        self._snapshots = kept
         if len(kept) == SNAPSHOTS_KEPT and kept[0].end_offset > self.log.log_start_offset:
             await self.log.delete_records_before(kept[0].end_offset)

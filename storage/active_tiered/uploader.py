@@ -103,6 +103,9 @@ class WalUploader:
         self._objects: list[_Object] = []
         self._waiting_bytes = 0
         self._full = asyncio.Event()
+        # Set by an append (and by a round that left data behind): with no active-tiered
+        # partition written to, the loop sleeps instead of looking every interval.
+        self._appended = asyncio.Event()
         self._publish: Publisher | None = None
         self._leaders: LeaderView | None = None
         self._tasks: list[asyncio.Task] = []
@@ -122,6 +125,7 @@ class WalUploader:
     def track(self, state: TieredPartitionState) -> None:
         """This broker became the partition's leader (``state.upload`` is set)."""
         self._leading[id(state)] = state
+        self._appended.set()  # its log may hold records not uploaded yet
 
     def untrack(self, state: TieredPartitionState) -> None:
         """This broker no longer leads the partition (``state.upload`` is None)."""
@@ -131,6 +135,7 @@ class WalUploader:
         """The leader appended ``nbytes`` to the partition."""
         if state.upload is None:
             return
+        self._appended.set()
         if state.upload.waiting_since is None:
             state.upload.waiting_since = time.monotonic()
         self._waiting_bytes += nbytes
@@ -145,11 +150,13 @@ class WalUploader:
 
     async def _run(self) -> None:
         while True:
+            await self._appended.wait()
             try:
                 await asyncio.wait_for(self._full.wait(), self.interval_s)
             except asyncio.TimeoutError:
                 pass
             self._full.clear()
+            self._appended.clear()
             try:
                 while await self.upload_once():
                     pass  # more than max_bytes were waiting: the next object at once
@@ -157,6 +164,9 @@ class WalUploader:
                 raise
             except Exception:
                 log.exception("WAL upload round failed")
+                self._appended.set()  # what waited is still there: the next round tries
+            if not self.healthy:
+                self._appended.set()  # the PUT failed: try again after an interval
 
     async def _run_deletes(self) -> None:
         while True:
