@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 from importlib.metadata import entry_points
@@ -102,8 +103,25 @@ def _run_node(args: argparse.Namespace) -> NoReturn:
     # every 1 ms instead of every 5: a producer's P99 while a log is cleaned fell from
     # 18-34 ms to 6-15 ms (bench/compaction_bench.py, bench/README.md).
     sys.setswitchinterval(0.001)
+    _raise_open_file_limit()
     # The node has stopped and everything it keeps is durable.
     exit_without_teardown(uvloop.run(_run_broker(args)))
+
+
+def _raise_open_file_limit() -> None:
+    """Every log segment keeps a file open, as Kafka's do: raise the soft limit on open
+    files to the hard one, as the JVM does for Kafka at start. With a soft limit of 1,024
+    (many systems' default) a broker of a few thousand partitions failed to host the rest
+    (EMFILE), and they stayed offline."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit still stops at the kernel's nr_open (2**20 by default).
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft >= wanted:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError) as e:
+        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, wanted, e)
 
 
 def build_parser() -> argparse.ArgumentParser:
