@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 try:
     from bench.process import ChildProcess
@@ -117,6 +117,8 @@ class RunResult:
     broker: str
     produce: PhaseResult
     consume: PhaseResult
+    # Seconds from the topic's creation until every partition answered ListOffsets.
+    ready_seconds: float = 0.0
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
@@ -137,6 +139,26 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
             return
         time.sleep(0.1)
     raise RuntimeError(f"topic {topic} has no leaders after {timeout} s")
+
+
+def wait_until_listable(bootstrap: str, topic: str, partitions: int, timeout: float) -> None:
+    """Until every partition answers ListOffsets (latest): its log exists. A broker makes a
+    new topic's logs after CreateTopics returns (kipper as Kafka does, Tansu's memory engine
+    has none to make); without this wait the produce phase also timed their making, half of
+    kipper's CPU in it at 1,000 partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                      for p in range(partitions)}, request_timeout=timeout)
+        try:
+            for future in futures.values():
+                future.result(timeout)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def producer_config(args: argparse.Namespace, bootstrap: str) -> dict:
@@ -258,7 +280,11 @@ def run_one(name: str, bootstrap: str, args: argparse.Namespace, broker_pid: int
             on_phase=lambda phase, starting: None) -> RunResult:
     topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
     # A broker opens a log per partition: allow a loaded machine a second per 100 of them.
-    create_topic(bootstrap, topic, args.partitions, timeout=max(30.0, args.partitions / 100))
+    timeout = max(30.0, args.partitions / 100)
+    created = time.perf_counter()
+    create_topic(bootstrap, topic, args.partitions, timeout=timeout)
+    wait_until_listable(bootstrap, topic, args.partitions, timeout)
+    ready_seconds = time.perf_counter() - created
     results = {}
     for phase in ("produce", "consume"):
         on_phase(phase, True)
@@ -271,7 +297,7 @@ def run_one(name: str, bootstrap: str, args: argparse.Namespace, broker_pid: int
         result.client_cpu = self_cpu() - client_before
         on_phase(phase, False)
         results[phase] = result
-    return RunResult(name, results["produce"], results["consume"])
+    return RunResult(name, results["produce"], results["consume"], ready_seconds)
 
 
 # --------------------------------------------------------------------------- profiling
@@ -364,6 +390,9 @@ def report(all_results: dict[str, list[RunResult]], args: argparse.Namespace) ->
                             "runs": [getattr(r, phase).as_dict() for r in results]}
             print(f"{name:<8} {phase:<8} {mbps:9.1f} {rps:12.0f} {secs:8.2f} "
                   f"{broker_util:10.0%} {client_util:10.0%}   {dict(errs) or ''}")
+        entry["ready_seconds"] = statistics.median(r.ready_seconds for r in results)
+        print(f"{name:<8} topic ready {entry['ready_seconds']:.2f} s after its creation "
+              "(every partition answers ListOffsets; before the produce phase)")
         summary["brokers"][name] = entry
     if "kipper" in all_results and "tansu" in all_results:
         k, t = summary["brokers"]["kipper"], summary["brokers"]["tansu"]
