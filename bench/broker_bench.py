@@ -297,7 +297,18 @@ def run_one(name: str, bootstrap: str, args: argparse.Namespace, broker_pid: int
         result.client_cpu = self_cpu() - client_before
         on_phase(phase, False)
         results[phase] = result
+    delete_topic(bootstrap, topic, timeout)
     return RunResult(name, results["produce"], results["consume"], ready_seconds)
+
+
+def delete_topic(bootstrap: str, topic: str, timeout: float) -> None:
+    """Each round's topic is deleted after it, so that rounds at 10,000 partitions do not
+    pile up on the broker (a log keeps a file open per segment)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout)
+    except KafkaException as e:
+        print(f"  note: deleting {topic} failed: {e}", flush=True)
 
 
 # --------------------------------------------------------------------------- profiling
