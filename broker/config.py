@@ -398,10 +398,9 @@ class BrokerConfig:
     metadata_log_max_record_bytes_between_snapshots: int = setting(
         20 * 1024 * 1024, "The controller snapshots the cluster metadata (KIP-630) once this "
         "many bytes of records were applied since the last snapshot, the log a restart "
-        "replays included (`metadata.log.max.record.bytes.between.snapshots`), or sooner: once "
-        "as many bytes as the newest snapshot holds (at least 1 MiB), as replaying more would "
-        "make a restart slower than loading a new snapshot; restarts load the newest snapshot "
-        "and the log after it, and the log below the older of two snapshots is deleted.")
+        "replays included (`metadata.log.max.record.bytes.between.snapshots`); restarts load "
+        "the newest snapshot and the log after it, and the log below the older of two "
+        "snapshots is deleted.")
     metadata_log_max_snapshot_interval_ms: int = setting(
         3_600_000, "…or once this long has passed since the last snapshot with records "
         "appended since (`metadata.log.max.snapshot.interval.ms`; 0 turns it off).")

@@ -212,9 +212,6 @@ FENCE_RETRY_S = 0.25
 # (committed records are applied in turns too: Applier.apply_in_turns): a voter that hears
 # nothing from its leader for controller_quorum_fetch_timeout_ms elects another.
 WALK_SLICE_S = 0.01
-# The least log a snapshot waits for (_maybe_snapshot): a small cluster does not snapshot at
-# every change.
-REPLAY_FLOOR_BYTES = 1 << 20
 
 
 class Controller:
@@ -250,16 +247,12 @@ class Controller:
         # so a node that restarts often still snapshots (Kafka's SnapshotGenerator counts
         # the batches its loader publishes the same way).
         self._bytes_since_snapshot = 0
-        # The size of the newest snapshot: replaying more log than that costs a restart
-        # more than loading the image it adds up to.
-        self._snapshot_bytes = 0
 
     async def start(self) -> None:
         """Load the newest snapshot, then join the quorum: the log after the snapshot is
         applied as the quorum commits it (a voter's uncommitted tail may yet be truncated)."""
         state = await self.log.load()
         if state.snapshot is not None:
-            self._snapshot_bytes = self.log.snapshot_bytes(state.snapshot)
             self.applier.load_snapshot(state.snapshot.end_offset, state.snapshot_records)
             log.info("loaded metadata snapshot %s; %d records after it await the quorum",
                      state.snapshot.file_name, len(state.tail))
@@ -385,7 +378,6 @@ class Controller:
         records = await asyncio.to_thread(self.log.read_snapshot, snapshot)
         self.applier.load_snapshot(snapshot.end_offset, self.image.snapshot_delta(records))
         self._bytes_since_snapshot = 0
-        self._snapshot_bytes = self.log.snapshot_bytes(snapshot)
         log.info("loaded the leader's metadata snapshot %s", snapshot.file_name)
 
     def _check_active(self) -> None:
@@ -420,18 +412,11 @@ class Controller:
 
     def _maybe_snapshot(self) -> None:
         """Snapshot the image (KIP-630) in the background once enough was applied since the
-        last one, or enough time passed. Enough is metadata.log.max.record.bytes.between.
-        snapshots (20 MiB), or less: as much as the newest snapshot holds (at least
-        REPLAY_FLOOR_BYTES), since replaying more log than that makes a restart slower than
-        loading a new snapshot would. Decoding is kipper's slow part: 16 MB of log left by
-        creating and deleting topics took each restarting broker 4 s of CPU to replay,
-        where the snapshot of the image it added up to was 4 MB."""
+        last one, or enough time passed."""
         if self._snapshot_task is not None and not self._snapshot_task.done():
             return
         interval = self.settings.snapshot_max_interval_s
-        enough = min(self.settings.snapshot_max_new_record_bytes,
-                     max(REPLAY_FLOOR_BYTES, self._snapshot_bytes))
-        due = (self._bytes_since_snapshot >= enough
+        due = (self._bytes_since_snapshot >= self.settings.snapshot_max_new_record_bytes
                or (interval > 0 and time.monotonic() - self._last_snapshot_at >= interval))
         if not due:
             return
@@ -450,7 +435,6 @@ class Controller:
         except KafkaStorageError as e:
             log.warning("metadata snapshot at %d not written: %s", end_offset, e)
             return
-        self._snapshot_bytes = self.log.snapshot_bytes(snapshot)
         log.info("wrote metadata snapshot %s (%d records, %.0f ms); the log now starts at %d",
                  snapshot.file_name, len(records), (time.monotonic() - started) * 1000,
                  self.log.log.log_start_offset)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,13 +75,6 @@ class MetadataLog:
 
     def snapshot_path(self, snapshot: SnapshotId) -> Path:
         return self.snapshot_dir / snapshot.file_name
-
-    def snapshot_bytes(self, snapshot: SnapshotId) -> int:
-        """The snapshot file's size (0 if it is gone)."""
-        try:
-            return os.path.getsize(self.snapshot_path(snapshot))
-        except FileNotFoundError:
-            return 0
 
     def read_snapshot(self, snapshot: SnapshotId) -> list[dict]:
         """Its records; raises ValueError (InvalidRecordBatch) unless every batch is whole

@@ -176,29 +176,3 @@ async def test_a_controller_restarted_again_and_again_still_snapshots(tmp_path, 
             60_000 + len(appended_by_run) - 1)
     finally:
         await restarted.stop()
-
-
-async def test_a_snapshot_is_due_once_the_log_since_outgrows_the_newest_snapshot(
-        tmp_path, monkeypatch):
-    """Far below metadata.log.max.record.bytes.between.snapshots (20 MiB), a controller
-    snapshots once the log since its newest snapshot holds as many bytes as that snapshot
-    (at least REPLAY_FLOOR_BYTES): a restart then never replays more than an image's worth."""
-    monkeypatch.setattr("coordinator.controller.REPLAY_FLOOR_BYTES", 4_000)
-    controller = Controller(tmp_path, ControllerSettings(auto_leader_rebalance=False))
-    await controller.start()
-    try:
-        epoch = await controller.register_broker(0, "127.0.0.1", 9092, "az1")
-        await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
-        written: list[tuple[int, int]] = []  # (end offset, bytes) of each new snapshot
-        for i in range(60):
-            await controller.create_topic(f"t{i}", 4, 1, {})
-            if controller._snapshot_task is not None:
-                await controller._snapshot_task
-            newest = controller.log.latest_snapshot()
-            if newest is not None and (not written or newest.end_offset != written[-1][0]):
-                written.append((newest.end_offset, controller.log.snapshot_bytes(newest)))
-        assert len(written) >= 3
-        sizes = [size for _, size in written]
-        assert sizes == sorted(sizes)  # each image holds more topics than the one before
-    finally:
-        await controller.stop()
