@@ -12,6 +12,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import NoReturn
 
+if __name__ == "__main__":
+    # A node never uses hypothesis, but kio registers strategies for its types whenever it
+    # can import it (a development install has it, for the tests): 0.3-0.6 s of CPU at
+    # every node's start (`python -c "import broker.cli, broker.server"`: 1.7-2.0 s with,
+    # 1.4 s without), and a cluster starts its brokers and launcher at once.
+    sys.modules.setdefault("hypothesis", None)
+
 import uvloop
 
 from storage.objectstore import cli as objectstore_cli
