@@ -103,8 +103,9 @@ class WalUploader:
         self._objects: list[_Object] = []
         self._waiting_bytes = 0
         self._full = asyncio.Event()
-        # Set by an append (and by a round that left data behind): with no active-tiered
-        # partition written to, the loop sleeps instead of looking every interval.
+        # Set by an append, a leadership taken, and a round that failed (its data still
+        # waits): with no active-tiered partition written to, the loop sleeps instead of
+        # looking every interval.
         self._appended = asyncio.Event()
         self._publish: Publisher | None = None
         self._leaders: LeaderView | None = None
