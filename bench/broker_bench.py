@@ -141,6 +141,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     raise RuntimeError(f"topic {topic} has no leaders after {timeout} s")
 
 
+def list_offsets(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:
+    """ListOffsets (latest) of every partition; raises if any fails."""
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                  for p in range(partitions)}, request_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout)
+
+
 def wait_until_listable(bootstrap: str, topic: str, partitions: int, timeout: float) -> None:
     """Until every partition answers ListOffsets (latest): its log exists. A broker makes a
     new topic's logs after CreateTopics returns (kipper as Kafka does, Tansu's memory engine
@@ -149,11 +157,8 @@ def wait_until_listable(bootstrap: str, topic: str, partitions: int, timeout: fl
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout
     while True:
-        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
-                                      for p in range(partitions)}, request_timeout=timeout)
         try:
-            for future in futures.values():
-                future.result(timeout)
+            list_offsets(admin, topic, partitions, timeout)
             return
         except KafkaException:
             if time.monotonic() > deadline:

@@ -42,8 +42,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import broker_bench
@@ -105,14 +105,6 @@ def wait_for_leaders(admin: AdminClient, topic: str, partitions: int, timeout: f
             return time.monotonic() - started
         time.sleep(0.2)
     raise RuntimeError(f"{topic}: not every partition has a leader after {timeout} s")
-
-
-def list_offsets(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:
-    """ListOffsets (latest) of every partition; raises if any fails."""
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
-                                  for p in range(partitions)}, request_timeout=timeout)
-    for future in futures.values():
-        future.result(timeout)
 
 
 def create(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
@@ -298,7 +290,7 @@ def restart_section(args: argparse.Namespace, root: Path, cluster: LocalCluster,
     wait_for_leaders(admin, "scale-classic", args.partitions, 600)
     while True:
         try:
-            list_offsets(admin, "scale-classic", args.partitions, 30)
+            broker_bench.list_offsets(admin, "scale-classic", args.partitions, 30)
             break
         except Exception as e:  # not every leader serves yet, or the client's epochs are old
             if time.monotonic() - started > 600:
