@@ -174,12 +174,26 @@ class LeaderFetcher:
                     for data in topic.partitions
                     if (partition := self.partitions.get((topic.topic, data.partition_index)))
                     is not None]
-        # Appends run concurrently: an active-tiered partition's append downloads from object
-        # storage, which must not hold back the other partitions.
+        # Appends that wait on object storage (an active-tiered partition's downloads) run
+        # concurrently, so as not to hold back the other partitions; the rest in turn, as
+        # they never wait: a task each cost as much as the append (10,000 partitions).
         appending = [(partition, data) for partition, data in answered if data.records]
         ends = [partition.log.log_end_offset for partition, _ in appending]
-        appended = await asyncio.gather(*(self._apply(partition, data)
-                                          for partition, data in appending))
+        waiting = [i for i, (partition, _) in enumerate(appending)
+                   if partition.log.follower_append_waits]
+        appended = [False] * len(appending)
+        concurrent = asyncio.gather(*(self._apply(*appending[i]) for i in waiting))
+        turns = LoopSlice(APPLY_SLICE_S)
+        try:
+            for i, (partition, data) in enumerate(appending):
+                if not partition.log.follower_append_waits:
+                    appended[i] = await self._apply(partition, data)
+                    await turns.pause()
+        except BaseException:
+            concurrent.cancel()
+            raise
+        for i, ok in zip(waiting, await concurrent):
+            appended[i] = ok
         progressed = any(appended)
         for (partition, _), ok, end in zip(appending, appended, ends):
             # Records that did not move the log end (an active-tiered download that failed
@@ -188,7 +202,6 @@ class LeaderFetcher:
             self._answered(partition, ok and partition.log.log_end_offset != end)
         # The rest in turn, without a task each: a first fetch of a new topic answers
         # thousands of partitions, and their tasks held the event loop for a tenth of a second.
-        turns = LoopSlice(APPLY_SLICE_S)
         for partition, data in answered:
             if not data.records:
                 ok = await self._apply(partition, data)

@@ -194,6 +194,13 @@ class PartitionLog(abc.ABC):
     async def append_as_follower(self, records: bytes) -> None:
         """Store batches that already carry offsets (replication)."""
 
+    @property
+    def follower_append_waits(self) -> bool:
+        """Whether ``append_as_follower`` may wait on I/O (active-tiered downloads from
+        object storage): the fetcher runs such appends concurrently, and the others in
+        turn, without a task each (thousands of partitions in one fetch response)."""
+        return False
+
     @abc.abstractmethod
     async def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
                    min_one_batch: bool = True) -> ReadResult:

@@ -115,6 +115,10 @@ class SpanChainLog(PartitionLog):
                       decision: AppendDecision) -> AppendResult:
         return await self.current._append(records, batches, leader_epoch, decision)
 
+    @property
+    def follower_append_waits(self) -> bool:
+        return self.current.follower_append_waits
+
     async def append_as_follower(self, records: bytes) -> None:
         await self.current.append_as_follower(records)
         self.skip_gaps()  # a follower that was behind reaches the end of an old span

@@ -100,6 +100,10 @@ class ActiveTieredLog(ClassicLog):
 
     # -- follower ------------------------------------------------------------------------
 
+    @property
+    def follower_append_waits(self) -> bool:
+        return True  # pointers are resolved and downloaded from object storage
+
     async def append_as_follower(self, records: bytes) -> None:
         pointers = decode_pointers(records)
         if pointers is None:

@@ -62,7 +62,8 @@ class RecordingConnection:
 
 
 def fake_partition(index: int) -> SimpleNamespace:
-    log = SimpleNamespace(log_end_offset=0, log_start_offset=0, latest_epoch=lambda: -1)
+    log = SimpleNamespace(log_end_offset=0, log_start_offset=0, latest_epoch=lambda: -1,
+                          follower_append_waits=False)
     return SimpleNamespace(topic="t", index=index, leader_epoch=0, log=log)
 
 
