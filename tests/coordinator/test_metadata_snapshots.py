@@ -113,6 +113,38 @@ async def test_a_restart_loads_the_newest_snapshot_and_the_log_after_it(tmp_path
         await restarted.stop()
 
 
+async def test_a_clean_stop_snapshots_what_a_restart_would_replay(tmp_path):
+    """Past snapshot_on_stop_min_bytes applied since the last snapshot, a stop writes one
+    (below the size that snapshots while running), and the next start loads it."""
+    quiet = ControllerSettings(auto_leader_rebalance=False,
+                               snapshot_max_new_record_bytes=1 << 30,
+                               snapshot_on_stop_min_bytes=SNAPSHOT_BYTES)
+    controller = Controller(tmp_path, quiet)
+    await controller.start()
+    epoch = await controller.register_broker(0, "127.0.0.1", 9092, None)
+    await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+    assert controller.log.log.size_bytes < SNAPSHOT_BYTES
+    await controller.stop()
+    assert not MetadataLog(tmp_path).snapshots()  # too little to replay
+
+    controller = Controller(tmp_path, quiet)
+    await controller.start()
+    for i in range(12):
+        await controller.create_topic(f"t{i}", 4, 1, {})
+    assert controller._snapshot_task is None
+    await controller.stop()
+    log = MetadataLog(tmp_path)
+    assert log.latest_snapshot().end_offset == controller.image.next_offset
+    await log.log.close()
+
+    restarted = Controller(tmp_path, quiet)
+    await restarted.start()
+    try:
+        assert same_image(restarted.image, controller.image)
+    finally:
+        await restarted.stop()
+
+
 async def test_a_torn_or_unreadable_snapshot_is_passed_over(tmp_path):
     controller = await busy_controller(tmp_path)
     await controller.stop()
