@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -38,6 +39,7 @@ from .control_plane import (
     BatchCoordinate,
     ControlPlane,
     DeleteRecords,
+    LogInfo,
     OpenLog,
     SealLog,
 )
@@ -53,6 +55,17 @@ class BatchRejected(ProducerStateError):
         self.error_code = error_code
 
 
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """Batches found for a read from ``offset`` while the log was ``info``."""
+
+    info: LogInfo
+    offset: int
+    max_bytes: int
+    max_offset: int | None
+    coordinates: list[BatchCoordinate]
+
+
 class DisklessLog(PartitionLog):
     def __init__(self, topic: str, partition: int, config: LogConfig, topic_id: str,
                  control_plane: ControlPlane, writer: WalWriter, cache: ReadCache) -> None:
@@ -61,6 +74,10 @@ class DisklessLog(PartitionLog):
         self.control_plane = control_plane
         self.writer = writer
         self.cache = cache
+        # What ``prefetch`` found, for the ``read`` of the same Fetch that follows it: one
+        # batch-coordinator query per partition rather than two (a consumer's Fetch of
+        # thousands of partitions).
+        self._prefetched: _Lookup | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -129,18 +146,33 @@ class DisklessLog(PartitionLog):
         info = self.control_plane.log_info(self.topic_id, self.partition)
         if not info.log_start_offset <= offset <= info.high_watermark:
             raise OffsetOutOfRange()
-        coordinates = self._coordinates(offset, max_bytes, max_offset)
+        coordinates = self._prefetched_coordinates(info, offset, max_bytes, max_offset)
+        if coordinates is None:
+            coordinates = self._coordinates(offset, max_bytes, max_offset)
         if not min_one_batch and coordinates and coordinates[0].byte_size > max_bytes:
             coordinates = []
         records = await self._batches(coordinates)
         return ReadResult(bytes(records), info.log_start_offset, info.high_watermark)
 
     def prefetch(self, offset: int, max_bytes: int, *, max_offset: int) -> Prefetch | None:
-        ranges = [(c.object_key, c.byte_offset, c.byte_size)
-                  for c in self._coordinates(offset, max_bytes, max_offset)]
+        info = self.control_plane.log_info(self.topic_id, self.partition)
+        coordinates = self._coordinates(offset, max_bytes, max_offset)
+        self._prefetched = _Lookup(info, offset, max_bytes, max_offset, coordinates)
+        ranges = [(c.object_key, c.byte_offset, c.byte_size) for c in coordinates]
         if self.cache.holds(ranges):
             return None
         return Prefetch(sum(size for _, _, size in ranges), self.cache.prefetch(ranges))
+
+    def _prefetched_coordinates(self, info: LogInfo, offset: int, max_bytes: int,
+                                max_offset: int | None) -> list[BatchCoordinate] | None:
+        """What ``prefetch`` found, if it was asked the same under the same ``info`` (no
+        batch changed since: ControlPlane.log_info); taken once."""
+        found, self._prefetched = self._prefetched, None
+        if found is None or found.info is not info \
+                or (found.offset, found.max_bytes, found.max_offset) != (offset, max_bytes,
+                                                                         max_offset):
+            return None
+        return found.coordinates
 
     def _coordinates(self, offset: int, max_bytes: int,
                      max_offset: int | None) -> list[BatchCoordinate]:

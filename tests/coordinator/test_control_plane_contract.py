@@ -275,6 +275,21 @@ async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_pl
     assert control_plane.files_to_delete(now_ms=4, delay_ms=0) == ["a", "b", "m2"]
 
 
+async def test_log_info_is_a_new_object_after_any_change(control_plane):
+    """What DisklessLog relies on to reuse a lookup: the same LogInfo object twice means no
+    batch changed in between, whichever log a change touched."""
+    await commit(control_plane, "a", batch(size=10), batch(partition=1, size=20), now=1)
+    before = control_plane.log_info("t", 0)
+    await commit(control_plane, "b", batch(partition=1, size=30), now=2)
+    assert control_plane.log_info("t", 0) is not before
+    before = control_plane.log_info("t", 0)
+    # A merge moves batches to another object; offsets and sizes stay as they were.
+    assert await control_plane.merge(Merge("m", 10, 3, (BatchMove("t", 0, 0, "a", 0, 10),))
+                                     ) == MergeResult(1, 0)
+    after = control_plane.log_info("t", 0)
+    assert after is not before and after == before
+
+
 async def test_merge_candidates_leave_out_skipped_prefixes(control_plane):
     """Housekeeping leaves merged and compacted objects out by key prefix, in the query:
     however many older ones there are, the limit counts only the others."""

@@ -10,6 +10,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode
 
+from coordinator.diskless import BatchCoordinatorState
 from protocol.records import (
     TxnMarker,
     build_marker_batch,
@@ -197,3 +198,33 @@ async def test_prefetch_brings_what_a_read_needs_into_the_cache(make_log, build_
     assert log.cache.misses == misses
     # Nothing to read: nothing to bring in.
     assert log.prefetch(log.log_end_offset, 1 << 20, max_offset=log.log_end_offset) is None
+
+
+async def test_a_read_reuses_the_lookup_of_its_prefetch_while_no_batch_changes(
+        store, s3_prefix, tmp_path, build_batch, decode, monkeypatch):
+    """One batch-coordinator query per partition of a consumer's Fetch, not one for the
+    prefetch and one for the read; a commit in between makes the read look again."""
+    plane = BatchCoordinatorState(tmp_path / "coordinator.db")
+    writer = WalWriter(store, plane, s3_prefix, node_id=1, commit_interval_ms=10)
+    log = DisklessLog("t", 0, LogConfig(storage_mode="diskless"), "topic-id", plane, writer,
+                      ReadCache(store.store))
+    lookups = []
+    find_batches = plane.find_batches
+    monkeypatch.setattr(plane, "find_batches", lambda *args: lookups.append(args) or
+                        find_batches(*args))
+    try:
+        await append(log, build_batch, [b"a", b"b"])
+        end = log.log_end_offset
+        await log.prefetch(0, 1 << 20, max_offset=end).done
+        assert [value for _, _, value in decode((await log.read(0, 1 << 20, max_offset=end))
+                                                .records)] == [b"a", b"b"]
+        assert len(lookups) == 1
+
+        log.prefetch(0, 1 << 20, max_offset=None)
+        await append(log, build_batch, [b"c"])
+        assert [value for _, _, value in decode((await log.read(0, 1 << 20)).records)] == [
+            b"a", b"b", b"c"]
+        assert len(lookups) == 3
+    finally:
+        await writer.close()
+        plane.close()
