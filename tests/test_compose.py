@@ -112,3 +112,10 @@ def test_dockerfile_builds_every_target_and_runs_kipper():
     included = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*") for pattern in included}
     assert packages <= set(re.findall(r"^COPY (\w+) \1$", DOCKERFILE, re.MULTILINE))
+
+
+def test_brokers_get_time_to_close_their_logs_when_stopped():
+    """compose's default 10 s before SIGKILL cuts the clean close of many logs short."""
+    for name in kipper_commands({}):
+        grace = SERVICES[name]["stop_grace_period"]
+        assert grace.endswith("s") and int(grace[:-1]) >= 60, name
