@@ -179,15 +179,15 @@ class LeaderFetcher:
         # they never wait: a task each cost as much as the append (10,000 partitions).
         appending = [(partition, data) for partition, data in answered if data.records]
         ends = [partition.log.log_end_offset for partition, _ in appending]
-        waiting = [i for i, (partition, _) in enumerate(appending)
-                   if partition.log.follower_append_waits]
+        waits = [partition.log.follower_append_waits for partition, _ in appending]
+        waiting = [i for i, wait in enumerate(waits) if wait]
         appended = [False] * len(appending)
         concurrent = asyncio.gather(*(self._apply(*appending[i]) for i in waiting))
         turns = LoopSlice(APPLY_SLICE_S)
         try:
-            for i, (partition, data) in enumerate(appending):
-                if not partition.log.follower_append_waits:
-                    appended[i] = await self._apply(partition, data)
+            for i, wait in enumerate(waits):
+                if not wait:
+                    appended[i] = await self._apply(*appending[i])
                     await turns.pause()
         except BaseException:
             concurrent.cancel()
