@@ -97,7 +97,7 @@ class MetadataFollower:
         self.applier = Applier(image)
         self.applier.listeners.append(lambda offset, record, result: listener(record))
         self.heap = Heap()
-        self.applier.listeners.append(lambda offset, record, result: self.heap.applied(record))
+        self.applier.listeners.append(lambda offset, record, result: self.heap.added())
 
     async def start(self, endpoints: tuple[Endpoint, ...], rack: str | None) -> None:
         """Register, catch up with the metadata (noting every partition this broker hosts), then

@@ -144,7 +144,7 @@ class Broker:
             # allocation, a full collection by all signs, and the voters elected again).
             controller_heap = Heap()
             self.controller.applier.listeners.append(
-                lambda offset, record, result: controller_heap.applied(record))
+                lambda offset, record, result: controller_heap.added())
             if not config.broker_role:
                 self.traffic.image = self.controller.image
         self.metrics: MetricsServer | None = None
@@ -317,6 +317,7 @@ class Broker:
                 log_dir_full=self.logs.disk_space.is_full,
                 quorum_fetch_timeout_s=self.config.controller_quorum_fetch_timeout_ms / 1000)
             self.replicas.opened_listeners.append(self.follower.heap.added)
+            self.replicas.dropped_listeners.append(self.follower.heap.dropped)
         self.controller_channel = ControllerChannel(
             self.controller, self.active_controller.connection(self.nodes, "forwarding"),
             self.follower)

@@ -152,3 +152,21 @@ async def test_a_topic_deleted_while_its_directories_are_made_leaves_none(
         await replicas.close()  # once the deletions are done
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(TOPIC)]
     assert logs.logs() == []
+
+
+async def test_opened_and_dropped_partitions_are_told_to_listeners(tmp_path: Path):
+    """What the broker's heap counts (broker.heap): each log opened, each hosted partition
+    dropped."""
+    replicas, _ = hosting(tmp_path, str(uuid.uuid4()), started=True)
+    told = {"opened": 0, "dropped": 0}
+    replicas.opened_listeners.append(lambda: told.__setitem__("opened", told["opened"] + 1))
+    replicas.dropped_listeners.append(lambda: told.__setitem__("dropped", told["dropped"] + 1))
+    try:
+        replicas.get(TOPIC, 0)  # on first use
+        async with asyncio.timeout(10):  # the others in the background
+            while told["opened"] < PARTITIONS:
+                await asyncio.sleep(0.01)
+        replicas.on_metadata_record({"type": "remove_topic", "name": TOPIC})
+        assert told == {"opened": PARTITIONS, "dropped": PARTITIONS}
+    finally:
+        await replicas.close()
