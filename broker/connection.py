@@ -265,7 +265,12 @@ class Connection:
             response = None
         # (Cancelled at shutdown: what it holds is freed when the connection closes.)
         # None: acks=0. Buffers written in order (a Fetch response's record sets uncopied).
-        data = None if response is None else encode_response_buffers(header, response)
+        if response is None:
+            data = None
+        elif context.encode_off_loop:
+            data = await asyncio.to_thread(encode_response_buffers, header, response)
+        else:
+            data = encode_response_buffers(header, response)
         size = 0 if data is None else sum(map(len, data))
         if data is not None:
             self.traffic.response(traffic_class, size)

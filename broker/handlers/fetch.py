@@ -232,9 +232,13 @@ class _Reads:
         left = self.budget - self.total
         hosted = self.ctx.services.replicas.partitions
         pending: list = []
+        # In turns: a diskless partition's high watermark is a batch-coordinator lookup, and
+        # a consumer's first fetch lists thousands of partitions (10,000 held the loop 65 ms).
+        turns = LoopSlice(READ_SLICE_S)
         for topic, fetch in targets:
             if left <= 0:
                 break
+            await turns.pause()
             partition = hosted.get((topic, fetch.partition))
             if partition is None or fetch.fetch_offset >= partition.high_watermark:
                 continue

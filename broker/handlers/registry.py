@@ -49,6 +49,9 @@ class RequestContext:
     # answer with the brokers' endpoints of that listener. None: every broker's registered
     # address (requests made in-process).
     listener_name: str | None = None
+    # Set by a handler whose response holds thousands of entries (Metadata of every topic):
+    # the connection encodes it on a thread, and the event loop gets its turns meanwhile.
+    encode_off_loop: bool = False
 
     @property
     def version(self) -> int:

@@ -134,6 +134,24 @@ async def test_metadata_of_a_topic_deleted_between_turns(services, monkeypatch):
     assert [p.partition_index for p in topic.partitions] == [0, 1]
 
 
+@pytest.mark.parametrize("partitions", [1, 2])
+async def test_a_metadata_answer_of_many_partitions_is_encoded_off_the_event_loop(
+        services, monkeypatch, partitions):
+    from broker.handlers import metadata
+    monkeypatch.setattr(metadata, "ENCODE_OFF_LOOP_PARTITIONS", 2)
+    image = services.image
+    for index in range(1, partitions):
+        image.apply(image.next_offset, {"type": "partition", "topic": TOPIC, "partition": index,
+                                        "replicas": [NODE], "isr": [NODE], "leader": NODE,
+                                        "leader_epoch": 0, "partition_epoch": 0})
+    context = RequestContext(RequestHeader(ApiKey.METADATA, 12, 1, "in-process"), services,
+                             "test")
+    await HANDLERS[ApiKey.METADATA](context, make(
+        MetadataRequest, topics=None, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+    assert context.encode_off_loop == (partitions == 2)
+
+
 async def test_produce_then_fetch(services):
     batch = bytes(build_batch([(b"k", b"v1"), (None, b"v2")], 1_700_000_000_000))
     produced = await call(services, ApiKey.PRODUCE, 9, make(
