@@ -11,7 +11,10 @@ partitions works):
   partitions, RF=3. Idle CPU per broker over ``--idle-seconds``, ``--settle-seconds`` after
   creating it (target <= 3 %); produce of
   ``--mb`` over all partitions vs over 10 (target ratio >= 0.5); then a diskless topic of as
-  many partitions, produce and consume vs the classic figures (target within 2x).
+  many partitions, produce and consume vs the classic figures (target within 2x). With
+  ``--kafkajs``, the two classic produce phases once more with kafkajs, which puts every
+  partition a broker leads in one Produce request (librdkafka: one partition per request),
+  with its CPU seconds: whether the spread figure is the client's or the brokers'.
 - ``churn``: create a ``--churn-partitions`` RF=3 topic and delete it: brokers fenced (the
   controller's "fencing broker" log lines), ISR shrinks (kipper_isr_shrinks), and the event
   loop lag P99 over the churn from every broker's kipper_event_loop_lag_seconds histogram.
@@ -34,6 +37,7 @@ import argparse
 import compileall
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-seconds", type=float, default=20)
     p.add_argument("--settle-seconds", type=float, default=60,
                    help="wait after creating the topic before measuring idle CPU")
+    p.add_argument("--kafkajs", action="store_true",
+                   help="also produce with kafkajs (bench/kafkajs_produce.mjs; needs node and "
+                        "tests/js's packages)")
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args(argv)
     args.sections = [s for s in args.sections.split(",") if s]
@@ -138,6 +145,19 @@ def produce_and_consume(bootstrap: str, topic: str, partitions: int, mb: float,
     if consumed.errors:
         raise RuntimeError(f"consume of {topic} failed: {consumed.errors}")
     return produced.mb_per_s, consumed.mb_per_s
+
+
+def kafkajs_produce(bootstrap: str, topic: str, partitions: int, mb: float) -> dict:
+    """bench/kafkajs_produce.mjs's figures for ``mb`` of 1 KiB records over ``partitions``,
+    with its MB/s."""
+    script = Path(__file__).resolve().parent / "kafkajs_produce.mjs"
+    records = int(mb * 1e6 / 1024)
+    done = subprocess.run(["node", str(script), "--bootstrap", bootstrap, "--topic", topic,
+                           "--partitions", str(partitions), "--records", str(records),
+                           "--record-size", "1024"],
+                          capture_output=True, text=True, timeout=900, check=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**figures, "mb_per_s": records * 1024 / 1e6 / figures["seconds"]}
 
 
 def scrape(url: str) -> dict:
@@ -221,6 +241,11 @@ def cluster_section(args: argparse.Namespace, cluster: LocalCluster, figures: di
                                                    args.mb)
     many_produce, many_consume = produce_and_consume(cluster.bootstrap, "scale-classic", n,
                                                      args.mb)
+    if args.kafkajs:
+        figures["kafkajs"] = {
+            "classic_10": kafkajs_produce(cluster.bootstrap, "scale-classic-10", 10, args.mb),
+            "classic_n": kafkajs_produce(cluster.bootstrap, "scale-classic", n, args.mb)}
+        print(json.dumps(figures["kafkajs"], indent=2), flush=True)
     create(admin, "scale-diskless", n, 3, {"kipper.storage.mode": "diskless"})
     diskless_produce, diskless_consume = produce_and_consume(cluster.bootstrap,
                                                              "scale-diskless", n, args.mb)
@@ -231,10 +256,17 @@ def cluster_section(args: argparse.Namespace, cluster: LocalCluster, figures: di
         "diskless_n": {"produce_mb_s": diskless_produce, "consume_mb_s": diskless_consume}}
     print(json.dumps(figures["cluster"], indent=2), flush=True)
     spread = many_produce / few_produce
-    return [
+    targets = [
         Target(f"idle CPU, busiest broker, {n} partitions RF=3", 100 * max(idle.values()), "%",
                "<= 3", max(idle.values()) <= 0.03),
-        Target(f"produce over {n} partitions / over 10", spread, "x", ">= 0.5", spread >= 0.5),
+        Target(f"produce over {n} partitions / over 10", spread, "x", ">= 0.5", spread >= 0.5)]
+    if args.kafkajs:
+        js = figures["kafkajs"]
+        js_spread = js["classic_n"]["mb_per_s"] / js["classic_10"]["mb_per_s"]
+        client_cpu = js["classic_n"]["client_cpu_s"]
+        targets.append(Target(f"  the same with kafkajs (its CPU: {client_cpu:.1f} s)",
+                              js_spread, "x", ">= 0.5", js_spread >= 0.5))
+    return targets + [
         Target(f"diskless / classic produce, {n} partitions", diskless_produce / many_produce,
                "x", ">= 0.5", diskless_produce / many_produce >= 0.5),
         Target(f"diskless / classic consume, {n} partitions", diskless_consume / many_consume,

@@ -1,11 +1,15 @@
-"""bench.scale_bench's arithmetic: the event-loop lag P99 between two scrapes, and its
-command line."""
+"""bench.scale_bench's arithmetic: the event-loop lag P99 between two scrapes, its command
+line, and its kafkajs producer against a broker."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.scale_bench import SECTIONS, p99, parse_args
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from bench.scale_bench import SECTIONS, kafkajs_produce, p99, parse_args
+from support.topics import create_topic
 
 
 def test_p99_is_the_bucket_bound_reached_by_99_percent_of_the_new_samples():
@@ -21,3 +25,17 @@ def test_sections_and_sizes_come_from_the_command_line():
     assert parse_args([]).sections == list(SECTIONS)
     with pytest.raises(SystemExit):
         parse_args(["--sections", "bogus"])
+
+
+def test_the_kafkajs_producer_spreads_its_records_and_says_what_it_cost(
+        shared_broker, kafkajs, topic_name):
+    create_topic(shared_broker.bootstrap, topic_name, partitions=3)
+    figures = kafkajs_produce(shared_broker.bootstrap, topic_name, 3, 0.1)
+    records = int(0.1 * 1e6 / 1024)
+    assert figures["records"] == records
+    assert figures["seconds"] > 0 and figures["client_cpu_s"] > 0 and figures["mb_per_s"] > 0
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    ends = admin.list_offsets({TopicPartition(topic_name, p): OffsetSpec.latest()
+                               for p in range(3)})
+    assert sorted(future.result(30).offset for future in ends.values()) == sorted(
+        len(range(p, records, 3)) for p in range(3))  # record i to partition i % 3
