@@ -48,6 +48,7 @@ from protocol.records import (
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.partition import PartitionError
 from storage.diskless.control_plane import (
+    COORDINATOR_MAX_MESSAGE_BYTES,
     BatchCoordinate,
     CheckpointTaken,
     CheckpointTakenResult,
@@ -57,10 +58,11 @@ from storage.diskless.control_plane import (
     RecordControlPlane,
     RecordRejected,
     Request,
+    RequestTooLarge,
     StateStats,
     decode_request,
 )
-from storage.log import AppendResult, NotCaughtUp, PartitionLog
+from storage.log import AppendResult, NotCaughtUp, PartitionLog, RecordTooLarge
 from storage.objectstore import ObjectStoreError
 from storage.producer_state import AbortedTransaction, ProducerEntry
 
@@ -309,8 +311,11 @@ class BatchCoordinator(RecordControlPlane):
         if DISKLESS_METADATA_TOPIC in self.image.topics:
             return
         replication_factor = min(3, len(self.image.live_brokers()))
+        # max.message.bytes set, not inherited from the broker's message.max.bytes: every
+        # writer of requests cuts them to fit this limit (control_plane.MAX_REQUEST_BYTES).
         error = await self.create_topic(DISKLESS_METADATA_TOPIC, 1, replication_factor, {
-            "kipper.storage.mode": "classic", "retention.ms": "-1", "retention.bytes": "-1"})
+            "kipper.storage.mode": "classic", "retention.ms": "-1", "retention.bytes": "-1",
+            "max.message.bytes": str(COORDINATOR_MAX_MESSAGE_BYTES)})
         if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
             raise NotCoordinator(f"cannot create {DISKLESS_METADATA_TOPIC}: {error.name}")
         log.info("created %s with replication factor %d", DISKLESS_METADATA_TOPIC,
@@ -318,7 +323,9 @@ class BatchCoordinator(RecordControlPlane):
 
     async def append(self, request: Request, timeout_s: float) -> Any:
         """As the writable coordinator: append with acks=all, answer once applied here.
-        Raises NotCoordinator, or RecordRejected if the record could not be applied."""
+        Raises NotCoordinator, RequestTooLarge if the log refuses the record as too large
+        (a broker calling through DISKLESS_COORDINATOR_APPEND then gets RecordRejected, and
+        does not retry it), or RecordRejected if the record could not be applied."""
         partition = self._metadata_log()
         if partition is None or not partition.is_leader:
             raise NotCoordinator("this broker does not lead the coordinator's log")
@@ -328,6 +335,8 @@ class BatchCoordinator(RecordControlPlane):
                                                         -1, timeout_s)
         except PartitionError as e:
             raise NotCoordinator(f"append to {DISKLESS_METADATA_TOPIC} failed: {e}") from e
+        except RecordTooLarge as e:
+            raise RequestTooLarge(f"{request.TYPE} request refused: {e}") from e
         self.appends += 1
         return _outcome(await self.applier.result_of(appended.base_offset, timeout_s))
 

@@ -18,10 +18,13 @@ One pass over a partition (``LogCleaner.clean_once``), on the writable coordinat
    records go, tombstones go once ``delete.retention.ms`` has passed since the cleaning that
    first reached their batch; a batch left empty is dropped, unless it is its producer's
    last batch (kept empty, so the producer's sequence survives, as Kafka does);
-4. submit one ``Compact`` record: the coordinator swaps the coordinates of every rewritten
+4. submit a ``Compact`` record: the coordinator swaps the coordinates of every rewritten
    batch, all or nothing, and moves the checkpoint. A swap refused because a batch changed
    meanwhile leaves the new object garbage for the GC; an object uploaded by a broker that
-   died before submitting is an orphan the GC collects.
+   died before submitting is an orphan the GC collects. A pass rewriting more batches than
+   one record of the coordinator's log can name (a few thousand) writes several objects,
+   one swap each, in offset order, and only the last moves the checkpoint (Kafka's cleaner
+   swaps a pass's segments group by group the same way).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 
 from protocol.records import (
     BatchHeader,
@@ -44,9 +47,11 @@ from storage.config import LogConfig
 from storage.diskless.control_plane import (
     BatchCoordinate,
     BatchRewrite,
+    BoundedList,
     Compact,
     CompactResult,
     ControlPlane,
+    WireRecord,
 )
 from storage.objectstore import WAL_BUCKET, ObjectStore
 from storage.producer_state import AbortedTransaction
@@ -129,7 +134,7 @@ class LogCleaner:
         latest, cleaned_offset = await self._latest_offsets(section, aborted)
         last_batches = {(p.producer_id, p.last_offset)
                         for p in self.control_plane.active_producers(topic_id, partition)}
-        rewrites, data = [], bytearray()
+        rewrites = []
         horizon = None
         async for coordinate, batch in self._read(
                 [b for b in section.batches if b.last_offset < cleaned_offset]):
@@ -148,21 +153,29 @@ class LogCleaner:
             if len(kept) == len(records):
                 continue
             if kept or (header.producer_id, coordinate.last_offset) in last_batches:
-                rewritten = rewrite_batch(header, kept, header.compression)
-                rewrites.append(BatchRewrite(coordinate.base_offset, coordinate.object_key,
-                                             coordinate.byte_offset, coordinate.byte_size,
-                                             len(data), len(rewritten)))
-                data += rewritten
+                rewrites.append(_rewrite(coordinate,
+                                         rewrite_batch(header, kept, header.compression)))
             else:
-                rewrites.append(BatchRewrite(coordinate.base_offset, coordinate.object_key,
-                                             coordinate.byte_offset, coordinate.byte_size, 0, 0))
-        key = f"{self.object_prefix}{uuid.uuid4().hex}" if data else ""
-        if data:
-            await self.store.put(WAL_BUCKET, key, bytes(data))
-        result = await self.control_plane.compact(Compact(
-            topic_id, partition, key, len(data), now_ms, cleaned_offset, tuple(rewrites),
-            -1 if horizon is None else horizon))
-        return result, cleaned_offset
+                rewrites.append(_rewrite(coordinate, b""))
+        objects = fill_objects(self.object_prefix, rewrites) or [RewrittenObject("")]
+        results = []
+        for index, compacted in enumerate(objects):
+            key = compacted.key if compacted.data else ""  # every batch of it was dropped
+            if key:
+                await self.store.put(WAL_BUCKET, key, bytes(compacted.data))
+            # Only the last swap moves the checkpoint (a MAX of 0 leaves it): if a later
+            # one is refused, the next pass starts over from where this one started.
+            last = index == len(objects) - 1
+            result = await self.control_plane.compact(Compact(
+                topic_id, partition, key, len(compacted.data), now_ms,
+                cleaned_offset if last else 0, compacted.entries,
+                -1 if horizon is None else horizon))
+            if result.refused is not None:
+                return result, cleaned_offset
+            results.append(result)
+        return CompactResult(sum(r.rewritten for r in results), sum(r.dropped for r in results),
+                             sum(r.bytes_before for r in results),
+                             sum(r.bytes_after for r in results)), cleaned_offset
 
     async def _latest_offsets(self, section: DirtySection, aborted: list[AbortedTransaction]
                               ) -> tuple[dict[bytes, int], int]:
@@ -200,6 +213,41 @@ class LogCleaner:
             start = end
 
 
+@dataclass
+class RewrittenObject:
+    """One object a merge or a compaction writes, and the entries (a merge's moves, a
+    compaction's rewrites) of the one record that points batches into it: that record
+    must fit the coordinator's log, so the object takes batches only while it does."""
+
+    key: str
+    data: bytearray = field(default_factory=bytearray, init=False)
+    _entries: BoundedList = field(default_factory=BoundedList, init=False)
+
+    @property
+    def entries(self) -> tuple[WireRecord, ...]:
+        return tuple(self._entries.entries)
+
+    def add(self, entry_at: Callable[[int], WireRecord], batch: bytes) -> bool:
+        """Append ``batch`` and its entry, ``entry_at`` its byte offset in this object;
+        False, adding nothing, once the record is full."""
+        if not self._entries.add(entry_at(len(self.data))):
+            return False
+        self.data += batch
+        return True
+
+
+def fill_objects(key_prefix: str, batches: Iterable[tuple[Callable[[int], WireRecord], bytes]],
+                 ) -> list[RewrittenObject]:
+    """The batches, each with the function giving its entry at an offset, in order, written
+    into as many objects (keys from ``key_prefix``) as their records take to fit."""
+    objects: list[RewrittenObject] = []
+    for entry_at, batch in batches:
+        if not objects or not objects[-1].add(entry_at, batch):
+            objects.append(RewrittenObject(f"{key_prefix}{uuid.uuid4().hex}"))
+            objects[-1].add(entry_at, batch)
+    return objects
+
+
 async def read_batches(store: ObjectStore, coordinates: list[BatchCoordinate]) -> list[bytes]:
     """The stored bytes of each batch, in order: one ranged GET per object."""
     by_object: dict[str, list[BatchCoordinate]] = {}
@@ -211,6 +259,15 @@ async def read_batches(store: ObjectStore, coordinates: list[BatchCoordinate]) -
         for c, raw in zip(batches, await store.get_ranges(WAL_BUCKET, key, ranges)):
             data[(key, c.byte_offset)] = raw
     return [data[(c.object_key, c.byte_offset)] for c in coordinates]
+
+
+def _rewrite(coordinate: BatchCoordinate, rewritten: bytes,
+             ) -> tuple[Callable[[int], BatchRewrite], bytes]:
+    """For ``fill_objects``: the batch's BatchRewrite at a byte offset of the compacted
+    object, and its rewritten bytes (none: every record went, the batch is dropped)."""
+    return (lambda offset: BatchRewrite(
+        coordinate.base_offset, coordinate.object_key, coordinate.byte_offset,
+        coordinate.byte_size, offset if rewritten else 0, len(rewritten))), rewritten
 
 
 def _key_hash(key: bytes) -> bytes:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from replication.cluster_metadata import MetadataImage
 from replication.dynamic_config import DynamicConfigs
 from storage.config import LogConfig
 from storage.diskless.control_plane import (
+    BatchCoordinate,
     BatchMove,
     CompactResult,
     ControlPlane,
@@ -38,12 +38,14 @@ from storage.diskless.control_plane import (
     ExpireProducers,
     Merge,
     ObjectsDeleted,
+    RecordRejected,
     RetentionLimits,
+    split_to_fit,
 )
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
 from .batch_coordinator import CoordinatorUnavailable
-from .compaction import LogCleaner, read_batches
+from .compaction import LogCleaner, fill_objects, read_batches
 
 log = logging.getLogger(__name__)
 # A topic id the state knows but the metadata does not must stay unknown this long
@@ -72,6 +74,7 @@ class HousekeepingStats:
     retention_runs: int = 0
     deleted_objects: int = 0
     deleted_orphans: int = 0
+    # Merged objects written (one Merge record each), and the WAL objects merge runs read.
     merges: int = 0
     merged_objects: int = 0
     compactions: int = 0
@@ -127,7 +130,8 @@ class Housekeeping:
 
     async def apply_retention(self, now_ms: int) -> int:
         """retention.ms / retention.bytes of every diskless topic at ``now_ms``, in one
-        record (on the writable coordinator's broker only); return the bytes removed."""
+        record per ten thousand topics or so (on the writable coordinator's broker only);
+        return the bytes removed."""
         removed = await self._on_writable_coordinator(
             "retention", lambda: self._apply_retention(now_ms))
         return removed or 0
@@ -149,6 +153,8 @@ class Housekeeping:
             return await work()
         except (CoordinatorUnavailable, ObjectStoreError) as e:
             log.warning("diskless %s postponed: %s", what, e)
+        except RecordRejected as e:  # e.g. a record too large for the coordinator's log
+            log.error("diskless %s refused by the batch coordinator: %s", what, e)
         except Exception:
             log.exception("diskless %s failed", what)
         return None
@@ -178,18 +184,24 @@ class Housekeeping:
                 log.info("dropped the batches of deleted topic %s", topic_id)
 
     async def _apply_retention(self, now_ms: int) -> int:
-        topics = tuple(RetentionLimits(topic_id, config.retention_ms, config.retention_bytes)
-                       for topic_id, config in self._diskless_topics().items()
-                       if config.delete_policy
-                       and (config.retention_ms >= 0 or config.retention_bytes >= 0))
+        topics = [RetentionLimits(topic_id, config.retention_ms, config.retention_bytes)
+                  for topic_id, config in self._diskless_topics().items()
+                  if config.delete_policy
+                  and (config.retention_ms >= 0 or config.retention_bytes >= 0)]
         if not topics:
             return 0
-        result = await self.control_plane.enforce_retention(EnforceRetention(now_ms, topics))
+        removed_batches = removed_bytes = 0
+        # About ten thousand topics a record (control_plane.MAX_REQUEST_BYTES).
+        for some_topics in split_to_fit(topics):
+            result = await self.control_plane.enforce_retention(
+                EnforceRetention(now_ms, some_topics))
+            removed_batches += result.removed_batches
+            removed_bytes += result.removed_bytes
         self.stats.retention_runs += 1
-        if result.removed_batches:
+        if removed_batches:
             log.info("retention removed %d diskless batches (%d bytes)",
-                     result.removed_batches, result.removed_bytes)
-        return result.removed_bytes
+                     removed_batches, removed_bytes)
+        return removed_bytes
 
     async def _delete_dead_objects(self) -> None:
         keys = self.control_plane.files_to_delete(_now_ms(), self.settings.object_delete_delay_ms)
@@ -206,18 +218,24 @@ class Housekeeping:
         self.stats.deleted_orphans += deleted
 
     async def _delete(self, keys: list[str]) -> int:
-        """Record the deletion, then delete what the state agreed to; return that count."""
-        if not keys:
-            return 0
-        result = await self.control_plane.objects_deleted(ObjectsDeleted(tuple(keys)))
-        if result.refused:
-            log.info("kept %d objects that still hold live batches", len(result.refused))
-        await self.store.delete(WAL_BUCKET, list(result.deleted))
-        return len(result.deleted)
+        """Record the deletion, then delete what the state agreed to; return that count.
+        About twenty thousand keys a record (control_plane.MAX_REQUEST_BYTES): a deleted
+        topic or a retention run can empty more objects than that."""
+        deleted = 0
+        for some_keys in split_to_fit(keys):
+            result = await self.control_plane.objects_deleted(ObjectsDeleted(some_keys))
+            if result.refused:
+                log.info("kept %d objects that still hold live batches", len(result.refused))
+            await self.store.delete(WAL_BUCKET, list(result.deleted))
+            deleted += len(result.deleted)
+        return deleted
 
     async def merge_small_objects(self) -> None:
-        """KIP-1165: rewrite small WAL objects' live batches into one object, ordered by
-        partition and offset, and repoint their coordinates in one record."""
+        """KIP-1165: rewrite small WAL objects' live batches, ordered by partition and
+        offset, into merged objects, and repoint each one's batches in one record. One
+        record names a few thousand batches at most (control_plane.MAX_REQUEST_BYTES), so
+        the batches of thousands of partitions go into as many merged objects as that
+        takes; a failure leaves the rest for the next run."""
         # Only WAL objects as brokers wrote them: merged and compacted objects are already
         # ordered by partition, and merging them again would rewrite the same bytes over
         # and over. Left out by the query, not after it: small merged objects are older
@@ -230,20 +248,18 @@ class Housekeeping:
             return
         coordinates = sorted((c for _, batches in candidates for c in batches),
                              key=lambda c: (c.topic_id, c.partition, c.base_offset))
-        merged = bytearray()
-        moves = []
-        for c, data in zip(coordinates, await read_batches(self.store, coordinates)):
-            moves.append(BatchMove(c.topic_id, c.partition, c.base_offset, c.object_key,
-                                   len(merged), c.byte_size))
-            merged += data
-        key = f"{self.merged_prefix}{uuid.uuid4().hex}"
-        await self.store.put(WAL_BUCKET, key, bytes(merged))
-        result = await self.control_plane.merge(
-            Merge(key, len(merged), _now_ms(), tuple(moves)))
-        self.stats.merges += 1
+        merged_objects = fill_objects(self.merged_prefix, (
+            _move(c, data)
+            for c, data in zip(coordinates, await read_batches(self.store, coordinates))))
+        for merged in merged_objects:
+            await self.store.put(WAL_BUCKET, merged.key, bytes(merged.data))
+            result = await self.control_plane.merge(
+                Merge(merged.key, len(merged.data), _now_ms(), merged.entries))
+            self.stats.merges += 1
+            log.info("merged batches of %d WAL objects into %s (%d batches moved, %d skipped)",
+                     len({move.old_object_key for move in merged.entries}), merged.key,
+                     result.moved, result.skipped)
         self.stats.merged_objects += len(candidates)
-        log.info("merged %d WAL objects into %s (%d batches moved, %d skipped)",
-                 len(candidates), key, result.moved, result.skipped)
 
     async def compact_logs(self) -> None:
         """Clean every partition of the compacted diskless topics that needs it."""
@@ -268,6 +284,14 @@ class Housekeeping:
         log.info("compacted %s-%d: %d batches rewritten, %d dropped, %d bytes to %d",
                  topic_id, partition, result.rewritten, result.dropped, result.bytes_before,
                  result.bytes_after)
+
+
+def _move(coordinate: BatchCoordinate, data: bytes) -> tuple[Callable[[int], BatchMove], bytes]:
+    """For ``fill_objects``: the batch's BatchMove to a byte offset of the merged object,
+    and its bytes."""
+    return (lambda offset: BatchMove(coordinate.topic_id, coordinate.partition,
+                                     coordinate.base_offset, coordinate.object_key, offset,
+                                     coordinate.byte_size)), data
 
 
 def _now_ms() -> int:

@@ -10,6 +10,11 @@ carries the same dict to the coordinator. A record's wire shape is its fields by
 names are the ones every kipper version has written to ``__diskless-metadata``, so keep
 them, and give any new field a default so that older records still decode.
 
+A request record must fit a record of ``__diskless-metadata`` (``MAX_REQUEST_BYTES``,
+under the topic's max.message.bytes): the writers of requests whose lists grow with the
+data cut them into several (``split_to_fit``, ``BoundedList``), and the WAL writer closes
+a buffer at ``COMMIT_MAX_BATCHES`` batches.
+
 Two implementations apply these records: the SQLite state machine every broker runs
 (coordinator/diskless/batch_state.py) and ``InMemoryControlPlane`` for engine tests; the
 rules both follow are the functions at the end of this module.
@@ -19,9 +24,10 @@ from __future__ import annotations
 
 import abc
 import base64
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -499,6 +505,93 @@ def decode_request(wire: dict[str, Any]) -> Request:
     if request_type is None:
         raise ValueError(f"unknown coordinator record type {wire.get('type')!r}")
     return request_type.from_wire(wire)
+
+
+# --- the size of a request record ----------------------------------------------------------------
+
+# The max.message.bytes the coordinator's topic is created with (Kafka's default: 1 MiB and
+# 12 bytes). Its log refuses a larger record, so every writer of a request whose list grows
+# with the data (a commit's batches, a merge's moves, a compaction's rewrites, deleted keys,
+# retention's topics) cuts it to fit; a record of tens of MB would also stall every replica
+# of the coordinator that applies it.
+COORDINATOR_MAX_MESSAGE_BYTES = 1_048_588
+# A request's JSON may take all of that but the record batch around its one record (74
+# bytes at 1 MiB: the 61-byte batch header and the record's varints).
+MAX_REQUEST_BYTES = COORDINATOR_MAX_MESSAGE_BYTES - 128
+# What the list of one request may take of it; the rest is for the request's other fields
+# (object key, request id, times: a few hundred bytes).
+MAX_REQUEST_LIST_BYTES = MAX_REQUEST_BYTES - 4096
+_LIST_SEPARATOR_BYTES = len(", ")  # json.dumps's, between list items
+
+
+# An entry of a request's list: a record, or a string (an object key).
+_Entry = TypeVar("_Entry", WireRecord, str)
+
+
+class RequestTooLarge(RecordRejected):
+    """A request record larger than the coordinator's log takes: refused before anything is
+    written, and never retried (the same record would be refused again)."""
+
+
+def wire_size(value: WireRecord | str) -> int:
+    """Bytes of ``value``'s JSON in the coordinator's log (protocol.records'
+    encode_json_records; json.dumps escapes non-ASCII, so characters are bytes)."""
+    return len(json.dumps(value.to_wire() if isinstance(value, WireRecord) else value,
+                          sort_keys=True))
+
+
+def check_request_size(request: Request) -> None:
+    """Raise RequestTooLarge if ``request`` is larger than the coordinator's log takes."""
+    size = wire_size(request)
+    if size > MAX_REQUEST_BYTES:
+        raise RequestTooLarge(f"{request.TYPE} request of {size} bytes exceeds the "
+                              f"{MAX_REQUEST_BYTES} a record of the batch coordinator's log "
+                              f"takes")
+
+
+class BoundedList(Generic[_Entry]):
+    """The list of one request being filled: entries go in while the request stays within
+    MAX_REQUEST_LIST_BYTES, measured entry by entry."""
+
+    def __init__(self) -> None:
+        self.entries: list[_Entry] = []
+        self._bytes = 0
+
+    def add(self, entry: _Entry) -> bool:
+        """Add ``entry``; False, adding nothing, when it would not fit (it goes into another
+        request). Raises RequestTooLarge when it would not fit even alone."""
+        size = wire_size(entry) + (_LIST_SEPARATOR_BYTES if self.entries else 0)
+        if self._bytes + size <= MAX_REQUEST_LIST_BYTES:
+            self.entries.append(entry)
+            self._bytes += size
+            return True
+        if not self.entries:
+            raise RequestTooLarge(f"one {type(entry).__name__} of {size} bytes exceeds the "
+                                  f"{MAX_REQUEST_LIST_BYTES} a request's list may take")
+        return False
+
+
+def split_to_fit(entries: Iterable[_Entry]) -> list[tuple[_Entry, ...]]:
+    """``entries`` in order, cut into as few lists as fit one request each."""
+    lists = [BoundedList()]
+    for entry in entries:
+        if not lists[-1].add(entry):
+            lists.append(BoundedList())
+            lists[-1].add(entry)
+    return [tuple(bounded.entries) for bounded in lists if bounded.entries]
+
+
+_INT16_MIN, _INT32_MIN, _INT64_MIN = -(1 << 15), -(1 << 31), -(1 << 63)
+# A CommitBatch as wide as its fields' types allow (a topic id is a UUID's 36 characters;
+# a new field gets its widest value here too): a WAL object of at most COMMIT_MAX_BATCHES
+# batches (2,352) commits in one record, without the produce path encoding every batch to
+# measure it (8 µs a batch). A typical batch takes 279 bytes with its separator, the
+# widest 444.
+_WIDEST_COMMIT_BATCH = CommitBatch(
+    "00000000-0000-0000-0000-000000000000", _INT32_MIN, _INT64_MIN, _INT32_MIN, _INT32_MIN,
+    _INT64_MIN, False, _INT64_MIN, _INT16_MIN, _INT32_MIN, _INT32_MIN, True, False, _INT32_MIN)
+COMMIT_MAX_BATCHES = MAX_REQUEST_LIST_BYTES // (wire_size(_WIDEST_COMMIT_BATCH)
+                                                + _LIST_SEPARATOR_BYTES)
 
 
 # --- queries ------------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """The broker's diskless produce WAL buffer (KIP-1163 produce path).
 
 Produce requests for every diskless partition on this broker go into one open buffer.
-The buffer closes after ``diskless.append.commit.interval.ms`` or once it holds
-``diskless.append.buffer.max.bytes``; it is uploaded as one object to ``kipper-wal``, then
-its batch coordinates are committed to the batch coordinator, which assigns the offsets.
-Only then are the produce requests of that object answered. Uploads of several closed
-buffers run concurrently, but commits happen strictly in buffer order, so one producer's
-requests get offsets in the order the broker received them.
+The buffer closes after ``diskless.append.commit.interval.ms``, once it holds
+``diskless.append.buffer.max.bytes``, or once it holds ``max_batches`` batches (about
+2,300): as many as one record of the batch coordinator's log can commit, whatever their
+size (small batches of thousands of partitions reach it first); it is uploaded as one
+object to ``kipper-wal``, then its batch coordinates are committed to the batch
+coordinator, which assigns the offsets. Only then are the produce requests of that object
+answered. Uploads of several closed buffers run concurrently, but commits happen strictly
+in buffer order, so one producer's requests get offsets in the order the broker received
+them.
 
 Hedged uploads (``hedge_after_s``, off by default): when a WAL object's PUT has not answered
 that long after it was sent, a second PUT of the same object is sent; whichever succeeds
@@ -30,10 +33,10 @@ from dataclasses import dataclass, field
 
 from protocol.records import BatchHeader, TxnMarker, read_marker
 from storage.histogram import Histogram
-from storage.log import KafkaStorageError
+from storage.log import KafkaStorageError, RecordListTooLarge
 from storage.objectstore import WAL_BUCKET, ObjectStore, ObjectStoreError
 
-from .control_plane import BatchResult, CommitBatch, CommitFile, ControlPlane
+from .control_plane import COMMIT_MAX_BATCHES, BatchResult, CommitBatch, CommitFile, ControlPlane
 from .read_cache import ReadCache
 
 log = logging.getLogger(__name__)
@@ -78,7 +81,8 @@ class WalWriter:
                  node_id: int, commit_interval_ms: int = 250,
                  buffer_max_bytes: int = 8 * 1024 * 1024,
                  cache: ReadCache | None = None, hedge_after_s: float | None = None,
-                 commit_per_partition: bool = False) -> None:
+                 commit_per_partition: bool = False,
+                 max_batches: int = COMMIT_MAX_BATCHES) -> None:
         self.store = store
         self.control_plane = control_plane
         self.key_prefix = key_prefix
@@ -89,12 +93,14 @@ class WalWriter:
         # None: one PUT per object, however long it takes.
         self.hedge_after_s = hedge_after_s
         self.commit_per_partition = commit_per_partition
+        self.max_batches = max_batches
         self.stats = WalStats()
         # Successful PUTs of WAL objects and commits to the batch coordinator.
         self.upload_seconds = Histogram()
         self.commit_seconds = Histogram()
         self._buffer = bytearray()
         self._pending: list[PendingAppend] = []
+        self._buffered_batches = 0
         self._close_timer: asyncio.TimerHandle | None = None
         # Completes when the previous closed buffer's commit has finished (either way).
         self._previous_commit: asyncio.Future | None = None
@@ -105,14 +111,23 @@ class WalWriter:
         """Add validated batches to the open buffer. The future resolves to the coordinator's
         BatchResult of each batch once committed, or fails with a KafkaStorageError.
         A control batch must carry a transaction marker (else InvalidRecordBatch, before
-        anything is buffered): the coordinator applies it to the producer's transaction."""
+        anything is buffered): the coordinator applies it to the producer's transaction.
+        More batches than one commit can name raise RecordListTooLarge (nothing buffered):
+        an append is committed whole, in one object."""
+        if len(batches) > self.max_batches:
+            raise RecordListTooLarge(f"{len(batches)} batches in one append exceed the "
+                                     f"{self.max_batches} one diskless commit can name")
         markers = [read_marker(records, batch) if batch.is_control else None
                    for batch in batches]
+        if self._buffered_batches + len(batches) > self.max_batches:
+            self._close_buffer()
         pending = PendingAppend(topic_id, partition, log_append_time, batches, markers,
                                 len(self._buffer))
         self._buffer += records
         self._pending.append(pending)
-        if len(self._buffer) >= self.buffer_max_bytes:
+        self._buffered_batches += len(batches)
+        if (len(self._buffer) >= self.buffer_max_bytes
+                or self._buffered_batches >= self.max_batches):
             self._close_buffer()
         elif self._close_timer is None:
             self._close_timer = asyncio.get_running_loop().call_later(
@@ -126,7 +141,7 @@ class WalWriter:
         if not self._pending:
             return
         data, pending = bytes(self._buffer), self._pending
-        self._buffer, self._pending = bytearray(), []
+        self._buffer, self._pending, self._buffered_batches = bytearray(), [], 0
         previous = self._previous_commit
         committed = self._previous_commit = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._upload_and_commit(data, pending, previous, committed))

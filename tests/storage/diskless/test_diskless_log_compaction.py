@@ -2,8 +2,9 @@
 control plane and the session S3 server: the latest value per key survives with its
 offset, tombstones go after delete.retention.ms (also when the coordinator failed over
 meanwhile: the SQLite state reopened, a new cleaner), the key map's bound makes several
-passes, a produce during a pass is kept, and a cleaner that dies between upload and swap
-leaves the log as it was."""
+passes, a produce during a pass is kept, a cleaner that dies between upload and swap
+leaves the log as it was, and a pass rewriting thousands of batches swaps them in records
+that fit the coordinator's log."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from coordinator.diskless.batch_state import BatchCoordinatorState
 from coordinator.diskless.compaction import LogCleaner
 from protocol.records import iter_batches, stored_records, validate_produce_records
 from storage.config import LogConfig
+from storage.diskless.control_plane import MAX_REQUEST_BYTES, Compact, wire_size
 from storage.diskless.log import DisklessLog
 from storage.diskless.read_cache import ReadCache
 from storage.diskless.wal_writer import WalWriter
@@ -188,3 +190,35 @@ async def test_a_cleaner_dying_before_its_swap_leaves_the_log_as_it_was(
     monkeypatch.undo()
     assert [r.refused for r in await cleaner().clean("topic-id", 0, CONFIG, T0 + 1_000)] == [None]
     assert len(await read_log(log, decode)) == KEYS + 1
+
+
+async def test_a_pass_rewriting_thousands_of_batches_swaps_them_in_records_that_fit(
+        log, build_batch, decode, cleaner, control_plane):
+    """One Compact naming the rewrites of 5,000 batches would be larger than a record of
+    the coordinator's log: the pass writes several compacted objects, each swapped by a
+    record that fits, and only the last swap moves the checkpoint."""
+    batches = 5_000
+    appends = []
+    for i in range(batches):  # each loses its first record to a later batch
+        records = build_batch([b"old", b"kept"], keys=[f"k{i}".encode(), f"u{i}".encode()],
+                              first_timestamp=T0)
+        appends.append(log.writer.append("topic-id", 0, records,
+                                         validate_produce_records(records), False))
+    await asyncio.gather(*appends)
+    for first in range(0, batches, 1_000):
+        await append(log, build_batch, [(f"k{i}".encode(), b"new")
+                                        for i in range(first, first + 1_000)])
+    await append(log, build_batch, [(b"head", b"h")])
+    end = log.log_end_offset
+
+    (result,) = await cleaner().clean("topic-id", 0, CONFIG, T0 + 1_000)
+
+    assert (result.refused, result.rewritten, result.dropped) == (None, batches, 0)
+    compacts = control_plane.submitted(Compact)
+    assert sum(map(wire_size, (r for c in compacts for r in c.batches))) > MAX_REQUEST_BYTES
+    assert len(compacts) >= 2 and all(wire_size(c) <= MAX_REQUEST_BYTES for c in compacts)
+    assert [c.cleaned_offset for c in compacts] == [0] * (len(compacts) - 1) + [end - 1]
+    assert control_plane.log_info("topic-id", 0).cleaned_offset == end - 1
+    assert [(key, value) for _, key, value in await read_log(log, decode)] == (
+        [(f"u{i}".encode(), b"kept") for i in range(batches)]
+        + [(f"k{i}".encode(), b"new") for i in range(batches)] + [(b"head", b"h")])

@@ -1,31 +1,34 @@
 """Merging of small WAL objects (KIP-1165, coordinator/diskless/housekeeping.py) against the
 in-memory control plane and the session S3 server: it goes on however many merged objects
-are already there, and reads of the merged log return what was appended."""
+are already there, the small objects of thousands of partitions are merged into several
+objects whose records each fit the coordinator's log, and reads of the merged log return
+what was appended."""
 
 from __future__ import annotations
 
-from coordinator.diskless.housekeeping import Housekeeping, HousekeepingSettings
-from replication.cluster_metadata import MetadataImage
-from replication.dynamic_config import DynamicConfigs
+import asyncio
+import uuid
+
 from protocol.records import validate_produce_records
 from storage.config import LogConfig
+from storage.diskless.control_plane import MAX_REQUEST_BYTES, Merge, wire_size
 from storage.diskless.log import DisklessLog
 from storage.diskless.read_cache import ReadCache
 from storage.diskless.wal_writer import WalWriter
 
 CONFIG = LogConfig(storage_mode="diskless")
 ROUNDS = 12  # more merged objects than merging ever looked at (4 x merge_max_objects)
+# Eight WAL objects, each holding a batch of two records of each of 800 partitions: one
+# Merge record naming their 6,400 batches would take 1.7 MB of JSON (with these tests'
+# object keys; 1.3 MB with a cluster's).
+PARTITIONS, WAL_OBJECTS = 800, 8
 
 
 async def test_merging_goes_on_past_many_small_merged_objects(
-        control_plane, store, s3_prefix, build_batch, decode):
+        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping):
     writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=10)
     log = DisklessLog("t", 0, CONFIG, "topic-id", control_plane, writer, ReadCache(store.store))
-    image = MetadataImage()
-    housekeeping = Housekeeping(
-        control_plane, lambda: True, image, store, s3_prefix,
-        DynamicConfigs(0, image, {}, {}),
-        HousekeepingSettings(merge_min_objects=2, merge_max_objects=2))
+    housekeeping = make_housekeeping(merge_min_objects=2, merge_max_objects=2)
     values = []
     try:
         for round_ in range(ROUNDS):
@@ -46,3 +49,49 @@ async def test_merging_goes_on_past_many_small_merged_objects(
         assert [key for key, _ in store.range_reads[-2:]] == store.puts[-3:-1]
     finally:
         await writer.close()
+
+
+async def test_a_merge_of_thousands_of_partitions_fits_each_record_and_keeps_every_batch(
+        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping):
+    topic_id = str(uuid.uuid4())  # as long as a cluster's, as are the records' sizes
+    # Reads before the merge come from the cache the writer fills, reads after it from
+    # the merged objects.
+    cache = ReadCache(store.store)
+    writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=3_600_000,
+                       cache=cache)
+    logs = [DisklessLog("t", partition, CONFIG, topic_id, control_plane, writer, cache)
+            for partition in range(PARTITIONS)]
+    housekeeping = make_housekeeping(merge_min_objects=WAL_OBJECTS, merge_max_objects=WAL_OBJECTS)
+    appended = [[f"{object_}-{partition}-{i}".encode() for object_ in range(WAL_OBJECTS)
+                 for i in (0, 1)] for partition in range(PARTITIONS)]
+    try:
+        for object_ in range(WAL_OBJECTS):
+            appends = []
+            for partition in range(PARTITIONS):
+                records = build_batch(appended[partition][2 * object_:2 * object_ + 2])
+                appends.append(writer.append(topic_id, partition, records,
+                                             validate_produce_records(records), False))
+            await writer.close()  # the open buffer: one WAL object of every partition
+            await asyncio.gather(*appends)
+        assert len(store.puts) == WAL_OBJECTS
+        assert await read_values(logs, decode) == appended
+
+        await housekeeping.merge_small_objects()
+
+        merges = control_plane.submitted(Merge)
+        moves = [move for merge in merges for move in merge.moves]
+        assert len(moves) == PARTITIONS * WAL_OBJECTS
+        assert sum(map(wire_size, moves)) > MAX_REQUEST_BYTES  # one record could not name them
+        assert len(merges) >= 2 and all(wire_size(m) <= MAX_REQUEST_BYTES for m in merges)
+        assert housekeeping.stats.merges == len(merges)
+        # No WAL object holds a live batch any more: every batch was moved.
+        assert control_plane.merge_candidates(1 << 40, 100, (f"{s3_prefix}wal/merged-",)) == []
+        assert await read_values(logs, decode) == appended
+    finally:
+        await writer.close()
+
+
+async def read_values(logs: list[DisklessLog], decode) -> list[list[bytes]]:
+    """The values of each log, read from its start (the logs concurrently)."""
+    reads = await asyncio.gather(*(log.read(0, 1 << 20) for log in logs))
+    return [[value for _, _, value in decode(read.records)] for read in reads]

@@ -1,17 +1,26 @@
 """The WAL writer against the in-memory control plane and the session S3 server: when a
-buffer closes, the order of commits, and that every waiting producer gets an answer."""
+buffer closes (also at the batches one commit record can name), the order of commits, and
+that every waiting producer gets an answer."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from protocol.records import validate_produce_records
+from storage.diskless.control_plane import (
+    COMMIT_MAX_BATCHES,
+    MAX_REQUEST_BYTES,
+    CommitFile,
+    wire_size,
+)
 from storage.diskless.memory_control_plane import InMemoryControlPlane
 from storage.diskless.read_cache import ReadCache
 from storage.diskless.wal_writer import CommitFailed, WalWriter
-from storage.log import KafkaStorageError
+from storage.log import KafkaStorageError, RecordListTooLarge
 from storage.objectstore import WAL_BUCKET
 
 HOUR_MS = 3_600_000
@@ -22,12 +31,12 @@ async def make_writer(store, control_plane, s3_prefix):
     writers = []
 
     def make(commit_interval_ms=HOUR_MS, buffer_max_bytes=1 << 20, plane=None, cache=None,
-             hedge_after_s=None, commit_per_partition=False):
+             hedge_after_s=None, commit_per_partition=False, max_batches=COMMIT_MAX_BATCHES):
         writer = WalWriter(store, plane or control_plane, s3_prefix, node_id=1,
                            commit_interval_ms=commit_interval_ms,
                            buffer_max_bytes=buffer_max_bytes, cache=cache,
                            hedge_after_s=hedge_after_s,
-                           commit_per_partition=commit_per_partition)
+                           commit_per_partition=commit_per_partition, max_batches=max_batches)
         writers.append(writer)
         return writer
     yield make
@@ -65,6 +74,42 @@ async def test_buffer_closes_at_its_size_limit(make_writer, build_batch, store):
     assert len(store.puts) == 2 and writer.stats.uploads == 2
     sizes = [len(build_batch([value])) for value in (b"a", b"bb")]
     assert writer.stats.upload_bytes == sum(sizes)
+
+
+async def test_a_buffer_of_thousands_of_partitions_commits_in_records_that_fit(
+        make_writer, build_batch, store, control_plane):
+    """6,000 partitions' small batches in one commit interval: one CommitFile naming them
+    all would be larger than a record of the coordinator's log, so the buffer closes at
+    the batches one record can name, and every batch is committed."""
+    writer = make_writer()  # closes after an hour or 1 MiB: neither happens here
+    topic_id = str(uuid.uuid4())  # as long as a cluster's, as are the records' sizes
+    pending = [append(writer, build_batch, f"{partition}".encode(), partition=partition,
+                      topic_id=topic_id) for partition in range(6_000)]
+    await writer.close()
+    results = await asyncio.wait_for(asyncio.gather(*pending), 30)
+    assert all(r.error_code == ErrorCode.none and r.base_offset == 0
+               for (r,) in results)
+    commits = control_plane.submitted(CommitFile)
+    assert sum(map(wire_size, (b for c in commits for b in c.batches))) > MAX_REQUEST_BYTES
+    assert [len(c.batches) for c in commits] == [COMMIT_MAX_BATCHES] * 2 + [
+        6_000 - 2 * COMMIT_MAX_BATCHES]
+    assert all(wire_size(c) <= MAX_REQUEST_BYTES for c in commits)
+    assert len(store.puts) == len(commits)
+    assert control_plane.log_info(topic_id, 5_999).high_watermark == 1
+
+
+async def test_an_append_of_more_batches_than_a_commit_names_is_refused(
+        make_writer, build_batch, store, control_plane):
+    """An append is committed whole, in one object: one whose batches no commit record
+    can name fails at once (RECORD_LIST_TOO_LARGE), and nothing of it is buffered."""
+    writer = make_writer(max_batches=2)
+    records = build_batch([b"a"]) + build_batch([b"b"]) + build_batch([b"c"])
+    with pytest.raises(RecordListTooLarge, match="3 batches in one append exceed the 2"):
+        writer.append("t", 0, records, validate_produce_records(records), False)
+    fits = records[:len(records) * 2 // 3]
+    results = writer.append("t", 0, fits, validate_produce_records(fits), False)
+    assert [r.base_offset for r in await asyncio.wait_for(results, 10)] == [0, 1]
+    assert len(store.puts) == 1 and len(control_plane.submitted(CommitFile)) == 1
 
 
 async def test_commit_per_partition_sends_one_commit_per_partition_of_the_object(
