@@ -208,10 +208,10 @@ class _Reads:
         """Read ``targets`` (topic, the partition's fetch position) in order."""
         for key in {(topic, fetch.partition) for topic, fetch in targets}:
             self.by_key.pop(key, None)
-        await self._prefetch(targets)
+        turns = LoopSlice(READ_SLICE_S)
+        await self._prefetch(targets, turns)
         total = self.total
         done = []
-        turns = LoopSlice(READ_SLICE_S)
         for topic, fetch in targets:
             await turns.pause()
             read = await _read_partition(self, topic, fetch, max(self.budget - total, 0),
@@ -223,7 +223,7 @@ class _Reads:
             done.append((key, read))
         return done
 
-    async def _prefetch(self, targets: list[tuple[str, object]]) -> None:
+    async def _prefetch(self, targets: list[tuple[str, object]], turns: LoopSlice) -> None:
         """A consumer's reads from object storage (PartitionLog.prefetch: diskless), within
         the response's budget, brought in together rather than one partition after the
         other by the reads in order, which then find them cached."""
@@ -232,9 +232,8 @@ class _Reads:
         left = self.budget - self.total
         hosted = self.ctx.services.replicas.partitions
         pending: list = []
-        # In turns: a diskless partition's high watermark is a batch-coordinator lookup, and
-        # a consumer's first fetch lists thousands of partitions (10,000 held the loop 65 ms).
-        turns = LoopSlice(READ_SLICE_S)
+        # In the read's turns: a diskless partition's high watermark is a batch-coordinator
+        # lookup, and a consumer's first fetch lists thousands (10,000 held the loop 65 ms).
         for topic, fetch in targets:
             if left <= 0:
                 break
