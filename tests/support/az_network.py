@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,6 +57,19 @@ def kipper_az_pair_bytes(cluster: LocalCluster) -> Counter:
 
 def kernel_az_pair_bytes(layout: AzLayout) -> dict[tuple[str, str], LinkBytes]:
     return {(link.a, link.b): link for link in inter_az_bytes(layout)}
+
+
+def tcp_retransmitted_segments(layout: AzLayout) -> int:
+    """TCP segments the AZs' namespaces have retransmitted so far (/proc/net/snmp): bytes the
+    links carried twice, which kipper counts once."""
+    total = 0
+    for az in layout.azs:
+        snmp = subprocess.run(["ip", "netns", "exec", layout.netns(az), "cat", "/proc/net/snmp"],
+                              capture_output=True, text=True, check=True).stdout
+        names, values = [line.split()[1:] for line in snmp.splitlines()
+                         if line.startswith("Tcp:")]
+        total += int(values[names.index("RetransSegs")])
+    return total
 
 
 def cut(cluster: LocalCluster, make_cut: Callable[..., az_partition.Cut], *args) -> None:
