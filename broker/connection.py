@@ -104,7 +104,19 @@ class Connection:
             await sender
             self._lost_bytes += self.writer.transport.get_write_buffer_size()
             self.writer.close()
+            self._forget_how_it_ended()
             await self.held.close(self._lost_bytes)
+
+    def _forget_how_it_ended(self) -> None:
+        """Drop the traceback of the error that ended the connection. The stream keeps that
+        error, and its traceback keeps the frames it was raised through: the sender's holds
+        the responses the client never read. Stream, protocol and transport refer to one
+        another, so they go only with a collection of cycles; and if the heap was frozen
+        while the connection was open (broker.heap), only with a full one, which held a
+        broker of 10,000 partitions 0.3-0.8 s."""
+        error = self.reader.exception()
+        if error is not None:
+            error.__traceback__ = None
 
     async def _read_requests(self) -> None:
         idle_timeout = self.config.connections_max_idle_ms / 1000

@@ -18,13 +18,9 @@ fetched partitions left no unreachable object, reference counting freed them all
 deletion does not give the heap back (that made the next collections scan everything: one
 held the event loop 0.4 s after a 5,000-partition topic was deleted in a 20,000-partition
 cluster); a full collection runs once FULL_COLLECTION_AFTER_DROPS partitions were dropped,
-which bounds what cycles could keep, at one such pause per that many. ``collect_since`` (a
-connection that ended with responses unread, see response_memory) collects frozen objects
-too if they may hold its cycles: only if the heap was frozen while the connection was open
-(otherwise a collection of what is not frozen is enough, and scans thousands of times fewer
-objects: the full one took a tenth of the brokers' CPU while a client produced to 10,000
-partitions), and only once abandoned connections left enough bytes unread to be worth it
-(broker/response_memory.py).
+which bounds what cycles could keep, at one such pause per that many. Nothing else reaches
+into the frozen heap: a connection frees its responses itself when it ends, and its
+abandoned cycles are collected among the unfrozen objects (broker/response_memory.py).
 """
 
 from __future__ import annotations
@@ -39,8 +35,6 @@ log = logging.getLogger(__name__)
 FREEZE_AFTER_ADDITIONS = 500
 # Hosted partitions dropped between two full collections (see the module's docstring).
 FULL_COLLECTION_AFTER_DROPS = 10_000
-# How many times the heap was frozen so far (freezes()).
-_freezes = 0
 
 
 class Heap:
@@ -55,7 +49,7 @@ class Heap:
         if self._added >= FREEZE_AFTER_ADDITIONS:
             self._added = 0
             gc.collect(1)  # young garbage is collected, not frozen with the rest
-            _freeze()
+            gc.freeze()
 
     def dropped(self) -> None:
         """Called when a hosted partition was dropped (topic deleted, replica moved away)."""
@@ -63,26 +57,6 @@ class Heap:
         if self._dropped >= FULL_COLLECTION_AFTER_DROPS:
             self._dropped = 0
             full_collection()
-
-
-def freezes() -> int:
-    """How many times the heap was frozen so far: what ``collect_since`` is given."""
-    return _freezes
-
-
-def _freeze() -> None:
-    global _freezes
-    gc.freeze()
-    _freezes += 1
-
-
-def collect_since(freezes_then: int) -> None:
-    """Collect every unreachable object allocated since ``freezes()`` was
-    ``freezes_then``: frozen ones too if a freeze came since (it may have frozen them)."""
-    if freezes_then < _freezes:
-        full_collection()
-    else:
-        collect_unfrozen()
 
 
 def collect_unfrozen() -> None:
@@ -98,6 +72,6 @@ def full_collection() -> None:
     gc.unfreeze()
     unreachable = gc.collect()
     if frozen:
-        _freeze()
+        gc.freeze()
     log.info("full garbage collection of %d objects: %d unreachable, %.0f ms", frozen,
              unreachable, (time.monotonic() - started) * 1000)

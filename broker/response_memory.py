@@ -14,25 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import gc
 import time
 
 from . import heap
 
 COLLECT_DELAY_S = 1.0
 COLLECT_INTERVAL_S = 10.0
-# Bytes abandoned connections must have left unread before a collection may reach into the
-# frozen heap (broker.heap): at 10,000 partitions that full collection held the event loop
-# 0.8 s, and the controller quorum, missing the fetches of a leader held that long, elected
-# another. Fewer bytes wait for a later collection: the memory they hold is bounded by this,
-# or, on a larger heap, by FULL_COLLECTION_BYTES_PER_FROZEN_OBJECT times its frozen objects.
-FULL_COLLECTION_BYTES = 8 << 20
-# A full collection's pause grows with the frozen heap it scans (0.35-0.44 s for 700,000
-# objects at 20,000 partitions), so it waits for garbage in proportion, as Python's own rule
-# for its oldest generation does (a quarter of the long-lived objects new): one pause per
-# about as many bytes left unread as the frozen objects take (64 bytes each, 45 MiB at
-# 700,000). Every one a bench's clients set off at that size found under 60 objects to free.
-FULL_COLLECTION_BYTES_PER_FROZEN_OBJECT = 64
 
 
 class ResponseMemory:
@@ -44,25 +31,19 @@ class ResponseMemory:
         self._changed = asyncio.Condition()
         self._collected_at = -COLLECT_INTERVAL_S
         self._collection: asyncio.TimerHandle | None = None
-        # heap.freezes() when the oldest connection abandoned since the last collection began,
-        # and the bytes the abandoned connections left unread.
-        self._abandoned_since: int | None = None
-        self._abandoned_bytes = 0
 
     def connection(self, limit: int) -> "ConnectionResponses":
         return ConnectionResponses(self, limit)
 
-    def collect_abandoned(self, freezes_then: int, lost_bytes: int) -> None:
-        """A connection ended with responses its client never read. Its streams, transport
-        and the exception that ended them form reference cycles that keep those buffers
-        until a full garbage collection, which Python may not run for a long while: run one
-        soon (connections that go together share it), at most every COLLECT_INTERVAL_S, as
-        it pauses the event loop briefly. ``freezes_then``: heap.freezes() when the connection
-        began (its cycles are frozen only if the heap was frozen since); ``lost_bytes``: what
-        its client left unread."""
-        self._abandoned_bytes += lost_bytes
-        self._abandoned_since = min(freezes_then, self._abandoned_since
-                                    if self._abandoned_since is not None else freezes_then)
+    def collect_abandoned(self) -> None:
+        """A connection ended with responses its client never read. The connection freed
+        them as it ended (Connection._forget_how_it_ended); its streams and transport, and a
+        request it left half read, form cycles that Python may not collect for a long while:
+        collect them soon (connections that go together share it), at most every
+        COLLECT_INTERVAL_S. Only objects that are not frozen (broker.heap): a collection that
+        reached the frozen heap held a broker of 10,000 partitions 0.3-0.8 s. The cycles of
+        a connection that was open when the heap was frozen (a few KiB, and any half-read
+        request) wait for the next full collection (heap.Heap.dropped)."""
         if self._collection is None:
             delay = max(COLLECT_DELAY_S,
                         self._collected_at + COLLECT_INTERVAL_S - time.monotonic())
@@ -71,14 +52,7 @@ class ResponseMemory:
     def _collect(self) -> None:
         self._collection = None
         self._collected_at = time.monotonic()
-        since = self._abandoned_since
-        worth_it = max(FULL_COLLECTION_BYTES,
-                       FULL_COLLECTION_BYTES_PER_FROZEN_OBJECT * gc.get_freeze_count())
-        if since < heap.freezes() and self._abandoned_bytes < worth_it:
-            heap.collect_unfrozen()  # the frozen part waits for more bytes to be worth it
-            return
-        self._abandoned_since, self._abandoned_bytes = None, 0
-        heap.collect_since(since)
+        heap.collect_unfrozen()
 
 
 class ConnectionResponses:
@@ -88,7 +62,6 @@ class ConnectionResponses:
         self._memory = memory
         self.limit = limit
         self.used = 0
-        self._freezes_at_start = heap.freezes()
 
     def _has_room(self, nbytes: int) -> bool:
         return self.used == 0 or (self.used + nbytes <= self.limit
@@ -119,7 +92,7 @@ class ConnectionResponses:
         lost_bytes += self.used
         await self.release(self.used)
         if lost_bytes:
-            self._memory.collect_abandoned(self._freezes_at_start, lost_bytes)
+            self._memory.collect_abandoned()
 
     def _add(self, nbytes: int) -> None:
         self.used += nbytes

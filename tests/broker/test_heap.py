@@ -10,8 +10,6 @@ from broker.heap import (
     FREEZE_AFTER_ADDITIONS,
     FULL_COLLECTION_AFTER_DROPS,
     Heap,
-    collect_since,
-    freezes,
     full_collection,
 )
 
@@ -68,24 +66,5 @@ def test_a_full_collection_reaches_frozen_cycles_and_keeps_the_rest_frozen():
         del cycle
         assert _collected_during(full_collection) >= 1
         assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-
-
-def test_a_collection_since_a_connection_began_reaches_frozen_cycles_only_after_a_freeze():
-    heap = Heap()
-    try:
-        for _ in range(FREEZE_AFTER_ADDITIONS):  # the heap frozen before the connection
-            heap.added()
-        began = freezes()
-        frozen = gc.get_freeze_count()
-        collect_since(began)  # nothing frozen since: the frozen objects stay out of sight
-        assert gc.get_freeze_count() == frozen
-        for _ in range(FREEZE_AFTER_ADDITIONS):  # frozen again while it was open
-            heap.added()
-        cycle = _Cycle()
-        gc.freeze()
-        del cycle
-        assert _collected_during(lambda: collect_since(began)) >= 1
     finally:
         gc.unfreeze()
