@@ -41,9 +41,9 @@ from kio.schema.errors import ErrorCode
 from protocol.internal import JsonBody
 from protocol.records import (
     BatchHeader,
-    decode_json_records,
     encode_json_records,
     iter_batches,
+    json_record_chunks,
 )
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.partition import PartitionError
@@ -432,8 +432,12 @@ class BatchCoordinator(RecordControlPlane):
         if next_offset >= high_watermark:
             return False
         read = await log_.read(next_offset, 1 << 20, max_offset=high_watermark)
-        self.applier.apply((offset, record) for offset, record in decode_json_records(read.records)
-                           if offset < high_watermark)
+        # A record at a time, the event loop's turn between them (Applier.apply_in_turns):
+        # a commit of 2,352 batches or a merge of 5,000 moves takes 100-150 ms to apply, and
+        # a read brings several; in one go they held every broker for all of them.
+        await self.applier.apply_in_turns(
+            [(offset, record) for offset, record in chunk if offset < high_watermark]
+            for chunk in json_record_chunks(read.records, 1))
         # The log below the oldest checkpoint kept is not needed any more, here as on
         # every replica (each applies the CheckpointTaken record that says so).
         trim_to = min(self._applied.log_start, self.state.applied_offset + 1)
