@@ -407,7 +407,11 @@ class BatchCoordinatorState(RecordControlPlane):
             return MergeResult(0, len(request.moves))
         self._db.execute("INSERT INTO objects VALUES (?, ?, 0, ?, NULL)",
                          (key, request.object_size, now_ms))
-        moved, old_keys = 0, set()
+        moved = 0
+        # Live bytes leaving each old object, summed and written once per object: a record
+        # of 5,000 moves is applied by every broker, and three statements a move took it
+        # 100-150 ms.
+        leaving: dict[str, int] = {}
         for move in request.moves:
             # Skipped unless the batch is still the one that was copied, where it was copied
             # from: it may since have been removed, or moved by another merge.
@@ -417,13 +421,14 @@ class BatchCoordinatorState(RecordControlPlane):
                 (key, move.byte_offset, move.topic_id, move.partition,
                  move.base_offset, move.old_object_key, move.byte_size)).rowcount
             if repointed:
-                self._db.execute("UPDATE objects SET live_bytes = live_bytes - ? WHERE key = ?",
-                                 (move.byte_size, move.old_object_key))
-                self._db.execute("UPDATE objects SET live_bytes = live_bytes + ? WHERE key = ?",
-                                 (move.byte_size, key))
-                old_keys.add(move.old_object_key)
+                leaving[move.old_object_key] = (leaving.get(move.old_object_key, 0)
+                                                + move.byte_size)
                 moved += 1
-        self._mark_emptied(sorted(old_keys | {key}), now_ms)
+        self._db.executemany("UPDATE objects SET live_bytes = live_bytes - ? WHERE key = ?",
+                             [(size, old_key) for old_key, size in sorted(leaving.items())])
+        self._db.execute("UPDATE objects SET live_bytes = live_bytes + ? WHERE key = ?",
+                         (sum(leaving.values()), key))
+        self._mark_emptied(sorted(set(leaving) | {key}), now_ms)
         return MergeResult(moved, len(request.moves) - moved)
 
     def _compact(self, request: Compact) -> CompactResult:
