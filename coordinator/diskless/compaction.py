@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from protocol.records import (
@@ -157,7 +157,7 @@ class LogCleaner:
                                          rewrite_batch(header, kept, header.compression)))
             else:
                 rewrites.append(_rewrite(coordinate, b""))
-        objects = fill_objects(self.object_prefix, rewrites) or [RewrittenObject("")]
+        objects = list(fill_objects(self.object_prefix, rewrites)) or [RewrittenObject("")]
         results = []
         for index, compacted in enumerate(objects):
             key = compacted.key if compacted.data else ""  # every batch of it was dropped
@@ -217,9 +217,11 @@ class LogCleaner:
 class RewrittenObject:
     """One object a merge or a compaction writes, and the entries (a merge's moves, a
     compaction's rewrites) of the one record that points batches into it: that record
-    must fit the coordinator's log, so the object takes batches only while it does."""
+    must fit the coordinator's log, so the object takes batches only while it does, and
+    no more than ``max_entries`` (None: as many as fit)."""
 
     key: str
+    max_entries: int | None = None
     data: bytearray = field(default_factory=bytearray, init=False)
     _entries: BoundedList = field(default_factory=BoundedList, init=False)
 
@@ -230,6 +232,8 @@ class RewrittenObject:
     def add(self, entry_at: Callable[[int], WireRecord], batch: bytes) -> bool:
         """Append ``batch`` and its entry, ``entry_at`` its byte offset in this object;
         False, adding nothing, once the record is full."""
+        if self.max_entries is not None and len(self._entries.entries) >= self.max_entries:
+            return False
         if not self._entries.add(entry_at(len(self.data))):
             return False
         self.data += batch
@@ -237,15 +241,20 @@ class RewrittenObject:
 
 
 def fill_objects(key_prefix: str, batches: Iterable[tuple[Callable[[int], WireRecord], bytes]],
-                 ) -> list[RewrittenObject]:
+                 max_entries: int | None = None) -> Iterator[RewrittenObject]:
     """The batches, each with the function giving its entry at an offset, in order, written
-    into as many objects (keys from ``key_prefix``) as their records take to fit."""
-    objects: list[RewrittenObject] = []
+    into as many objects (keys from ``key_prefix``) as their records take to fit: each
+    object as soon as it is full, so that the caller stores and records it before the next
+    is filled (the event loop has its turns in between)."""
+    filling: RewrittenObject | None = None
     for entry_at, batch in batches:
-        if not objects or not objects[-1].add(entry_at, batch):
-            objects.append(RewrittenObject(f"{key_prefix}{uuid.uuid4().hex}"))
-            objects[-1].add(entry_at, batch)
-    return objects
+        if filling is None or not filling.add(entry_at, batch):
+            if filling is not None:
+                yield filling
+            filling = RewrittenObject(f"{key_prefix}{uuid.uuid4().hex}", max_entries)
+            filling.add(entry_at, batch)
+    if filling is not None:
+        yield filling
 
 
 async def read_batches(store: ObjectStore, coordinates: list[BatchCoordinate]) -> list[bytes]:

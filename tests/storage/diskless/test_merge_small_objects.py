@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from coordinator.diskless.housekeeping import MERGE_MAX_MOVES
 from protocol.records import validate_produce_records
 from storage.config import LogConfig
 from storage.diskless.control_plane import MAX_REQUEST_BYTES, Merge, wire_size
@@ -83,6 +84,8 @@ async def test_a_merge_of_thousands_of_partitions_fits_each_record_and_keeps_eve
         assert len(moves) == PARTITIONS * WAL_OBJECTS
         assert sum(map(wire_size, moves)) > MAX_REQUEST_BYTES  # one record could not name them
         assert len(merges) >= 2 and all(wire_size(m) <= MAX_REQUEST_BYTES for m in merges)
+        # Each a record every broker applies in one step: a bounded number of moves.
+        assert max(len(merge.moves) for merge in merges) == MERGE_MAX_MOVES
         assert housekeeping.stats.merges == len(merges)
         # No WAL object holds a live batch any more: every batch was moved.
         assert control_plane.merge_candidates(1 << 40, 100, (f"{s3_prefix}wal/merged-",)) == []
