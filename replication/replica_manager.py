@@ -85,9 +85,9 @@ class ReplicaManager:
         # Called after each unopened partition is opened: what lives as long as a partition
         # is made then (the broker freezes it out of the collector's sight, broker.heap).
         self.opened_listeners: list[Callable[[], None]] = []
-        # Called after each hosted partition is dropped (deleted, moved away): what it was made
-        # of goes then.
-        self.dropped_listeners: list[Callable[[], None]] = []
+        # Called after each hosted partition is dropped (deleted, moved away), with how many
+        # are still hosted: what it was made of goes then.
+        self.dropped_listeners: list[Callable[[int], None]] = []
         self._started = False
         self._fetchers: dict[int, LeaderFetcher] = {}
         # Log deletions, fetcher shutdowns and ISR expansions under way, awaited by close().
@@ -332,7 +332,7 @@ class ReplicaManager:
         partition.log.on_leadership_change(Leadership.STOPPED, partition.leader_epoch)
         partition.notify_waiters()
         for listener in self.dropped_listeners:
-            listener()
+            listener(len(self.partitions))
 
     async def _delete_logs(self, logs: list[PartitionLog],
                            unopened: list[tuple[str, int]]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from broker.heap import (
     FREEZE_AFTER_ADDITIONS,
     FULL_COLLECTION_AFTER_DROPS,
@@ -41,18 +43,22 @@ def test_frozen_after_many_additions():
         gc.unfreeze()
 
 
-def test_dropped_partitions_stay_frozen_until_enough_for_a_full_collection():
+@pytest.mark.parametrize("still_hosted", [0, 2 * FULL_COLLECTION_AFTER_DROPS])
+def test_dropped_partitions_stay_frozen_until_enough_for_a_full_collection(still_hosted):
+    """Enough: FULL_COLLECTION_AFTER_DROPS, or as many as are still hosted if more (the
+    pause grows with them)."""
     heap = Heap()
+    enough = max(FULL_COLLECTION_AFTER_DROPS, still_hosted)
     try:
         cycle = _Cycle()
         alive = weakref.ref(cycle)
         gc.freeze()
         del cycle
-        for _ in range(FULL_COLLECTION_AFTER_DROPS - 1):
-            heap.dropped()
+        for _ in range(enough - 1):
+            heap.dropped(still_hosted)
         gc.collect()  # an automatic collection leaves what is frozen alone
         assert alive() is not None
-        heap.dropped()
+        heap.dropped(still_hosted)
         assert alive() is None
         assert gc.get_freeze_count() > 0
     finally:
