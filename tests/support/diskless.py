@@ -76,6 +76,12 @@ class DisklessCluster(Cluster):
         """The keys of the WAL objects the batch coordinator holds as committed."""
         return {key for (key,) in self.coordinator_rows("SELECT key FROM objects")}
 
+    def merged_objects(self) -> dict[str, int]:
+        """The size of each merged object the batch coordinator holds (KIP-1165 merges of
+        small WAL objects, which the writable coordinator runs every few seconds)."""
+        return dict(self.coordinator_rows(
+            "SELECT key, size FROM objects WHERE key LIKE '%wal/merged-%'"))
+
     def object_keys(self, topic: str) -> set[str]:
         """The WAL objects holding the topic's committed batches."""
         return {key for (key,) in self.coordinator_rows(

@@ -13,6 +13,7 @@ alike; client.rack wins over an ``az=`` token naming another AZ.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -46,6 +47,7 @@ def traffic(cluster) -> tuple[Counter, Counter]:
 def test_producer_and_consumer_stay_in_their_az(diskless_cluster, topic_name):
     create_topic(diskless_cluster.bootstrap, topic_name)
     network_before, objects_before = traffic(diskless_cluster)
+    merged_before = diskless_cluster.merged_objects()
 
     producer = Producer({"bootstrap.servers": diskless_cluster.bootstrap,
                          "client.id": "producer az=az1", "acks": "all", "linger.ms": 5})
@@ -59,16 +61,22 @@ def test_producer_and_consumer_stay_in_their_az(diskless_cluster, topic_name):
     network_after, objects_after = traffic(diskless_cluster)
     network = network_after - network_before
     objects = objects_after - objects_before
+    # A merge of small WAL objects that ran meanwhile read and wrote its objects' bytes
+    # once more (read again once its record reached the first broker's state).
+    time.sleep(1)
+    merged = sum(size for key, size in diskless_cluster.merged_objects().items()
+                 if key not in merged_before)
     print(f"diskless cross-AZ figures for {PAYLOAD} B produced: network {dict(network)}, "
-          f"object store {dict(objects)}")
+          f"object store {dict(objects)}, merged meanwhile {merged} B")
     assert PAYLOAD <= network["produce", "same"] <= 1.05 * PAYLOAD
     assert network["produce", "cross"] == 0
     assert PAYLOAD <= network["fetch-consumer", "same"] <= 1.1 * PAYLOAD
     assert network["fetch-consumer", "cross"] < 0.01 * PAYLOAD
     assert network["replication", "cross"] < 0.01 * PAYLOAD
-    # The bytes went through object storage: uploaded once, read once by the az2 broker.
-    assert PAYLOAD <= objects["PutObject"] <= 1.05 * PAYLOAD
-    assert PAYLOAD <= objects["GetObject"] <= 1.05 * PAYLOAD
+    # The bytes went through object storage: uploaded once, read once by the az2 broker
+    # (and once more by a merge, if one ran).
+    assert PAYLOAD <= objects["PutObject"] <= 1.05 * PAYLOAD + merged
+    assert PAYLOAD <= objects["GetObject"] <= 1.05 * PAYLOAD + merged
 
 
 def fetched_by_az(cluster) -> Counter:
