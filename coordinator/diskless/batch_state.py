@@ -408,9 +408,9 @@ class BatchCoordinatorState(RecordControlPlane):
         self._db.execute("INSERT INTO objects VALUES (?, ?, 0, ?, NULL)",
                          (key, request.object_size, now_ms))
         moved = 0
-        # Live bytes leaving each old object, summed and written once per object: a record
-        # of 5,000 moves is applied by every broker, and three statements a move took it
-        # 100-150 ms.
+        # Live bytes leaving each old object, summed and written once per object: every
+        # broker applies the record, and three statements a move took 355 ms for 5,000
+        # moves (184 ms so).
         leaving: dict[str, int] = {}
         for move in request.moves:
             # Skipped unless the batch is still the one that was copied, where it was copied
