@@ -29,6 +29,7 @@ from replication.fetch_session import FetchSessionCache
 from replication.node_client import NodeClient
 from replication.partition import PartitionError, ReplicatedPartition
 from replication.replica_manager import ReplicaManager
+from storage.classic.open_files import SEGMENT_FILES
 from storage.histogram import Histogram
 from storage.log_cleaner import CleanerMetrics
 
@@ -292,6 +293,8 @@ class BrokerMetrics(Collector):
                 0 if self.controller is None else offline_partitions(self.controller.image),
             catalog.FETCH_SESSIONS: len(self.fetch_sessions.sessions),
             catalog.FETCH_SESSION_EVICTIONS: self.fetch_sessions.evictions,
+            catalog.OPEN_SEGMENT_FILES: len(SEGMENT_FILES),
+            catalog.SEGMENT_FILES_CLOSED_IDLE: SEGMENT_FILES.closed_idle,
         }
         replicas = self.replicas()
         if replicas is not None:  # None until the node has started

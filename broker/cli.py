@@ -116,10 +116,9 @@ def _run_node(args: argparse.Namespace) -> NoReturn:
 
 
 def _raise_open_file_limit() -> None:
-    """Every log segment keeps a file open, as Kafka's do: raise the soft limit on open
-    files to the hard one, as the JVM does for Kafka at start. With a soft limit of 1,024
-    (many systems' default) a broker of a few thousand partitions failed to host the rest
-    (EMFILE), and they stayed offline."""
+    """Raise the soft limit on open files to the hard one, as the JVM does for Kafka at
+    start: a broker keeps its busy segments' files open, up to a budget below the limit
+    (storage/classic/open_files.py), and closes idle ones past it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # An unlimited hard limit still stops at the kernel's nr_open (2**20 by default).
     wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20

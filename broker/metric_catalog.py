@@ -86,6 +86,17 @@ EVENT_LOOP_LAG = MetricSpec(
     "How late the event loop ran a timer (sampled every 0.1 s): time the broker could not "
     "serve anything", where=EVERY_NODE)
 
+# Segment files kept open (storage/classic/open_files.py).
+OPEN_SEGMENT_FILES = MetricSpec(
+    "kipper_log_open_segment_files", "gauge",
+    "Classic log segments whose file is open; at most the budget, a quarter of the open-file "
+    "limit (1,024 at least) below it", where=EVERY_NODE)
+SEGMENT_FILES_CLOSED_IDLE = MetricSpec(
+    "kipper_log_segment_files_closed_idle", "counter",
+    "Segment files closed for the budget, the least recently used first (reopened on next "
+    "use): a high rate means more partitions are busy than the open-file limit allows",
+    where=EVERY_NODE)
+
 # Fetch sessions (KIP-227, replication/fetch_session.py).
 FETCH_SESSIONS = MetricSpec(
     "kipper_fetch_sessions", "gauge",
@@ -305,7 +316,7 @@ PROCESS_FAMILIES = (
 
 CATALOG: tuple[MetricSpec, ...] = (
     REQUEST_SECONDS, CONNECTIONS, FAILED_AUTHENTICATIONS, RESPONSE_MEMORY_USED,
-    RESPONSE_MEMORY_LIMIT, EVENT_LOOP_LAG,
+    RESPONSE_MEMORY_LIMIT, EVENT_LOOP_LAG, OPEN_SEGMENT_FILES, SEGMENT_FILES_CLOSED_IDLE,
     FETCH_SESSIONS, FETCH_SESSION_EVICTIONS, FETCH_REQUESTS,
     TOPIC_BYTES_IN, TOPIC_RECORDS_IN, TOPIC_BYTES_OUT, REPLICATION_BYTES_OUT,
     PARTITIONS, LEADER_PARTITIONS, UNDER_REPLICATED, UNDER_MIN_ISR, AT_MIN_ISR,

@@ -16,13 +16,15 @@ use for a lazy segment) they are trusted only if they agree with the log, otherw
 segment is recovered from the batches themselves.
 
 Data goes through plain ``pwrite``/``pread`` on one file descriptor, so it lives in the page
-cache until ``flush`` fsyncs it.
+cache until ``flush`` fsyncs it. The descriptor may be closed while the segment is idle (the
+process's budget of open segment files, ``open_files``) and is reopened on next use.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import struct
@@ -45,6 +47,7 @@ from protocol.records import (
 
 from ..log import TimestampOffset
 from .checkpoint import read_file
+from .open_files import SEGMENT_FILES
 
 NO_TIMESTAMP = -1
 INT32_MAX = 2**31 - 1
@@ -100,8 +103,16 @@ class LogSegment:
         # At least one entry, or a tiny segment.index.bytes would roll on every append.
         self._max_index_entries = max(1, index_max_bytes // _OFFSET_ENTRY.size)
         self._max_time_entries = max(1, index_max_bytes // _TIME_ENTRY.size)
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        # The file is opened through the process's budget of open segment files
+        # (open_files), which may close it while the segment is idle; ``_file`` reopens it.
+        # A segment with a suffix stays out of the budget: the cleaner's thread writes it.
+        self._fd = -1
+        self._closed = False
+        self._in_budget = not suffix
+        if lazy:  # sealed, and maybe not read before the next shutdown: opened on first use
+            self.size = os.stat(self._path).st_size
+        else:
+            self.size = os.fstat(self._open_file(os.O_CREAT)).st_size
         self._first_batch_timestamp: int | None = None
         # (header, file position) of the last batches appended (_RECENT_BATCHES).
         self._recent: deque[tuple[BatchHeader, int]] = deque(maxlen=_RECENT_BATCHES)
@@ -137,6 +148,43 @@ class LogSegment:
                 log.error("%s: %d bytes of a flushed segment failed their checks and were cut",
                           self._path, truncated)
         return object.__getattribute__(self, name)
+
+    # -- the file ----------------------------------------------------------------------
+
+    def _file(self) -> int:
+        """The file descriptor, reopened if the budget closed it while idle."""
+        fd = self._fd
+        if fd < 0:
+            return self._open_file()
+        if self._in_budget:
+            SEGMENT_FILES.used(self)
+        return fd
+
+    def _open_file(self, create: int = 0) -> int:
+        if self._closed:
+            raise OSError(errno.EBADF, "segment closed", self._path)
+        self._fd = fd = os.open(self._path, os.O_RDWR | create, 0o644)
+        if self._in_budget:
+            SEGMENT_FILES.opened(self)
+        return fd
+
+    def close_idle_file(self) -> None:
+        # Written data stays in the page cache: a later fsync through a new descriptor
+        # writes it back all the same (fsync acts on the file, not the descriptor).
+        os.close(self._fd)
+        # Never keep a number the OS may hand out again; later I/O reopens the file.
+        self._fd = -1
+
+    def _close_file(self) -> None:
+        self._closed = True
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._in_budget:
+            SEGMENT_FILES.closed(self)
+
+    def _stat(self) -> os.stat_result:
+        return os.fstat(self._fd) if self._fd >= 0 else os.stat(self._path)
 
     @property
     def indexes_loaded(self) -> bool:
@@ -188,7 +236,7 @@ class LogSegment:
     def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
         """Rebuild the indexes from the batches that pass their CRC check, cut the log after
         the last of them, and return the number of bytes cut (a torn or corrupt tail)."""
-        self.size = os.fstat(self._fd).st_size
+        self.size = self._stat().st_size
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = self.base_offset
@@ -203,7 +251,7 @@ class LogSegment:
             if batch.base_offset < self.next_offset \
                     or batch.last_offset - self.base_offset > INT32_MAX:
                 break
-            data = os.pread(self._fd, batch.size, batch.position)
+            data = os.pread(self._file(), batch.size, batch.position)
             if crc32c(memoryview(data)[CRC_COVERED_FROM:]) != batch.crc:
                 break
             self._add_batch(batch, batch.position)
@@ -212,7 +260,7 @@ class LogSegment:
             valid = batch.position + batch.size
         truncated = self.size - valid
         if truncated:
-            os.ftruncate(self._fd, valid)
+            os.ftruncate(self._file(), valid)
             self.size = valid
         self._index_files_current = False
         self._unflushed = True
@@ -225,13 +273,13 @@ class LogSegment:
         position = self.size
         view = memoryview(records)
         try:
-            written = os.pwrite(self._fd, view, position)
+            written = os.pwrite(self._file(), view, position)
             while written < len(view):
-                written += os.pwrite(self._fd, view[written:], position + written)
+                written += os.pwrite(self._file(), view[written:], position + written)
         except OSError:
             # A partial write (a full disk) must neither keep the space nor lie past the end.
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, position)
+                os.ftruncate(self._file(), position)
             raise
         for batch in batches:
             self._add_batch(batch, position + batch.position)
@@ -282,7 +330,7 @@ class LogSegment:
             return 0
         dropped = self.size - batch.position
         self._recent.clear()
-        os.ftruncate(self._fd, batch.position)
+        os.ftruncate(self._file(), batch.position)
         self.size = batch.position
         keep = bisect_left(self._index_positions, batch.position)
         del self._index_offsets[keep:], self._index_positions[keep:]
@@ -315,7 +363,7 @@ class LogSegment:
     def flush(self) -> None:
         if self._unflushed:
             self._write_indexes(fsync=True)
-            os.fsync(self._fd)
+            os.fsync(self._file())
             self._unflushed = False
 
     def _write_indexes(self, *, fsync: bool) -> None:
@@ -331,7 +379,7 @@ class LogSegment:
 
     def close(self, *, sync: bool = True) -> None:
         """Without ``sync`` the caller makes the segment durable (sync_file_system)."""
-        if self._fd < 0:
+        if self._closed:
             return
         if self.size and self.indexes_loaded:
             # An empty segment has nothing to index (opened without index files, it is
@@ -340,9 +388,7 @@ class LogSegment:
             self.seal()
         if sync:
             self.flush()
-        os.close(self._fd)
-        # Never close a number the OS may have handed out again; later I/O fails with EBADF.
-        self._fd = -1
+        self._close_file()
 
     def rename(self, suffix: str) -> None:
         """Give the segment's files ``suffix`` (the cleaner's .cleaned -> .swap -> none); an
@@ -352,14 +398,18 @@ class LogSegment:
         for old, new in zip(old_paths, (self._path, self._index_path, self._time_index_path)):
             with contextlib.suppress(FileNotFoundError):
                 os.rename(old, new)
+        if not suffix and not self._in_budget:  # swapped in: the cleaner is done with it
+            self._in_budget = True
+            if self._fd >= 0:
+                SEGMENT_FILES.opened(self)
 
     def set_modified_ms(self, ms: int) -> None:
         """Stamp the log file's mtime (the cleaner's record of when it cleaned the segment)."""
-        os.utime(self._fd, ns=(ms * 1_000_000, ms * 1_000_000))
+        os.utime(self._file(), ns=(ms * 1_000_000, ms * 1_000_000))
 
     @property
     def modified_ms(self) -> int:
-        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+        return self._stat().st_mtime_ns // 1_000_000
 
     def first_batch_timestamp(self) -> int:
         """The max timestamp of the segment's first batch (Kafka's getFirstBatchTimestamp,
@@ -377,14 +427,13 @@ class LogSegment:
 
     def release(self) -> None:
         """Close the file without writing anything (its directory is being deleted)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if not self._closed:
+            self._close_file()
 
     # -- reading -------------------------------------------------------------------------
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        return os.pread(self._file(), size, position)
 
     def find(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset``: the batch holding it, if any."""
@@ -453,7 +502,7 @@ class LogSegment:
         """What time retention compares: the max record timestamp, else the file's mtime."""
         if self.max_timestamp != NO_TIMESTAMP:
             return self.max_timestamp
-        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+        return self._stat().st_mtime_ns // 1_000_000
 
     def _scan(self, position: int, chunk: int = _LOOKUP_CHUNK) -> Iterator[BatchHeader]:
         """Headers of the batches from file position ``position`` on, stopping at the first
@@ -464,7 +513,7 @@ class LogSegment:
         while position + HEADER_SIZE <= end:
             at = position - buf_start
             if at + HEADER_SIZE > len(buf):
-                buf = os.pread(self._fd, min(chunk, end - position), position)
+                buf = os.pread(self._file(), min(chunk, end - position), position)
                 buf_start, at = position, 0
                 if len(buf) < HEADER_SIZE:
                     return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ class BrokerProcess:
     port: int = 0
     role: str = "broker"
     env: dict[str, str] | None = None
+    # Soft and hard RLIMIT_NOFILE of the process (the node raises its soft limit to the hard).
+    open_file_limit: int | None = None
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     metrics_url: str | None = None
@@ -73,9 +76,12 @@ class BrokerProcess:
                "--listener", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir),
                *self.extra_args]
         log_file = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file,
-                                     stdin=subprocess.DEVNULL, text=True,
-                                     env={**os.environ, **TEST_NODE_ENV, **(self.env or {})})
+        limit = self.open_file_limit
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL, text=True,
+            env={**os.environ, **TEST_NODE_ENV, **(self.env or {})},
+            preexec_fn=None if limit is None else
+            lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
         log_file.close()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> "BrokerProcess":

@@ -1,10 +1,17 @@
-"""LogSegment on its own: index layout and density, lookups, truncation, load checks."""
+"""LogSegment on its own: index layout and density, lookups, truncation, load checks, and
+the budget of open segment files (storage/classic/open_files.py)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 
+import pytest
+
 from protocol.records import assign_offsets, validate_produce_records
+from storage.classic import segment as segment_module
+from storage.classic.open_files import CAPACITY_MIN, OpenFiles, capacity_for_limit
 from storage.classic.segment import LogSegment
 
 T = 1_800_000_000_000
@@ -107,3 +114,81 @@ def test_truncate_to_restores_offsets_and_timestamps(tmp_path, build_batch):
     assert (seg.size, seg.next_offset, seg.max_timestamp_record()) == (0, 100, None)
     seg.close()
     assert (tmp_path / f"{100:020d}.index").read_bytes() == b""
+
+
+# -- the budget of open segment files ---------------------------------------------------
+
+
+@pytest.fixture
+def budget(monkeypatch) -> OpenFiles:
+    files = OpenFiles(capacity=2)
+    monkeypatch.setattr(segment_module, "SEGMENT_FILES", files)
+    return files
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_capacity_leaves_a_quarter_of_the_limit_to_sockets():
+    assert capacity_for_limit(20_000) == 15_000
+    assert capacity_for_limit(1_280) == 256
+    assert capacity_for_limit(1_024) == CAPACITY_MIN
+
+
+def test_segments_past_the_budget_reopen_their_files_on_use(tmp_path, budget, build_batch):
+    before = open_descriptors()
+    segments = [segment(tmp_path, base) for base in range(100, 600, 100)]
+    assert len(budget) == 2 and budget.closed_idle == 3
+    for round_ in range(3):
+        for seg in segments:
+            seg.append(*batches_at(build_batch, seg.next_offset, [T + round_]))
+            assert len(budget) <= 2 and open_descriptors() <= before + 2
+    for seg in segments:
+        offsets = [seg.base_offset + i for i in range(3)]
+        assert [seg.find(offset).base_offset for offset in offsets] == offsets
+        first = seg.find(seg.base_offset)
+        assert seg.read(first.position, first.size)[:8] == seg.base_offset.to_bytes(8, "big")
+        # An fsync through a reopened descriptor still writes back what an earlier one wrote.
+        seg.flush()
+    assert budget.closed_idle > 3
+    for seg in segments:
+        seg.close()
+    assert len(budget) == 0 and open_descriptors() == before
+
+
+def test_a_closed_segment_is_not_reopened(tmp_path, budget, build_batch):
+    first, second, third = (segment(tmp_path, base) for base in (0, 100, 200))
+    first.append(*batches_at(build_batch, 0, [T]))  # reopened: second is now idle
+    second.close()  # closed while its file was closed for the budget
+    with pytest.raises(OSError) as raised:
+        second.read(0, 10)
+    assert raised.value.errno == errno.EBADF
+    third.release()
+    assert len(budget) == 1
+    first.close()
+
+
+def test_a_lazy_segment_opens_its_file_when_first_read(tmp_path, budget, build_batch):
+    seg = segment(tmp_path)
+    seg.append(*batches_at(build_batch, 100, [T, T + 1]))
+    seg.close()
+    lazy = LogSegment(tmp_path, 100, index_interval_bytes=0, index_max_bytes=1 << 20, lazy=True)
+    assert len(budget) == 0 and lazy.size > 0
+    assert lazy.find(101).base_offset == 100
+    assert len(budget) == 1
+    lazy.close()
+
+
+def test_a_segment_the_cleaner_writes_joins_the_budget_when_swapped_in(tmp_path, budget):
+    # Written on the cleaner's thread: the event loop must not close its file meanwhile.
+    cleaned = LogSegment(tmp_path, 0, index_interval_bytes=0, index_max_bytes=1 << 20,
+                         suffix=".cleaned")
+    others = [segment(tmp_path, base) for base in (100, 200, 300)]
+    assert len(budget) == 2 and cleaned._fd >= 0
+    cleaned.rename(".swap")
+    assert len(budget) == 2
+    cleaned.rename("")
+    assert len(budget) == 2 and budget.closed_idle == 2
+    for seg in (cleaned, *others):
+        seg.close()
