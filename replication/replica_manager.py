@@ -82,6 +82,10 @@ class ReplicaManager:
         # makes first (ordered set).
         self._new_dirs: dict[tuple[str, int], None] = {}
         self._opener: asyncio.Task | None = None
+        # Hosted partitions whose log could not be opened, and why: offline here (Kafka's
+        # partitions of a failed log directory) until the next change of the partition or
+        # restart tries again.
+        self.offline: dict[tuple[str, int], str] = {}
         # Called after each unopened partition is opened: what lives as long as a partition
         # is made then (the broker freezes it out of the collector's sight, broker.heap).
         self.opened_listeners: list[Callable[[], None]] = []
@@ -151,6 +155,8 @@ class ReplicaManager:
             unopened = [k for k in self._unopened if k[0] == record["name"]]
             for key in unopened:
                 self._forget_unopened(key)
+            for key in [k for k in self.offline if k[0] == record["name"]]:
+                del self.offline[key]
             # One task deletes them one after another: thousands of deletions started at
             # once would all run their first step in one turn of the event loop.
             detached = [log_ for key in keys if (log_ := self.logs.detach(*key)) is not None]
@@ -189,8 +195,10 @@ class ReplicaManager:
             self._unopened[key] = None
             if self._started:
                 self._open_in_background()
-        elif key in self._unopened:
-            self._forget_unopened(key)
+        elif key in self._unopened or key in self.offline:
+            if key in self._unopened:
+                self._forget_unopened(key)
+            self.offline.pop(key, None)
             log.info("%s-%d no longer has a replica here: deleting it", *key)
             self._in_background(self.logs.delete_partition(*key))
 
@@ -255,13 +263,16 @@ class ReplicaManager:
         return next(iter(self._unopened))
 
     def _apply_partition(self, info: PartitionInfo) -> None:
+        key = (info.topic, info.partition)
+        self.offline.pop(key, None)
         try:
             self._host_partition(info)
         except (InvalidConfig, KafkaStorageError) as e:
             # e.g. a diskless topic on a broker without an object store, or a log that
-            # cannot be loaded (as Kafka's partitions of a failed log dir, it stays
-            # offline here): serve the others.
+            # cannot be loaded: serve the others.
             log.error("cannot host %s-%d: %s", info.topic, info.partition, e)
+            if isinstance(e, KafkaStorageError) and key not in self.partitions:
+                self.offline[key] = str(e)
 
     def _partition_log(self, info: PartitionInfo, config: LogConfig) -> PartitionLog:
         """The partition's log over its storage spans (storage.spans): a span of a
@@ -523,6 +534,9 @@ class ReplicaManager:
             self._open((topic, partition))
         found = self.partitions.get((topic, partition))
         if found is None:
+            if (reason := self.offline.get((topic, partition))) is not None:
+                raise PartitionError(ErrorCode.kafka_storage_error,
+                                     f"This server cannot open the partition's log: {reason}")
             raise PartitionError(ErrorCode.unknown_topic_or_partition,
                                  "This server does not host this topic-partition.")
         return found
