@@ -51,10 +51,6 @@ class OpenFiles:
                 soft if soft != resource.RLIM_INFINITY else 1 << 20)
         return self._capacity
 
-    @capacity.setter
-    def capacity(self, value: int | None) -> None:
-        self._capacity = value
-
     def __len__(self) -> int:
         return len(self._open)
 
