@@ -433,8 +433,9 @@ class BatchCoordinator(RecordControlPlane):
             return False
         read = await log_.read(next_offset, 1 << 20, max_offset=high_watermark)
         # A record at a time, the event loop's turn between them (Applier.apply_in_turns):
-        # a commit of 2,352 batches takes 70-125 ms to apply, and a read brings several; in
-        # one go they held every broker for all of them.
+        # a commit of 2,352 batches took 70-125 ms to apply in a cluster under load (41 ms
+        # alone since its rows are written a table at a time), and a read brings several;
+        # in one go they held every broker for all of them.
         await self.applier.apply_in_turns(
             [(offset, record) for offset, record in chunk if offset < high_watermark]
             for chunk in json_record_chunks(read.records, 1))

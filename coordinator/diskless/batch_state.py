@@ -16,6 +16,7 @@ reflects.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -236,6 +237,11 @@ class BatchCoordinatorState(RecordControlPlane):
         return result
 
     def _commit_batches(self, request: CommitFile) -> CommitFileResult:
+        """Each batch is checked and given its offsets in memory, then the commit's rows are
+        written with one statement per table: a WAL object holds up to 2,352 batches (one
+        per partition at 10,000 partitions), and every broker applies its commit on the
+        event loop. At 7-8 statements per batch that took 55-59 ms, now 41-42 (in-process,
+        2,352 batches of existing logs)."""
         key, now_ms = request.object_key, request.now_ms
         refused = refused_commit(request, object_deleted=self._is_deleted_object(key),
                                  object_exists=self._object_exists(key))
@@ -244,45 +250,62 @@ class BatchCoordinatorState(RecordControlPlane):
         # Registered by the first of the object's commits (one, unless per partition).
         self._db.execute("INSERT OR IGNORE INTO objects VALUES (?, ?, 0, ?, NULL)",
                          (key, request.object_size, now_ms))
-        touched: set[tuple[str, int]] = set()
-        results = tuple(self._commit_batch(key, now_ms, batch, touched)
-                        for batch in request.batches)
-        for log in sorted(touched):
-            self._save_producer_state(*log)
+        commit = _Commit(key, now_ms)
+        results = tuple(self._commit_batch(commit, batch) for batch in request.batches)
+        self._db.executemany(
+            f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, -1)",
+            commit.batch_rows)
+        touched = sorted(commit.touched)
+        self._db.executemany(
+            "UPDATE logs SET high_watermark = ?, size_bytes = ? WHERE topic_id = ? AND partition = ?",
+            [(commit.logs[log].high_watermark, commit.logs[log].size_bytes, *log)
+             for log in touched])
+        self._db.executemany(
+            "INSERT OR REPLACE INTO producer_state VALUES (?, ?, ?)",
+            [(*log, self._producer_state(*log).snapshot()) for log in touched])
+        if commit.live_bytes:
+            self._db.execute("UPDATE objects SET live_bytes = live_bytes + ? WHERE key = ?",
+                             (commit.live_bytes, key))
         # A later partition's batches make live an object an earlier one left empty.
         self._db.execute("UPDATE objects SET emptied_at_ms = NULL WHERE key = ? AND live_bytes > 0",
                          (key,))
         self._mark_emptied([key], now_ms)
         return CommitFileResult(results)
 
-    def _commit_batch(self, key: str, now_ms: int, batch: CommitBatch,
-                      touched: set[tuple[str, int]]) -> BatchResult:
-        topic_id, partition = batch.topic_id, batch.partition
-        if self._is_deleted_topic(topic_id):
+    def _commit_batch(self, commit: _Commit, batch: CommitBatch) -> BatchResult:
+        topic_id, log_key = batch.topic_id, (batch.topic_id, batch.partition)
+        deleted = commit.deleted_topics.get(topic_id)
+        if deleted is None:
+            deleted = commit.deleted_topics[topic_id] = self._is_deleted_topic(topic_id)
+        if deleted:
             return BatchResult.unknown_topic_or_partition()
-        self._db.execute("INSERT OR IGNORE INTO logs (topic_id, partition, log_start_offset, "
-                         "high_watermark, size_bytes) VALUES (?, ?, 0, 0, 0)",
-                         (topic_id, partition))
-        info = self.log_info(topic_id, partition)
-        producers = self._producer_state(topic_id, partition)
+        info = commit.logs.get(log_key)
+        if info is None:
+            info = self._read_log_info(*log_key)
+            if info is None:
+                self._db.execute("INSERT INTO logs (topic_id, partition, log_start_offset, "
+                                 "high_watermark, size_bytes) VALUES (?, ?, 0, 0, 0)", log_key)
+                info = LogInfo(0, 0, 0)
+            commit.logs[log_key] = info
+        producers = self._producer_state(*log_key)
+        now_ms = commit.now_ms
         verdict = check_commit_batch(producers, batch, info, now_ms)
         if isinstance(verdict, BatchResult):
             return verdict
         apply_commit_plan(producers, verdict, batch, info)
-        touched.add((topic_id, partition))
+        commit.touched.add(log_key)
         base_offset, size = info.high_watermark, batch.byte_size
-        self._db.execute(
-            f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, -1)",
-            (topic_id, partition, base_offset, base_offset + batch.record_count - 1, key,
+        commit.batch_rows.append(
+            (*log_key, base_offset, base_offset + batch.record_count - 1, commit.object_key,
              batch.byte_offset, size, batch.max_timestamp,
              LOG_APPEND_TIME if batch.log_append_time else CREATE_TIME,
              now_ms if batch.log_append_time else NO_TIMESTAMP))
-        self._db.execute(
-            "UPDATE logs SET high_watermark = high_watermark + ?, size_bytes = size_bytes + ? "
-            "WHERE topic_id = ? AND partition = ?",
-            (batch.record_count, size, topic_id, partition))
-        self._db.execute("UPDATE objects SET live_bytes = live_bytes + ? WHERE key = ?",
-                         (size, key))
+        # Not dataclasses.replace, which looks the fields up on every call (2,352 batches:
+        # 44 -> 41 ms).
+        commit.logs[log_key] = LogInfo(
+            info.log_start_offset, info.high_watermark + batch.record_count,
+            info.size_bytes + size, info.cleaned_offset, info.tombstone_horizon_ms, info.sealed)
+        commit.live_bytes += size
         return BatchResult.stored(base_offset, now_ms if batch.log_append_time else None,
                                   info.log_start_offset)
 
@@ -542,14 +565,17 @@ class BatchCoordinatorState(RecordControlPlane):
         changing = self._db.in_transaction
         info = None if changing else self._log_infos.get((topic_id, partition))
         if info is None:
-            row = self._db.execute(
-                "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset, "
-                "tombstone_horizon_ms, sealed FROM logs WHERE topic_id = ? AND partition = ?",
-                (topic_id, partition)).fetchone()
-            info = LogInfo(0, 0, 0) if row is None else LogInfo(*row[:5], bool(row[5]))
+            info = self._read_log_info(topic_id, partition) or LogInfo(0, 0, 0)
             if not changing:
                 self._log_infos[(topic_id, partition)] = info
         return info
+
+    def _read_log_info(self, topic_id: str, partition: int) -> LogInfo | None:
+        row = self._db.execute(
+            "SELECT log_start_offset, high_watermark, size_bytes, cleaned_offset, "
+            "tombstone_horizon_ms, sealed FROM logs WHERE topic_id = ? AND partition = ?",
+            (topic_id, partition)).fetchone()
+        return None if row is None else LogInfo(*row[:5], bool(row[5]))
 
     def find_batches(self, topic_id: str, partition: int, offset: int,
                      max_bytes: int) -> list[BatchCoordinate]:
@@ -660,6 +686,20 @@ class BatchCoordinatorState(RecordControlPlane):
     def _exists(self, table: str, where: str, params: tuple) -> bool:
         row = self._db.execute(f"SELECT 1 FROM {table} WHERE {where}", params).fetchone()
         return row is not None
+
+
+@dataclasses.dataclass
+class _Commit:
+    """One CommitFile being applied: what its batches changed so far, written at its end."""
+
+    object_key: str
+    now_ms: int
+    # Each log's info as the commit's earlier batches left it.
+    logs: dict[tuple[str, int], LogInfo] = dataclasses.field(default_factory=dict)
+    touched: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+    deleted_topics: dict[str, bool] = dataclasses.field(default_factory=dict)
+    batch_rows: list[tuple] = dataclasses.field(default_factory=list)
+    live_bytes: int = 0
 
 
 def _remove_journal(path: Path) -> None:
