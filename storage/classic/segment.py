@@ -84,7 +84,7 @@ def index_files(log_path: Path) -> tuple[Path, Path]:
 _INDEX_STATE = frozenset({
     "next_offset", "max_timestamp", "_offset_of_max_timestamp", "_index_offsets",
     "_index_positions", "_time_stamps", "_time_offsets", "_persisted_index",
-    "_persisted_time_index", "_index_files_current"})
+    "_persisted_time_index", "_index_files_current", "_index_files_synced"})
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,9 @@ class LogSegment:
         self._persisted_index = 0
         self._persisted_time_index = 0
         self._index_files_current = False
+        # And fsynced since: a flush after appends that added no index entry (most of the
+        # metadata log's, which flushes at every commit) fsyncs the log file alone.
+        self._index_files_synced = False
 
     def __getattr__(self, name: str):
         # Called only for attributes not set: the index state of a lazy segment.
@@ -367,7 +370,7 @@ class LogSegment:
             self._unflushed = False
 
     def _write_indexes(self, *, fsync: bool) -> None:
-        if self._index_files_current and not fsync:
+        if self._index_files_current and (self._index_files_synced or not fsync):
             return
         self._persisted_index = _write_entries(
             self._index_path, _OFFSET_ENTRY, self._index_offsets, self._index_positions,
@@ -376,6 +379,7 @@ class LogSegment:
             self._time_index_path, _TIME_ENTRY, self._time_stamps, self._time_offsets,
             self._persisted_time_index, fsync)
         self._index_files_current = True
+        self._index_files_synced = fsync
 
     def close(self, *, sync: bool = True) -> None:
         """Without ``sync`` the caller makes the segment durable (sync_file_system)."""

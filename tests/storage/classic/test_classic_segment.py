@@ -192,3 +192,31 @@ def test_a_segment_the_cleaner_writes_joins_the_budget_when_swapped_in(tmp_path,
     assert len(budget) == 2 and budget.closed_idle == 2
     for seg in (cleaned, *others):
         seg.close()
+
+
+def test_a_flush_fsyncs_the_index_files_only_when_they_changed(tmp_path, build_batch,
+                                                               monkeypatch):
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    seg = segment(tmp_path, interval=1 << 20)  # no index entry for small batches
+
+    def flushes_after(timestamps_per_batch: list[list[int]]) -> int:
+        fill(seg, build_batch, timestamps_per_batch)
+        synced.clear()
+        seg.flush()
+        return len(synced)
+
+    assert flushes_after([[T]]) == 3  # log, index, time index: written for the first time
+    assert flushes_after([[T + 1]]) == 1  # the log alone: neither index changed
+    seg.truncate_to(seg.base_offset + 1)  # the index files lose an entry's worth
+    assert flushes_after([[T + 2]]) == 3
+    seg.seal()  # writes the time index's last entry, not fsynced
+    synced.clear()
+    seg.flush()
+    assert len(synced) == 0  # nothing appended: nothing to flush
+    seg.append(*batches_at(build_batch, seg.next_offset, [T + 3]))
+    synced.clear()
+    seg.flush()
+    assert len(synced) == 3  # the sealed index files were written but not yet fsynced
+    seg.close()
