@@ -214,6 +214,12 @@ class PartitionLog(abc.ABC):
         other; None when there is nothing to bring in (a local log, the default)."""
         return None
 
+    def refresh_prefetch(self) -> Prefetch | None:
+        """Once the last ``prefetch`` was waited for: start bringing in what ``read`` needs
+        if it changed meanwhile (batches an engine moved); None when nothing more is needed
+        (the default)."""
+        return None
+
     async def read_for_replica(self, replica_id: int, offset: int, max_bytes: int, *,
                                max_offset: int | None = None,
                                min_one_batch: bool = True) -> ReadResult:

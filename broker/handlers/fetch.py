@@ -35,6 +35,10 @@ READ_COMMITTED = 1
 # How long a Fetch reads partitions before it yields to the event loop (each read may open
 # the partition's log: a follower's first fetch of a new topic opens thousands).
 READ_SLICE_S = 0.005
+# Lookups again of a consumer's prefetched batches that moved while they came in (a merge
+# of small WAL objects applied meanwhile); what moves after that is read partition by
+# partition.
+PREFETCH_REFRESHES = 8
 # Fetch v11 (KIP-392) is the first version whose clients may fetch from followers.
 FOLLOWER_FETCH_MIN_VERSION = 11
 
@@ -232,6 +236,7 @@ class _Reads:
         left = self.budget - self.total
         hosted = self.ctx.services.replicas.partitions
         pending: list = []
+        logs = []
         # In the read's turns: a diskless partition's high watermark is a batch-coordinator
         # lookup, and a consumer's first fetch lists thousands (10,000 held the loop 65 ms).
         for topic, fetch in targets:
@@ -244,11 +249,22 @@ class _Reads:
             started = partition.log.prefetch(fetch.fetch_offset,
                                              min(fetch.partition_max_bytes, left),
                                              max_offset=partition.high_watermark)
+            logs.append(partition.log)
             if started is None:
                 continue
             left -= started.size
             pending.append(started.done)
         await asyncio.gather(*pending)
+        # What was found may have moved while it came in (PartitionLog.refresh_prefetch).
+        for _ in range(PREFETCH_REFRESHES):
+            pending = []
+            for log in logs:
+                await turns.pause()
+                if (again := log.refresh_prefetch()) is not None:
+                    pending.append(again.done)
+            if not pending:
+                break
+            await asyncio.gather(*pending)
 
     def topics(self, include=lambda key, fetch, entry: True) -> list[FetchedTopic]:
         """The response's topics: the entries ``include`` keeps, grouped by topic."""

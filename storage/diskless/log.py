@@ -163,6 +163,17 @@ class DisklessLog(PartitionLog):
             return None
         return Prefetch(sum(size for _, _, size in ranges), self.cache.prefetch(ranges))
 
+    def refresh_prefetch(self) -> Prefetch | None:
+        """A merge of small WAL objects (or a compaction) applied while the prefetch waited
+        moved batches it found: look them up again and bring in what moved together with
+        the other partitions', or each partition's read would GET its own (a consumer's
+        fetch of 10,000 partitions took 20 s rather than 1 after a merge)."""
+        found = self._prefetched
+        if found is None \
+                or found.info is self.control_plane.log_info(self.topic_id, self.partition):
+            return None
+        return self.prefetch(found.offset, found.max_bytes, max_offset=found.max_offset)
+
     def _prefetched_coordinates(self, info: LogInfo, offset: int, max_bytes: int,
                                 max_offset: int | None) -> list[BatchCoordinate] | None:
         """What ``prefetch`` found, if it was asked the same under the same ``info`` (no

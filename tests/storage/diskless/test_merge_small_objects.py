@@ -102,3 +102,46 @@ async def read_values(logs: list[DisklessLog], decode) -> list[list[bytes]]:
     await asyncio.gather(*(prefetch.done for prefetch in prefetches if prefetch is not None))
     reads = [await log.read(0, 1 << 20, max_offset=1 << 62) for log in logs]
     return [[value for _, _, value in decode(read.records)] for read in reads]
+
+
+async def test_batches_a_merge_moved_after_their_prefetch_are_brought_in_together(
+        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping):
+    """A Fetch prefetches its partitions, waits for the GETs, then reads them in turn; a
+    merge applied during the wait moved their batches. Looked up again, the moved batches
+    come in with one GET per merged object, not one per partition's read."""
+    partitions, objects = 40, 3
+    topic_id = str(uuid.uuid4())
+    writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=3_600_000)
+    # Another broker's cache: it holds nothing the writer put.
+    cache = ReadCache(store)
+    logs = [DisklessLog("t", partition, CONFIG, topic_id, control_plane, writer, cache)
+            for partition in range(partitions)]
+    housekeeping = make_housekeeping(merge_min_objects=objects, merge_max_objects=objects)
+    appended = [[f"{object_}-{partition}".encode() for object_ in range(objects)]
+                for partition in range(partitions)]
+    try:
+        for object_ in range(objects):
+            appends = []
+            for partition in range(partitions):
+                records = build_batch([appended[partition][object_]])
+                appends.append(writer.append(topic_id, partition, records,
+                                             validate_produce_records(records), False))
+            await writer.close()
+            await asyncio.gather(*appends)
+        prefetches = [log.prefetch(0, 1 << 20, max_offset=1 << 62) for log in logs]
+        await asyncio.gather(*(prefetch.done for prefetch in prefetches if prefetch))
+        assert len(store.range_reads) == objects  # one GET per WAL object
+        await housekeeping.merge_small_objects()  # as if applied while the GETs ran
+        merged = store.puts[objects:]
+        assert merged
+        del store.range_reads[:]  # and the merge's own
+
+        refreshed = [log.refresh_prefetch() for log in logs]
+        await asyncio.gather(*(prefetch.done for prefetch in refreshed if prefetch))
+        assert sorted(key for key, _ in store.range_reads) == sorted(merged)
+        reads = [await log.read(0, 1 << 20, max_offset=1 << 62) for log in logs]
+        assert [[value for _, _, value in decode(read.records)] for read in reads] == appended
+        assert len(store.range_reads) == len(merged)  # every read found its batches
+        assert [log.refresh_prefetch() for log in logs] == [None] * partitions
+    finally:
+        await writer.close()
