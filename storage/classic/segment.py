@@ -431,8 +431,7 @@ class LogSegment:
 
     def release(self) -> None:
         """Close the file without writing anything (its directory is being deleted)."""
-        if not self._closed:
-            self._close_file()
+        self._close_file()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -506,7 +505,7 @@ class LogSegment:
         """What time retention compares: the max record timestamp, else the file's mtime."""
         if self.max_timestamp != NO_TIMESTAMP:
             return self.max_timestamp
-        return self._stat().st_mtime_ns // 1_000_000
+        return self.modified_ms
 
     def _scan(self, position: int, chunk: int = _LOOKUP_CHUNK) -> Iterator[BatchHeader]:
         """Headers of the batches from file position ``position`` on, stopping at the first
