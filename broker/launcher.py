@@ -357,8 +357,10 @@ class Cluster:
             arguments += ["--capture-trace", str(self.args.capture_trace / f"broker-{node}")]
         metrics = self.args.metrics_base_port is not None
         if metrics:
-            arguments += ["--metrics-listener",
-                          f"{self._host(node)}:{_port(self.args.metrics_base_port, node)}"]
+            # Base 0: the broker binds any free port itself and prints it. A port picked here
+            # would be free only until released, and another process may take it meanwhile.
+            base = self.args.metrics_base_port
+            arguments += ["--metrics-listener", f"{self._host(node)}:{base + node if base else 0}"]
         child = self.brokers[node] = await Child.spawn(
             f"broker-{node}", _python("broker.cli", *arguments), env,
             netns=self.network.layout.netns(rack) if self.network else None)
