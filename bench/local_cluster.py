@@ -20,6 +20,8 @@ from broker.az_network import AzLayout, cluster_namespaces, remove_namespaces
 # "broker 1: pid=4101 rack=az2 address=127.0.0.1:9093 metrics=http://...", "s3: pid=...";
 # with --netns also "relay: pid=..." and "az az1: netns=... clients=...".
 NODE_LINE = re.compile(r"(s3|broker \d+|relay|az \S+): (.*)")
+# Starts tried when a node found its port taken.
+START_ATTEMPTS = 3
 
 
 @dataclass
@@ -44,7 +46,21 @@ class LocalCluster:
     _stdout: queue.Queue = field(default_factory=queue.Queue)
 
     def start(self, timeout: float = 90.0) -> "LocalCluster":
+        for attempt in range(START_ATTEMPTS):
+            position = self.log_size()
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                # --base-port 0 picks free ports before the nodes bind them, and another
+                # process may take one meanwhile (kipper says so in one line): new ports.
+                if (attempt + 1 == START_ATTEMPTS
+                        or "address already in use" not in self.log_since(position)):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> "LocalCluster":
         self.root.mkdir(parents=True, exist_ok=True)
+        self.nodes, self._stdout = {}, queue.Queue()
         command = [sys.executable, "-m", "broker.cli", "cluster", "up",
                    "--brokers", str(self.brokers), "--base-port", "0",
                    "--data-dir", str(self.root / "data")]
@@ -57,7 +73,8 @@ class LocalCluster:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL, text=True,
                                          env={**os.environ, **self.env})
-        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=_read_lines, args=(self.proc.stdout, self._stdout),
+                         daemon=True).start()
         while not self.bootstrap:
             try:
                 line = self._stdout.get(timeout=timeout)
@@ -74,11 +91,6 @@ class LocalCluster:
                 self.nodes[match.group(1)] = dict(
                     pair.split("=", 1) for pair in match.group(2).split())
         return self
-
-    def _read_stdout(self) -> None:
-        for line in self.proc.stdout:
-            self._stdout.put(line)
-        self._stdout.put(None)
 
     def client_config(self) -> dict[str, str]:
         """The client.properties of a secured cluster as a librdkafka configuration."""
@@ -141,6 +153,14 @@ class LocalCluster:
                 os.kill(pid, signal.SIGKILL)
         if self.netns and self.proc is not None:
             remove_namespaces(cluster_namespaces().get(self.proc.pid, []))
+
+
+def _read_lines(stream, lines: queue.Queue) -> None:
+    """Each line of ``stream`` into ``lines``, then None (its own queue per start: an earlier
+    launcher's end must not read as this one's)."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
 
 
 def pid_alive(pid: int) -> bool:
