@@ -220,9 +220,11 @@ class BatchCoordinator(RecordControlPlane):
         return self.state.is_known_object(key)
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = (),
-                         ) -> list[tuple[str, list[BatchCoordinate]]]:
+                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
         return self.state.merge_candidates(max_object_size, limit, skip_prefixes)
+
+    def object_batches(self, key: str) -> list[BatchCoordinate]:
+        return self.state.object_batches(key)
 
     def last_stable_offset(self, topic_id: str, partition: int) -> int:
         return self.state.last_stable_offset(topic_id, partition)

@@ -611,16 +611,17 @@ class BatchCoordinatorState(RecordControlPlane):
         return self._object_exists(key) or self._is_deleted_object(key)
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = (),
-                         ) -> list[tuple[str, list[BatchCoordinate]]]:
+                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
         skipped = "".join(" AND substr(key, 1, ?) <> ?" for _ in skip_prefixes)
-        keys = [key for key, in self._db.execute(
+        return [key for key, in self._db.execute(
             f"SELECT key FROM objects WHERE size < ? AND live_bytes > 0{skipped} "
             f"ORDER BY created_ms, key LIMIT ?",
             (max_object_size, *(v for p in skip_prefixes for v in (len(p), p)), limit))]
-        return [(key, [BatchCoordinate(*row) for row in self._db.execute(
+
+    def object_batches(self, key: str) -> list[BatchCoordinate]:
+        return [BatchCoordinate(*row) for row in self._db.execute(
             f"SELECT {_BATCH_COLUMNS} FROM batches WHERE object_key = ? "
-            f"ORDER BY topic_id, partition, base_offset", (key,))]) for key in keys]
+            f"ORDER BY topic_id, partition, base_offset", (key,))]
 
     def last_stable_offset(self, topic_id: str, partition: int) -> int:
         info = self.log_info(topic_id, partition)

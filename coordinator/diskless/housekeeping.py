@@ -19,6 +19,7 @@ from S3 only after a record saying so is applied. That order is what keeps GC sa
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -56,6 +57,11 @@ UNKNOWN_TOPIC_GRACE_S = 60.0
 # a record in one step of its event loop, and 5,000 moves held it 120-175 ms (1,000: about
 # 35 ms). Merged objects are then 1,000 batches at most (2 MB at 2 KB a batch).
 MERGE_MAX_MOVES = 1_000
+# A merge run merges its objects in groups of about this many batches (whole objects), each
+# group read, merged and stored before the next is read: a WAL object of a 10,000-partition
+# topic holds thousands, and the 64 objects of a run, read and sorted at once, held the
+# coordinator's event loop for 50 ms and more at a time and its memory for all of them.
+MERGE_GROUP_BATCHES = 8 * MERGE_MAX_MOVES
 
 
 @dataclass
@@ -245,13 +251,24 @@ class Housekeeping:
         # and over. Left out by the query, not after it: small merged objects are older
         # than the WAL objects written since, so they would fill any window of oldest
         # candidates and stop merging for good.
-        candidates = self.control_plane.merge_candidates(
+        keys = self.control_plane.merge_candidates(
             self.settings.merge_max_object_bytes, self.settings.merge_max_objects,
             (self.merged_prefix, self.compacted_prefix))
-        if len(candidates) < self.settings.merge_min_objects:
+        if len(keys) < self.settings.merge_min_objects:
             return
-        coordinates = sorted((c for _, batches in candidates for c in batches),
-                             key=lambda c: (c.topic_id, c.partition, c.base_offset))
+        group: list[list[BatchCoordinate]] = []
+        for key in keys:
+            group.append(self.control_plane.object_batches(key))
+            if sum(map(len, group)) >= MERGE_GROUP_BATCHES:
+                await self._merge_objects(group)
+                group = []
+            await asyncio.sleep(0)  # thousands of batches an object: one object a turn
+        if group:
+            await self._merge_objects(group)
+
+    async def _merge_objects(self, in_objects: list[list[BatchCoordinate]]) -> None:
+        """The batches of some objects (each object's in order) into merged objects."""
+        coordinates = list(heapq.merge(*in_objects, key=_merge_order))
         merged_objects = fill_objects(self.merged_prefix, (
             _move(c, data)
             for c, data in zip(coordinates, await read_batches(self.store, coordinates))),
@@ -264,7 +281,7 @@ class Housekeeping:
             log.info("merged batches of %d WAL objects into %s (%d batches moved, %d skipped)",
                      len({move.old_object_key for move in merged.entries}), merged.key,
                      result.moved, result.skipped)
-        self.stats.merged_objects += len(candidates)
+        self.stats.merged_objects += len(in_objects)
 
     async def compact_logs(self) -> None:
         """Clean every partition of the compacted diskless topics that needs it."""
@@ -289,6 +306,10 @@ class Housekeeping:
         log.info("compacted %s-%d: %d batches rewritten, %d dropped, %d bytes to %d",
                  topic_id, partition, result.rewritten, result.dropped, result.bytes_before,
                  result.bytes_after)
+
+
+def _merge_order(coordinate: BatchCoordinate) -> tuple[str, int, int]:
+    return coordinate.topic_id, coordinate.partition, coordinate.base_offset
 
 
 def _move(coordinate: BatchCoordinate, data: bytes) -> tuple[Callable[[int], BatchMove], bytes]:

@@ -726,11 +726,12 @@ class ControlPlane(Protocol):
         """Committed, or deleted: either way not an orphan to collect."""
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = (),
-                         ) -> list[tuple[str, list[BatchCoordinate]]]:
-        """Up to ``limit`` live objects smaller than ``max_object_size`` whose keys start
-        with none of ``skip_prefixes``, oldest first, each with its batches by (topic id,
-        partition, offset)."""
+                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
+        """The keys of up to ``limit`` live objects smaller than ``max_object_size`` that
+        start with none of ``skip_prefixes``, oldest first."""
+
+    def object_batches(self, key: str) -> list[BatchCoordinate]:
+        """The live batches in object ``key``, by (topic id, partition, offset)."""
 
     def last_stable_offset(self, topic_id: str, partition: int) -> int:
         """The log's high watermark, or the first offset of its oldest open transaction if

@@ -379,16 +379,16 @@ class InMemoryControlPlane(RecordControlPlane):
         return key in self._objects or key in self._deleted_objects
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = (),
-                         ) -> list[tuple[str, list[BatchCoordinate]]]:
-        keys = sorted((key for key, obj in self._objects.items()
+                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
+        return sorted((key for key, obj in self._objects.items()
                        if obj.size < max_object_size and obj.live_bytes > 0
                        and not key.startswith(skip_prefixes)),
                       key=lambda key: (self._objects[key].created_ms, key))[:limit]
-        batches = sorted((batch for log in self._logs.values() for batch in log.batches
-                          if batch.object_key in keys),
-                         key=lambda b: (b.topic_id, b.partition, b.base_offset))
-        return [(key, [b for b in batches if b.object_key == key]) for key in keys]
+
+    def object_batches(self, key: str) -> list[BatchCoordinate]:
+        return sorted((batch for log in self._logs.values() for batch in log.batches
+                       if batch.object_key == key),
+                      key=lambda b: (b.topic_id, b.partition, b.base_offset))
 
     def last_stable_offset(self, topic_id: str, partition: int) -> int:
         log = self._logs.get((topic_id, partition))

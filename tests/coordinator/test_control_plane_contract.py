@@ -258,9 +258,10 @@ async def test_objects_deleted_refuses_live_object_and_late_commit_fails(control
 async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_plane):
     await commit(control_plane, "a", batch(size=10), batch(partition=1, size=20), now=1)
     await commit(control_plane, "b", batch(size=30), now=2)
-    assert [key for key, _ in control_plane.merge_candidates(max_object_size=100, limit=5)] == [
-        "a", "b"]
-    assert [key for key, _ in control_plane.merge_candidates(max_object_size=25, limit=5)] == []
+    assert control_plane.merge_candidates(max_object_size=100, limit=5) == ["a", "b"]
+    assert control_plane.merge_candidates(max_object_size=25, limit=5) == []
+    assert [(c.partition, c.byte_size) for c in control_plane.object_batches("a")] == [
+        (0, 10), (1, 20)]
     # Partition 1's batch is deleted before the merge commits, so its move is skipped.
     await control_plane.delete_records(delete_records(-1, now=3, partition=1))
     moves = (BatchMove("t", 0, 0, "a", 0, 10), BatchMove("t", 1, 0, "a", 10, 20),
@@ -297,7 +298,7 @@ async def test_merge_candidates_leave_out_skipped_prefixes(control_plane):
         await commit(control_plane, key, batch(size=10), now=i)
 
     def keys(*args):
-        return [key for key, _ in control_plane.merge_candidates(100, *args)]
+        return control_plane.merge_candidates(100, *args)
     assert keys(2) == ["m_1", "m_2"]
     assert keys(2, ("m_",)) == ["mx3", "w4"]  # a literal prefix: "_" is no wildcard
     assert keys(1, ("m_", "mx")) == ["w4"]

@@ -48,8 +48,7 @@ def retention(now, retention_ms=-1, retention_bytes=-1, topic="t") -> EnforceRet
 
 def live_bytes(control_plane, key):
     """The sizes of the live batches in object ``key`` (None: it holds none)."""
-    return {k: [b.byte_size for b in bs]
-            for k, bs in control_plane.merge_candidates(1 << 40, 100)}.get(key)
+    return [b.byte_size for b in control_plane.object_batches(key)] or None
 
 
 def random_batch(rng, now, epochs):
@@ -93,8 +92,8 @@ def random_records(rng, state, count):
             yield ObjectsDeleted(tuple(f"o{rng.randrange(i + 1)}" for _ in range(3)))
         elif kind == "merge":
             moves = tuple(BatchMove(c.topic_id, c.partition, c.base_offset, key, 0, c.byte_size)
-                          for key, coordinates in state.merge_candidates(5_000, 3)
-                          for c in coordinates)
+                          for key in state.merge_candidates(5_000, 3)
+                          for c in state.object_batches(key))
             # The repeated first move is stale by then: it must be skipped.
             yield Merge(f"m{i}", 9_000, now, moves + moves[:1])
         elif kind == "compact" and state.logs():
@@ -129,4 +128,5 @@ def answers(control_plane):
                 control_plane.active_producers(*log))
                for log in control_plane.logs()]
     return (per_log, control_plane.stats(), control_plane.files_to_delete(400_000, 10_000),
-            control_plane.merge_candidates(2_000, 10))
+            [(key, control_plane.object_batches(key))
+             for key in control_plane.merge_candidates(2_000, 10)])

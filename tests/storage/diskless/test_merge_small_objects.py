@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from coordinator.diskless.housekeeping import MERGE_MAX_MOVES
+import pytest
+
+from coordinator.diskless import housekeeping as housekeeping_module
+from coordinator.diskless.housekeeping import MERGE_GROUP_BATCHES, MERGE_MAX_MOVES
 from protocol.records import validate_produce_records
 from storage.config import LogConfig
 from storage.diskless.control_plane import MAX_REQUEST_BYTES, Merge, wire_size
@@ -41,7 +44,7 @@ async def test_merging_goes_on_past_many_small_merged_objects(
                 await log.append(records, validate_produce_records(records), -1)
             await housekeeping.merge_small_objects()
             assert housekeeping.stats.merges == round_ + 1
-        merged = {key for key, _ in control_plane.merge_candidates(1 << 40, 100)}
+        merged = set(control_plane.merge_candidates(1 << 40, 100))
         assert len(merged) == ROUNDS
         assert all(key.startswith(f"{s3_prefix}wal/merged-") for key in merged)
         read = [value for _, _, value in decode((await log.read(0, 1 << 20)).records)]
@@ -52,8 +55,13 @@ async def test_merging_goes_on_past_many_small_merged_objects(
         await writer.close()
 
 
+@pytest.mark.parametrize("group_batches", [MERGE_GROUP_BATCHES, 2 * PARTITIONS],
+                         ids=["one-group", "groups-of-two-objects"])
 async def test_a_merge_of_thousands_of_partitions_fits_each_record_and_keeps_every_batch(
-        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping):
+        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping, monkeypatch,
+        group_batches):
+    monkeypatch.setattr(housekeeping_module, "MERGE_GROUP_BATCHES", group_batches)
+    objects_a_group = min(WAL_OBJECTS, -(-group_batches // PARTITIONS))
     topic_id = str(uuid.uuid4())  # as long as a cluster's, as are the records' sizes
     # Reads before the merge come from the cache the writer fills, reads after it from
     # the merged objects.
@@ -87,6 +95,10 @@ async def test_a_merge_of_thousands_of_partitions_fits_each_record_and_keeps_eve
         # Each a record every broker applies in one step: a bounded number of moves.
         assert max(len(merge.moves) for merge in merges) == MERGE_MAX_MOVES
         assert housekeeping.stats.merges == len(merges)
+        # A group's objects are read and merged before the next group's are read.
+        assert max(len({move.old_object_key for move in merge.moves})
+                   for merge in merges) == objects_a_group
+        assert housekeeping.stats.merged_objects == WAL_OBJECTS
         # No WAL object holds a live batch any more: every batch was moved.
         assert control_plane.merge_candidates(1 << 40, 100, (f"{s3_prefix}wal/merged-",)) == []
         assert await read_values(logs, decode) == appended
