@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -194,7 +194,7 @@ class BatchCoordinatorState(RecordControlPlane):
         if offset <= self._applied_offset:
             raise ValueError(f"record at offset {offset} is at or before the applied offset "
                              f"{self._applied_offset}")
-        with self._transaction():
+        with self._transaction(_logs_changed(request)):
             result = self._HANDLERS[type(request)](self, request)
             self._db.execute("INSERT OR REPLACE INTO applied VALUES (0, ?)", (offset,))
         self._applied_offset = offset
@@ -208,7 +208,9 @@ class BatchCoordinatorState(RecordControlPlane):
         self._applied_offset = offset
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, changing: Collection[tuple[str, int]] | None = None
+                     ) -> Iterator[None]:
+        """One transaction, which may change the logs ``changing`` (None: any log)."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -220,7 +222,14 @@ class BatchCoordinatorState(RecordControlPlane):
             self._producer_states.clear()
             raise
         finally:
-            self._log_infos.clear()  # read before the change
+            # Read before the change. Only the logs changed: a consumer's Fetch of thousands
+            # of partitions reads each one's LogInfo, and a commit or merge every 100 ms
+            # that cleared them all made each Fetch read thousands of rows again.
+            if changing is None:
+                self._log_infos.clear()
+            else:
+                for log in changing:
+                    self._log_infos.pop(log, None)
 
     # -- commit_file -----------------------------------------------------------------------
 
@@ -706,3 +715,13 @@ class _Commit:
 def _remove_journal(path: Path) -> None:
     for suffix in ("-wal", "-shm"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _logs_changed(request: Request) -> set[tuple[str, int]] | None:
+    """The logs whose LogInfo applying ``request`` may change, for the frequent records
+    (a commit, a merge); None, any log, for the others."""
+    if isinstance(request, CommitFile):
+        return {(batch.topic_id, batch.partition) for batch in request.batches}
+    if isinstance(request, Merge):
+        return {(move.topic_id, move.partition) for move in request.moves}
+    return None

@@ -703,9 +703,10 @@ class ControlPlane(Protocol):
         storage.log.NotCaughtUp if that cannot be done in the implementation's time bound."""
 
     def log_info(self, topic_id: str, partition: int) -> LogInfo:
-        """The log's offsets and size. The same object twice means no batch of any log
-        changed in between (a cache of them is cleared by every change), so what was
-        found under it still holds; an implementation may return a new one every time."""
+        """The log's offsets and size. The same object twice means no batch of this log
+        changed in between (a cache of them forgets each log a change touches), so what
+        was found under it still holds; an implementation may return a new one every
+        time."""
 
     def find_batches(self, topic_id: str, partition: int, offset: int,
                      max_bytes: int) -> list[BatchCoordinate]:

@@ -276,19 +276,21 @@ async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_pl
     assert control_plane.files_to_delete(now_ms=4, delay_ms=0) == ["a", "b", "m2"]
 
 
-async def test_log_info_is_a_new_object_after_any_change(control_plane):
+async def test_log_info_is_a_new_object_after_any_change_of_its_log(control_plane):
     """What DisklessLog relies on to reuse a lookup: the same LogInfo object twice means no
-    batch changed in between, whichever log a change touched."""
+    batch of that log changed in between, whatever the change."""
     await commit(control_plane, "a", batch(size=10), batch(partition=1, size=20), now=1)
-    before = control_plane.log_info("t", 0)
+    before = control_plane.log_info("t", 1)
     await commit(control_plane, "b", batch(partition=1, size=30), now=2)
-    assert control_plane.log_info("t", 0) is not before
+    assert control_plane.log_info("t", 1) is not before
     before = control_plane.log_info("t", 0)
     # A merge moves batches to another object; offsets and sizes stay as they were.
     assert await control_plane.merge(Merge("m", 10, 3, (BatchMove("t", 0, 0, "a", 0, 10),))
                                      ) == MergeResult(1, 0)
     after = control_plane.log_info("t", 0)
     assert after is not before and after == before
+    await control_plane.delete_records(delete_records(1, now=4))
+    assert control_plane.log_info("t", 0) is not after
 
 
 async def test_merge_candidates_leave_out_skipped_prefixes(control_plane):
@@ -386,6 +388,10 @@ async def test_both_implementations_give_identical_results_and_answers(tmp_path)
         errors |= {r.error_code for r in getattr(result, "batches", ())}
         aborted.append(sum(len(memory.aborted_transactions(*log, 0, 1 << 62))
                            for log in memory.logs()))
+        # After every record: the SQLite state's cached LogInfos of the logs it did not
+        # change are still right.
+        assert [memory.log_info(*log) for log in memory.logs()] == [
+            sqlite.log_info(*log) for log in memory.logs()]
     assert answers(memory) == answers(sqlite)
     # The records exercised transactions: markers fenced epochs, aborted transactions were
     # listed, then trimmed with their offsets.
