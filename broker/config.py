@@ -351,6 +351,10 @@ class BrokerConfig:
         "merged, once there are `diskless_merge_min_objects` of them.")
     diskless_merge_min_objects: int = setting(
         8, "Diskless: the fewest small objects that are worth a merge.")
+    diskless_merge_min_age_ms: int = setting(
+        30_000, "Diskless: objects younger than this are not merged yet. Consumers at the "
+        "tail read them meanwhile, from the brokers' read caches; a merge then would move "
+        "their batches to an object no cache holds and make those reads GET it again.")
     shared_wal_interval_ms: int = setting(
         100, "Shared (KIP-1183): the broker's WAL buffer (one object for all the shared "
         "partitions it leads) is closed, uploaded and committed this long after its first "

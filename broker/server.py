@@ -494,7 +494,8 @@ class Broker:
                 object_delete_delay_ms=config.diskless_object_delete_delay_ms,
                 orphan_grace_ms=config.diskless_orphan_grace_ms,
                 merge_max_object_bytes=config.diskless_merge_max_object_bytes,
-                merge_min_objects=config.diskless_merge_min_objects))
+                merge_min_objects=config.diskless_merge_min_objects,
+                merge_min_age_ms=config.diskless_merge_min_age_ms))
         # Retention of every diskless log runs with the other logs' (LogManager.run_retention).
         self.logs.register_engine("diskless", diskless_log_factory(
             self.batch_coordinator, self.wal_writer, cache,

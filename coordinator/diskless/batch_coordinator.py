@@ -220,8 +220,10 @@ class BatchCoordinator(RecordControlPlane):
         return self.state.is_known_object(key)
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
-        return self.state.merge_candidates(max_object_size, limit, skip_prefixes)
+                         skip_prefixes: tuple[str, ...] = (),
+                         created_before_ms: int | None = None) -> list[str]:
+        return self.state.merge_candidates(max_object_size, limit, skip_prefixes,
+                                           created_before_ms)
 
     def object_batches(self, key: str) -> list[BatchCoordinate]:
         return self.state.object_batches(key)

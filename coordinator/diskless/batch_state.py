@@ -115,6 +115,7 @@ _BATCH_COLUMNS = ("topic_id, partition, base_offset, last_offset, object_key, by
                   "byte_size, max_timestamp, timestamp_type, append_time_ms, cleaned_at_ms")
 # LogAppendTime batches are stamped by the coordinator; their client timestamps do not count.
 _EFFECTIVE_TIMESTAMP = "CASE timestamp_type WHEN 1 THEN append_time_ms ELSE max_timestamp END"
+_NO_BOUND = (1 << 63) - 1  # SQLite's largest integer
 log = logging.getLogger(__name__)
 
 
@@ -620,12 +621,14 @@ class BatchCoordinatorState(RecordControlPlane):
         return self._object_exists(key) or self._is_deleted_object(key)
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
+                         skip_prefixes: tuple[str, ...] = (),
+                         created_before_ms: int | None = None) -> list[str]:
         skipped = "".join(" AND substr(key, 1, ?) <> ?" for _ in skip_prefixes)
         return [key for key, in self._db.execute(
-            f"SELECT key FROM objects WHERE size < ? AND live_bytes > 0{skipped} "
-            f"ORDER BY created_ms, key LIMIT ?",
-            (max_object_size, *(v for p in skip_prefixes for v in (len(p), p)), limit))]
+            f"SELECT key FROM objects WHERE size < ? AND live_bytes > 0 AND created_ms <= ?"
+            f"{skipped} ORDER BY created_ms, key LIMIT ?",
+            (max_object_size, _NO_BOUND if created_before_ms is None else created_before_ms,
+             *(v for p in skip_prefixes for v in (len(p), p)), limit))]
 
     def object_batches(self, key: str) -> list[BatchCoordinate]:
         return [BatchCoordinate(*row) for row in self._db.execute(

@@ -73,6 +73,7 @@ class HousekeepingSettings:
     merge_max_object_bytes: int = 4 * 1024 * 1024
     merge_min_objects: int = 8
     merge_max_objects: int = 64
+    merge_min_age_ms: int = 30_000
     # Compaction: keys the cleaner's key → offset map holds in one pass (Kafka's dedupe
     # buffer, about 100 bytes a key here), and bytes read from object storage at a time.
     compaction_max_keys: int = 1_000_000
@@ -253,7 +254,8 @@ class Housekeeping:
         # candidates and stop merging for good.
         keys = self.control_plane.merge_candidates(
             self.settings.merge_max_object_bytes, self.settings.merge_max_objects,
-            (self.merged_prefix, self.compacted_prefix))
+            (self.merged_prefix, self.compacted_prefix),
+            created_before_ms=_now_ms() - self.settings.merge_min_age_ms)
         if len(keys) < self.settings.merge_min_objects:
             return
         group: list[list[BatchCoordinate]] = []

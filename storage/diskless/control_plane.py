@@ -727,9 +727,11 @@ class ControlPlane(Protocol):
         """Committed, or deleted: either way not an orphan to collect."""
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
+                         skip_prefixes: tuple[str, ...] = (),
+                         created_before_ms: int | None = None) -> list[str]:
         """The keys of up to ``limit`` live objects smaller than ``max_object_size`` that
-        start with none of ``skip_prefixes``, oldest first."""
+        start with none of ``skip_prefixes`` (and were created at or before
+        ``created_before_ms``, if given), oldest first."""
 
     def object_batches(self, key: str) -> list[BatchCoordinate]:
         """The live batches in object ``key``, by (topic id, partition, offset)."""

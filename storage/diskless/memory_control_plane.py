@@ -379,10 +379,12 @@ class InMemoryControlPlane(RecordControlPlane):
         return key in self._objects or key in self._deleted_objects
 
     def merge_candidates(self, max_object_size: int, limit: int,
-                         skip_prefixes: tuple[str, ...] = ()) -> list[str]:
+                         skip_prefixes: tuple[str, ...] = (),
+                         created_before_ms: int | None = None) -> list[str]:
         return sorted((key for key, obj in self._objects.items()
                        if obj.size < max_object_size and obj.live_bytes > 0
-                       and not key.startswith(skip_prefixes)),
+                       and not key.startswith(skip_prefixes)
+                       and (created_before_ms is None or obj.created_ms <= created_before_ms)),
                       key=lambda key: (self._objects[key].created_ms, key))[:limit]
 
     def object_batches(self, key: str) -> list[BatchCoordinate]:

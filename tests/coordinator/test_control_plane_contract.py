@@ -260,6 +260,7 @@ async def test_merge_repoints_skips_stale_moves_and_frees_old_objects(control_pl
     await commit(control_plane, "b", batch(size=30), now=2)
     assert control_plane.merge_candidates(max_object_size=100, limit=5) == ["a", "b"]
     assert control_plane.merge_candidates(max_object_size=25, limit=5) == []
+    assert control_plane.merge_candidates(100, 5, created_before_ms=1) == ["a"]
     assert [(c.partition, c.byte_size) for c in control_plane.object_batches("a")] == [
         (0, 10), (1, 20)]
     # Partition 1's batch is deleted before the merge commits, so its move is skipped.

@@ -23,7 +23,8 @@ from .wait import wait_until
 # Housekeeping fast enough for a test to watch objects being merged and deleted.
 FAST_HOUSEKEEPING = {"KIPPER_DISKLESS_HOUSEKEEPING_INTERVAL_MS": "500",
                      "KIPPER_DISKLESS_ORPHAN_GRACE_MS": "3000",
-                     "KIPPER_DISKLESS_OBJECT_DELETE_DELAY_MS": "1000"}
+                     "KIPPER_DISKLESS_OBJECT_DELETE_DELAY_MS": "1000",
+                     "KIPPER_DISKLESS_MERGE_MIN_AGE_MS": "0"}
 
 
 class DisklessCluster(Cluster):

@@ -89,9 +89,10 @@ def store(object_store) -> ObservedStore:  # noqa: F811
 def make_housekeeping(control_plane, store, s3_prefix) -> Callable[..., Housekeeping]:
     """make_housekeeping(image=None, **HousekeepingSettings fields): the housekeeping of
     the writable coordinator over the in-memory control plane, with the topics of
-    ``image`` (none by default)."""
+    ``image`` (none by default); objects are merged at any age unless told otherwise."""
     def make(image: MetadataImage | None = None, **settings) -> Housekeeping:
         image = image or MetadataImage()
         return Housekeeping(control_plane, lambda: True, image, store, s3_prefix,
-                            DynamicConfigs(0, image, {}, {}), HousekeepingSettings(**settings))
+                            DynamicConfigs(0, image, {}, {}),
+                            HousekeepingSettings(**{"merge_min_age_ms": 0, **settings}))
     return make

@@ -55,6 +55,28 @@ async def test_merging_goes_on_past_many_small_merged_objects(
         await writer.close()
 
 
+async def test_objects_younger_than_the_minimum_age_are_left_to_the_tail_readers(
+        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping, monkeypatch):
+    writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=10)
+    log = DisklessLog("t", 0, CONFIG, "topic-id", control_plane, writer, ReadCache(store.store))
+    housekeeping = make_housekeeping(merge_min_objects=2, merge_min_age_ms=30_000)
+    values = [b"a", b"b"]
+    try:
+        for value in values:
+            records = build_batch([value])
+            await log.append(records, validate_produce_records(records), -1)
+        await housekeeping.merge_small_objects()
+        assert housekeeping.stats.merges == 0
+        later = housekeeping_module._now_ms() + 30_000
+        monkeypatch.setattr(housekeeping_module, "_now_ms", lambda: later)
+        await housekeeping.merge_small_objects()
+        assert housekeeping.stats.merges == 1
+        read = [value for _, _, value in decode((await log.read(0, 1 << 20)).records)]
+        assert read == values
+    finally:
+        await writer.close()
+
+
 @pytest.mark.parametrize("group_batches", [MERGE_GROUP_BATCHES, 2 * PARTITIONS],
                          ids=["one-group", "groups-of-two-objects"])
 async def test_a_merge_of_thousands_of_partitions_fits_each_record_and_keeps_every_batch(
