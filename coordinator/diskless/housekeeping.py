@@ -269,7 +269,10 @@ class Housekeeping:
             await self._merge_objects(group)
 
     async def _merge_objects(self, in_objects: list[list[BatchCoordinate]]) -> None:
-        """The batches of some objects (each object's in order) into merged objects."""
+        """The batches of some objects (each object's in order) into merged objects; one
+        object alone is left as it is (a run's last group): rewriting it gains nothing."""
+        if len(in_objects) < 2:
+            return
         coordinates = list(heapq.merge(*in_objects, key=_merge_order))
         merged_objects = fill_objects(self.merged_prefix, (
             _move(c, data)
