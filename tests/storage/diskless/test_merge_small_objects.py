@@ -77,6 +77,27 @@ async def test_objects_younger_than_the_minimum_age_are_left_to_the_tail_readers
         await writer.close()
 
 
+async def test_a_last_group_of_one_object_is_left_as_it_is(
+        control_plane, store, s3_prefix, build_batch, decode, make_housekeeping, monkeypatch):
+    monkeypatch.setattr(housekeeping_module, "MERGE_GROUP_BATCHES", 2)
+    writer = WalWriter(store, control_plane, s3_prefix, node_id=1, commit_interval_ms=10)
+    log = DisklessLog("t", 0, CONFIG, "topic-id", control_plane, writer, ReadCache(store.store))
+    housekeeping = make_housekeeping(merge_min_objects=2)
+    values = [b"a", b"b", b"c"]  # three objects of one batch each: groups of two and one
+    try:
+        for value in values:
+            records = build_batch([value])
+            await log.append(records, validate_produce_records(records), -1)
+        await housekeeping.merge_small_objects()
+        assert (housekeeping.stats.merges, housekeeping.stats.merged_objects) == (1, 2)
+        assert len(control_plane.merge_candidates(1 << 40, 100, (f"{s3_prefix}wal/merged-",))
+                   ) == 1
+        read = [value for _, _, value in decode((await log.read(0, 1 << 20)).records)]
+        assert read == values
+    finally:
+        await writer.close()
+
+
 @pytest.mark.parametrize("group_batches", [MERGE_GROUP_BATCHES, 2 * PARTITIONS],
                          ids=["one-group", "groups-of-two-objects"])
 async def test_a_merge_of_thousands_of_partitions_fits_each_record_and_keeps_every_batch(
