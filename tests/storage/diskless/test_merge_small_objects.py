@@ -1,8 +1,9 @@
 """Merging of small WAL objects (KIP-1165, coordinator/diskless/housekeeping.py) against the
 in-memory control plane and the session S3 server: it goes on however many merged objects
-are already there, the small objects of thousands of partitions are merged into several
-objects whose records each fit the coordinator's log, and reads of the merged log return
-what was appended."""
+are already there, objects younger than the minimum age wait, a run merges its objects in
+groups (a last group of one object is left as it is), the small objects of thousands of
+partitions are merged into several objects whose records each fit the coordinator's log, and
+reads of the merged log return what was appended."""
 
 from __future__ import annotations
 
