@@ -46,17 +46,16 @@ class LocalCluster:
     _stdout: queue.Queue = field(default_factory=queue.Queue)
 
     def start(self, timeout: float = 90.0) -> "LocalCluster":
-        for attempt in range(START_ATTEMPTS):
+        for _ in range(START_ATTEMPTS - 1):
             position = self.log_size()
             try:
                 return self._start(timeout)
             except RuntimeError:
                 # --base-port 0 picks free ports before the nodes bind them, and another
                 # process may take one meanwhile (kipper says so in one line): new ports.
-                if (attempt + 1 == START_ATTEMPTS
-                        or "address already in use" not in self.log_since(position)):
+                if "address already in use" not in self.log_since(position):
                     raise
-        raise AssertionError("unreachable")
+        return self._start(timeout)
 
     def _start(self, timeout: float) -> "LocalCluster":
         self.root.mkdir(parents=True, exist_ok=True)

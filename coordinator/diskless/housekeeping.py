@@ -273,7 +273,7 @@ class Housekeeping:
         object alone is left as it is (a run's last group): rewriting it gains nothing."""
         if len(in_objects) < 2:
             return
-        coordinates = list(heapq.merge(*in_objects, key=_merge_order))
+        coordinates = list(heapq.merge(*in_objects, key=lambda c: c.log_order))
         merged_objects = fill_objects(self.merged_prefix, (
             _move(c, data)
             for c, data in zip(coordinates, await read_batches(self.store, coordinates))),
@@ -311,10 +311,6 @@ class Housekeeping:
         log.info("compacted %s-%d: %d batches rewritten, %d dropped, %d bytes to %d",
                  topic_id, partition, result.rewritten, result.dropped, result.bytes_before,
                  result.bytes_after)
-
-
-def _merge_order(coordinate: BatchCoordinate) -> tuple[str, int, int]:
-    return coordinate.topic_id, coordinate.partition, coordinate.base_offset
 
 
 def _move(coordinate: BatchCoordinate, data: bytes) -> tuple[Callable[[int], BatchMove], bytes]:

@@ -653,6 +653,11 @@ class BatchCoordinate:
         return self.last_offset - self.base_offset + 1
 
     @property
+    def log_order(self) -> tuple[str, int, int]:
+        """Its place among every log's batches: by log, then offset (``object_batches``)."""
+        return self.topic_id, self.partition, self.base_offset
+
+    @property
     def effective_timestamp(self) -> int:
         # LogAppendTime batches are stamped by the coordinator; client timestamps do not count.
         return self.append_time_ms if self.timestamp_type == LOG_APPEND_TIME else self.max_timestamp

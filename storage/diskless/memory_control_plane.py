@@ -390,7 +390,7 @@ class InMemoryControlPlane(RecordControlPlane):
     def object_batches(self, key: str) -> list[BatchCoordinate]:
         return sorted((batch for log in self._logs.values() for batch in log.batches
                        if batch.object_key == key),
-                      key=lambda b: (b.topic_id, b.partition, b.base_offset))
+                      key=lambda b: b.log_order)
 
     def last_stable_offset(self, topic_id: str, partition: int) -> int:
         log = self._logs.get((topic_id, partition))
