@@ -1,5 +1,5 @@
-"""bench.scale_bench's arithmetic: the event-loop lag P99 between two scrapes, its command
-line, and its kafkajs producer against a broker."""
+"""bench.scale_bench's arithmetic: the event-loop lag P99 between two scrapes, which spread
+ratios it judges, its command line, and its kafkajs producer against a broker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from bench.scale_bench import SECTIONS, kafkajs_produce, p99, parse_args
+from bench.scale_bench import (SECTIONS, Produced, kafkajs_produce, p99, parse_args,
+                               spread_target)
 from support.topics import create_topic
 
 
@@ -17,6 +18,19 @@ def test_p99_is_the_bucket_bound_reached_by_99_percent_of_the_new_samples():
     after = {0.001: 60, 0.01: 108, 0.05: 109, 0.1: 110, float("inf"): 110}
     assert p99(before, after) == 0.05  # 99 of the 100 new samples are at most 50 ms
     assert p99(before, before) is None  # nothing observed in between
+
+
+def test_a_spread_ratio_is_judged_only_where_the_clients_own_cpu_allows_the_target(
+        monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    few = Produced(mb_per_s=100.0, client_cpu_s=2.0)
+    # 1,000 MB for 8 client CPU seconds on 2 cores: at most 250 MB/s, a bound of 2.5x.
+    judged = spread_target("sustained", 1000, few, Produced(40.0, 8.0))
+    assert "2.50x" in judged.name and judged.value == 0.4 and judged.met is False
+    assert spread_target("sustained", 1000, few, Produced(60.0, 8.0)).met is True
+    # 20 MB for 1 CPU second: at most 40 MB/s whatever the brokers do, a bound of 0.4x.
+    client_bound = spread_target("burst", 20, few, Produced(10.0, 1.0))
+    assert client_bound.met is None and "client-bound" in client_bound.line()
 
 
 def test_sections_and_sizes_come_from_the_command_line():
@@ -30,10 +44,9 @@ def test_sections_and_sizes_come_from_the_command_line():
 def test_the_kafkajs_producer_spreads_its_records_and_says_what_it_cost(
         shared_broker, kafkajs, topic_name):
     create_topic(shared_broker.bootstrap, topic_name, partitions=3)
-    figures = kafkajs_produce(shared_broker.bootstrap, topic_name, 3, 0.1)
+    produced = kafkajs_produce(shared_broker.bootstrap, topic_name, 3, 0.1)
     records = int(0.1 * 1e6 / 1024)
-    assert figures["records"] == records
-    assert figures["seconds"] > 0 and figures["client_cpu_s"] > 0 and figures["mb_per_s"] > 0
+    assert produced.client_cpu_s > 0 and produced.mb_per_s > 0
     admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
     ends = admin.list_offsets({TopicPartition(topic_name, p): OffsetSpec.latest()
                                for p in range(3)})
