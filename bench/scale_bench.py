@@ -7,6 +7,9 @@ partitions works):
   confluent-kafka settings, at each of ``--tansu-partitions`` (bench.broker_bench per size,
   ``--tansu-repeat`` rounds, medians; each round's produce starts once the new topic answers
   ListOffsets): produce and consume MB/s and their ratios. Target: >= 1.0 at every size.
+  Then one round each of ``--sustained-mb`` over 10 and over the largest size: each
+  broker's produce over many partitions vs over 10, at both sizes, for reference (the
+  cluster section's spread target, on one broker of each kind).
 - ``cluster``: `kipper cluster up` (3 brokers): a classic topic of ``--partitions``
   partitions, RF=3. Idle CPU per broker over ``--idle-seconds``, ``--settle-seconds`` after
   creating it (target <= 3 %); produce over all partitions vs over 10 with the same bytes
@@ -67,10 +70,11 @@ class Target:
     value: float
     unit: str
     target: str
-    met: bool | None  # None: a figure the client bounds below its target, not judged
+    met: bool | None  # None: not judged, for the reason ``unjudged`` names
+    unjudged: str = "client-bound"
 
     def line(self) -> str:
-        verdict = {True: "meets", False: "MISSES", None: "client-bound"}[self.met]
+        verdict = self.unjudged if self.met is None else "meets" if self.met else "MISSES"
         return (f"  {self.name:<72} {self.value:>8.2f} {self.unit:<5} target {self.target:<8} "
                 f"{verdict}")
 
@@ -238,19 +242,40 @@ def metrics_urls(cluster: LocalCluster) -> list[str]:
 
 def tansu_section(args: argparse.Namespace, figures: dict) -> list[Target]:
     targets = []
-    for partitions in (int(n) for n in args.tansu_partitions.split(",")):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "summary.json"
-            broker_bench.main(["--mb", str(args.mb), "--partitions", str(partitions), "--spread",
-                               "--repeat", str(args.tansu_repeat),
-                               "--json", str(out)])
-            summary = json.loads(out.read_text())
-        figures[f"tansu_{partitions}"] = summary
+    sizes = [int(n) for n in args.tansu_partitions.split(",")]
+    for partitions in sizes:
+        summary = figures[f"tansu_{partitions}"] = one_broker_bench(args.mb, partitions,
+                                                                    args.tansu_repeat)
         for phase in ("produce", "consume"):
             ratio = summary["ratios"][phase]
             targets.append(Target(f"kipper/Tansu {phase}, {partitions} partitions", ratio, "x",
                                   ">= 1.0", ratio >= 1.0))
+    if 10 in sizes and max(sizes) > 10:
+        # The cluster section's spread target on one broker each (RF=1, acks=1), for
+        # reference: what a broker in Rust reaches with the same client on this machine.
+        many = max(sizes)
+        sustained = figures["tansu_sustained"] = {
+            partitions: one_broker_bench(args.sustained_mb, partitions, 1)
+            for partitions in (10, many)}
+        for mb, by_size in ((args.mb, {10: figures["tansu_10"],
+                                       many: figures[f"tansu_{many}"]}),
+                            (args.sustained_mb, sustained)):
+            for broker in ("kipper", "tansu"):
+                few_mb_s, many_mb_s = (by_size[n]["brokers"][broker]["produce"]["mb_per_s"]
+                                       for n in (10, many))
+                targets.append(Target(
+                    f"  {broker} alone, RF=1: produce over {many} / over 10, {mb:g} MB",
+                    many_mb_s / few_mb_s, "x", "-", None, unjudged="reference"))
     return targets
+
+
+def one_broker_bench(mb: float, partitions: int, repeat: int) -> dict:
+    """bench.broker_bench's summary: one kipper broker vs one Tansu broker."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "summary.json"
+        broker_bench.main(["--mb", str(mb), "--partitions", str(partitions), "--spread",
+                           "--repeat", str(repeat), "--json", str(out)])
+        return json.loads(out.read_text())
 
 
 def cluster_section(args: argparse.Namespace, cluster: LocalCluster, figures: dict,
