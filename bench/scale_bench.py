@@ -33,7 +33,7 @@ Kipper's modules are compiled to bytecode first, as an installed package's are
 
     python -m bench.scale_bench                                   # the issue's sizes
     python -m bench.scale_bench --partitions 1000 --churn-partitions 1000 \\
-        --tansu-partitions 10,1000 --mb 20                        # a quick run
+        --tansu-partitions 10,1000 --mb 20 --sustained-mb 100     # a quick run
 """
 
 from __future__ import annotations
