@@ -201,6 +201,7 @@ def produce(args: argparse.Namespace, bootstrap: str, topic: str,
             payloads: list[bytes] | None = None) -> PhaseResult:
     """Produce ``args.records`` records cycling through 16 ``payloads`` of
     ``args.record_size`` bytes (random ones unless given)."""
+    cpu_before = self_cpu()
     count = args.records
     payloads = payloads or [os.urandom(args.record_size) for _ in range(16)]
     errors: Counter[str] = Counter()
@@ -235,10 +236,12 @@ def produce(args: argparse.Namespace, bootstrap: str, topic: str,
     seconds = time.perf_counter() - started
     if remaining:
         errors["not_delivered_before_timeout"] += remaining
-    return PhaseResult(delivered, delivered * args.record_size, seconds, dict(errors))
+    return PhaseResult(delivered, delivered * args.record_size, seconds, dict(errors),
+                       client_cpu=self_cpu() - cpu_before)
 
 
 def consume(args: argparse.Namespace, bootstrap: str, topic: str, expected: int) -> PhaseResult:
+    cpu_before = self_cpu()
     consumer = Consumer(consumer_config(args, bootstrap))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(args.partitions)])
     errors: Counter[str] = Counter()
@@ -263,7 +266,8 @@ def consume(args: argparse.Namespace, bootstrap: str, topic: str, expected: int)
         consumer.close()
     if received < expected:
         errors["missing_after_timeout"] = expected - received
-    return PhaseResult(received, payload_bytes, seconds, dict(errors))
+    return PhaseResult(received, payload_bytes, seconds, dict(errors),
+                       client_cpu=self_cpu() - cpu_before)
 
 
 def process_cpu(pid: int) -> float:
@@ -293,13 +297,12 @@ def run_one(name: str, bootstrap: str, args: argparse.Namespace, broker_pid: int
     results = {}
     for phase in ("produce", "consume"):
         on_phase(phase, True)
-        broker_before, client_before = process_cpu(broker_pid), self_cpu()
+        broker_before = process_cpu(broker_pid)
         if phase == "produce":
             result = produce(args, bootstrap, topic)
         else:
             result = consume(args, bootstrap, topic, results["produce"].records)
         result.broker_cpu = process_cpu(broker_pid) - broker_before
-        result.client_cpu = self_cpu() - client_before
         on_phase(phase, False)
         results[phase] = result
     delete_topic(bootstrap, topic, timeout)

@@ -5,10 +5,10 @@ Each case is a fresh `kipper cluster up` (3 brokers in az1..az3, the embedded S3
 metrics endpoints, ``--s3-latency-profile PROFILE``) with a short commit interval
 (``KIPPER_DISKLESS_APPEND_COMMIT_INTERVAL_MS``), emptied objects deleted after 5 s, and
 merging either off (``diskless_merge_min_objects`` beyond reach) or as by default (every 5 s
-housekeeping round merges up to 64 small WAL objects at least 30 s old, once there are 8). One confluent-kafka
-producer, through az1's broker only, writes --rate records/s round-robin over the
---partitions partitions of a diskless topic for --duration-s. librdkafka sends each
-partition's batch in a produce request of its own, so the producer is not idempotent (which
+housekeeping round merges up to 64 small WAL objects at least 30 s old, once there are 8).
+One confluent-kafka producer, through az1's broker only, writes --rate records/s
+round-robin over the --partitions partitions of a diskless topic for --duration-s.
+librdkafka sends each partition's batch in a produce request of its own, so the producer is not idempotent (which
 allows 5 requests in flight) but pipelines up to 1,000 requests without retries: every WAL
 object then holds batches of most partitions, Jun's case of one entry per partition per
 commit. Every --sample-s the coordinator's counters are read from the
