@@ -279,7 +279,9 @@ class FetchSessionHandler:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
-        self._held: dict[PartitionKey, FetchPosition] = {}
+        # The session's partitions as the broker holds them (None: to be listed again
+        # whatever its position; still the session's, so forgetting it is still sent).
+        self._held: dict[PartitionKey, FetchPosition | None] = {}
         self._moved: set[PartitionKey] = set()
         self._forgotten: set[PartitionKey] = set()
         self._clock = clock
@@ -333,8 +335,14 @@ class FetchSessionHandler:
 
     def resend(self, key: PartitionKey) -> None:
         """List ``key`` in the next request whatever its position (its last answer could
-        not be used, or it was just added)."""
-        self._held.pop(key, None)
+        not be used, or it was just added).
+
+        A partition of the session stays in it: a partition whose leader answered an error
+        (its topic just deleted there) and that this fetcher then stops following must be
+        forgotten in the next request, or the leader kept reading it for the session and
+        answered every fetch at once with its error, a busy loop between the two brokers."""
+        if key in self._held:
+            self._held[key] = None
         self.moved(key)
 
     def reset(self) -> None:

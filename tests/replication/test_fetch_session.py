@@ -144,6 +144,24 @@ def test_the_fetcher_lists_only_moved_partitions_and_forgets_removed_ones():
         ("t", 0): FetchPosition(11, 1, 0)}
 
 
+def test_a_partition_listed_again_after_an_error_is_still_forgotten_when_no_longer_followed():
+    """A deleted topic's partition: its leader answered an error (so the fetcher lists it
+    again), then the fetcher stops following it. Unless forgotten, the leader's session
+    kept it and answered every fetch at once with its error."""
+    handler = FetchSessionHandler()
+    wanted = {("t", 0): FetchPosition(10, 1, 0), ("t", 1): FetchPosition(20, 1, 0)}
+    handler.answered(handler.plan(wanted), ErrorCode.none, session_id=9)
+    handler.resend(("t", 1))
+    listed = handler.plan(wanted)
+    assert listed.to_send == {("t", 1): FetchPosition(20, 1, 0)}
+    handler.resend(("t", 1))  # its answer was an error again
+    handler.forget(("t", 1))
+    forgetting = handler.plan({("t", 0): FetchPosition(10, 1, 0)})
+    assert (forgetting.to_send, forgetting.forgotten) == ({}, [("t", 1)])
+    handler.answered(forgetting, ErrorCode.none, session_id=9)
+    assert handler.plan({("t", 0): FetchPosition(10, 1, 0)}).forgotten == []
+
+
 def test_the_fetcher_checks_every_position_in_a_periodic_sweep():
     now = [0.0]
     handler = FetchSessionHandler(clock=lambda: now[0])
