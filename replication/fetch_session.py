@@ -26,10 +26,11 @@ Request fields, as KIP-227 defines them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -157,6 +158,19 @@ class FetchSession:
     def _on_change(self, key: PartitionKey) -> None:
         self.changed.add(key)
         self._wakeup.set()
+
+    @contextlib.contextmanager
+    def answering(self, key: PartitionKey) -> Iterator[None]:
+        """While ``key`` is read for this session: a change the read makes itself, which
+        its answer carries, does not make it changed."""
+        marked = key in self.changed
+        try:
+            yield
+        finally:
+            if not marked:
+                self.changed.discard(key)
+                if not self.changed:
+                    self._wakeup.clear()
 
     def take_changed(self) -> list[PartitionKey]:
         """The partitions to read now (then forgotten as changed until they change again)."""

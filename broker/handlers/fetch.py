@@ -67,7 +67,7 @@ async def _read_partition(reads: _Reads, topic: str, fetch, budget: int,
         if replica_id >= 0:
             # A follower: its fetch offset is its log end offset; it may read to ours.
             partition.check_leader(current_epoch)
-            answer_now = partition.record_follower_fetch(replica_id, fetch.fetch_offset)
+            answer_now = reads.record_follower_fetch(partition, (topic, index), fetch.fetch_offset)
             upper = partition.log.log_end_offset
         else:
             partition.check_epoch(current_epoch)
@@ -181,9 +181,11 @@ class _Reads:
     earlier one. It also holds what every partition's read needs from the request, worked
     out once (a fetch may list thousands of partitions)."""
 
-    def __init__(self, ctx: RequestContext, request, budget: int, received_at: float) -> None:
+    def __init__(self, ctx: RequestContext, request, budget: int, received_at: float,
+                 session: FetchSession | None) -> None:
         self.ctx = ctx
         self.request = request
+        self.session = session
         self.received_at = received_at
         self.replica_id = getattr(request, "replica_id", -1)
         self.zone = client_az(ctx.header.client_id, getattr(request, "rack_id", ""))
@@ -202,6 +204,17 @@ class _Reads:
             found = self._may_read[topic] = allowed(self.ctx, AclOperation.READ,
                                                     ResourceType.TOPIC, topic)
         return found
+
+    def record_follower_fetch(self, partition: Partition, key: PartitionKey,
+                              fetch_offset: int) -> bool:
+        """Partition.record_follower_fetch. The high watermark the follower's position
+        moves is in this read's answer: the change is not news for the session's next
+        read, which would otherwise read the partition once more for every acks=all append
+        (the last follower's acknowledgement moves the high watermark)."""
+        if self.session is None:
+            return partition.record_follower_fetch(self.replica_id, fetch_offset)
+        with self.session.answering(key):
+            return partition.record_follower_fetch(self.replica_id, fetch_offset)
 
     @property
     def total(self) -> int:
@@ -342,7 +355,7 @@ async def fetch(ctx: RequestContext, request) -> object:
     reads = _Reads(ctx, request, response_bytes_bound(request, fetch_max_bytes)
                    if session is None
                    else min(request.max_bytes if request.max_bytes > 0 else fetch_max_bytes,
-                            fetch_max_bytes), received_at)
+                            fetch_max_bytes), received_at, session)
     while True:
         if session is None:
             await reads.read(_requested(request))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -110,6 +111,26 @@ async def test_a_long_poll_wakes_for_a_change_not_for_data_left_unsent():
     partition.notify_waiters()
     await session.wait_for_change(5)  # returns at once
     assert session.take_changed() == [("t", 0)]
+
+
+async def test_a_change_made_by_a_partitions_own_read_is_not_news_for_the_next_one():
+    """A follower's acknowledgement moves the high watermark while its fetch reads the
+    partition; that read's answer carries it, so the session need not read it again."""
+    session = FetchSessionCache(slots=1).create(True, {("t", 0): cached(), ("t", 1): cached(1)})
+    partitions = {0: Watchable(), 1: Watchable()}
+    for index, partition in partitions.items():
+        session.watch(("t", index), partition)
+    with session.answering(("t", 0)):
+        partitions[0].notify_waiters()
+    assert session.take_changed() == []
+    started = time.monotonic()
+    await session.wait_for_change(0.05)  # not woken: no news
+    assert time.monotonic() - started >= 0.05
+    partitions[0].notify_waiters()  # a change from elsewhere (an append) before the read
+    with session.answering(("t", 0)):
+        partitions[0].notify_waiters()
+        partitions[1].notify_waiters()
+    assert sorted(session.take_changed()) == [("t", 0), ("t", 1)]
 
 
 def test_an_answer_is_news_when_something_moved():
