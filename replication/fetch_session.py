@@ -26,11 +26,10 @@ Request fields, as KIP-227 defines them:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -159,18 +158,14 @@ class FetchSession:
         self.changed.add(key)
         self._wakeup.set()
 
-    @contextlib.contextmanager
-    def answering(self, key: PartitionKey) -> Iterator[None]:
-        """While ``key`` is read for this session: a change the read makes itself, which
-        its answer carries, does not make it changed."""
-        marked = key in self.changed
-        try:
-            yield
-        finally:
-            if not marked:
-                self.changed.discard(key)
-                if not self.changed:
-                    self._wakeup.clear()
+    def answered_here(self, key: PartitionKey) -> None:
+        """``key`` changed while it was read for this session, by that read itself (a
+        follower's acknowledgement that moved the high watermark), and that read's answer
+        carries the change: no reason to read it again. Only for a key that was not
+        changed before its read began."""
+        self.changed.discard(key)
+        if not self.changed:
+            self._wakeup.clear()
 
     def take_changed(self) -> list[PartitionKey]:
         """The partitions to read now (then forgotten as changed until they change again)."""

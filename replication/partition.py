@@ -325,7 +325,8 @@ class ReplicatedPartition(Partition):
             state.caught_up_at = time.monotonic()
         if self._joins_isr(replica_id, fetch_offset):
             self._propose(self.isr + [replica_id])
-        self.maybe_advance_high_watermark()
+        if fetch_offset > self._high_watermark:  # else it cannot be what holds it back
+            self.maybe_advance_high_watermark()
         news = self._high_watermark > state.high_watermark_sent
         state.high_watermark_sent = self._high_watermark
         return news

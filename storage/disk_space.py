@@ -22,12 +22,10 @@ anything else on the file system counts at once.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from .log import KafkaStorageError
@@ -89,13 +87,24 @@ def log_storage_error(logger: logging.Logger, what: str, error: KafkaStorageErro
         logger.error("%s: %s", what, error)
 
 
-@contextlib.contextmanager
-def storage_io(what: str) -> Iterator[None]:
-    """Turn an OSError inside into the storage error a handler answers with."""
-    try:
-        yield
-    except OSError as e:
-        raise storage_error(what, e) from e
+class storage_io:
+    """Turn an OSError inside into the storage error a handler answers with.
+
+    A class rather than a generator: it wraps every append and read of a log, and a
+    generator's context manager cost several times as much per use."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, error_type, error, traceback) -> bool:
+        if isinstance(error, OSError):
+            raise storage_error(self.what, error) from error
+        return False
 
 
 class DiskSpace:

@@ -122,9 +122,10 @@ async def _read_partition(reads: _Reads, topic: str, fetch, budget: int,
         return PartitionRead(_entry(request, index, ErrorCode.unknown_server_error), 0, None)
     except KafkaStorageError:
         return PartitionRead(_entry(request, index, ErrorCode.kafka_storage_error), 0, None)
+    # A follower keeps its own last stable offset (from its log and high watermark).
     entry = _entry(request, index, error, hw=partition.high_watermark,
-                   lso=partition.last_stable_offset, log_start=partition.log.log_start_offset,
-                   records=records, aborted=aborted)
+                   lso=partition.last_stable_offset if replica_id < 0 else -1,
+                   log_start=partition.log.log_start_offset, records=records, aborted=aborted)
     return PartitionRead(entry, len(records), partition, answer_now,
                          more=not records and fetch.fetch_offset < upper)
 
@@ -211,10 +212,13 @@ class _Reads:
         moves is in this read's answer: the change is not news for the session's next
         read, which would otherwise read the partition once more for every acks=all append
         (the last follower's acknowledgement moves the high watermark)."""
-        if self.session is None:
+        session = self.session
+        if session is None or key in session.changed:
             return partition.record_follower_fetch(self.replica_id, fetch_offset)
-        with self.session.answering(key):
-            return partition.record_follower_fetch(self.replica_id, fetch_offset)
+        answer_now = partition.record_follower_fetch(self.replica_id, fetch_offset)
+        if key in session.changed:
+            session.answered_here(key)
+        return answer_now
 
     @property
     def total(self) -> int:
