@@ -8,8 +8,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from bench.scale_bench import (SECTIONS, Produced, kafkajs_produce, p99, parse_args,
-                               spread_target)
+from bench.scale_bench import (SECTIONS, Produced, kafkajs_produce, median_round, p99,
+                               parse_args, spread_target)
 from support.topics import create_topic
 
 
@@ -31,6 +31,14 @@ def test_a_spread_ratio_is_judged_only_where_the_clients_own_cpu_allows_the_targ
     # 20 MB for 1 CPU second: at most 40 MB/s whatever the brokers do, a bound of 0.4x.
     client_bound = spread_target("burst", 20, few, Produced(10.0, 1.0))
     assert client_bound.met is None and "client-bound" in client_bound.line()
+
+
+def test_the_sustained_spread_is_judged_on_its_median_round():
+    rounds = [(Produced(100.0, 1.0), Produced(58.0, 2.0)),
+              (Produced(160.0, 1.0), Produced(53.0, 2.0)),
+              (Produced(110.0, 1.0), Produced(50.0, 2.0))]
+    assert median_round(rounds) == rounds[2]  # 0.58x, 0.33x, 0.45x
+    assert median_round(rounds[:2]) == rounds[1]  # of two, the lower
 
 
 def test_sections_and_sizes_come_from_the_command_line():
