@@ -16,12 +16,12 @@ partitions works):
   (target ratio >= 0.5), of ``--mb``, and of ``--sustained-mb`` in ``--sustained-rounds``
   rounds (the median round's ratio is judged, as one round's varies); then a diskless
   topic of as many partitions, produce and consume vs the classic figures (target within
-  2x). With
-  ``--kafkajs``, the two classic produce phases of ``--mb`` once more with kafkajs, which
-  puts every partition a broker leads in one Produce request (librdkafka: one partition per
-  request). Each spread ratio comes with the client's bound (``spread_target``): the ratio
-  the client's own CPU would allow if the brokers cost nothing; a ratio whose bound is
-  below the target measures the client, and is reported, not judged.
+  2x). With ``--kafkajs``, the two classic produce phases of ``--mb`` once more with
+  kafkajs, which puts every partition a broker leads in one Produce request (librdkafka:
+  one partition per request). Each spread ratio comes with the client's bound
+  (``spread_target``): the ratio the client's own CPU would allow if the brokers cost
+  nothing; a ratio whose bound is below the target measures the client, and is reported,
+  not judged.
 - ``churn``: create a ``--churn-partitions`` RF=3 topic and delete it: brokers fenced (the
   controller's "fencing broker" log lines), ISR shrinks (kipper_isr_shrinks), and the event
   loop lag P99 over the churn from every broker's kipper_event_loop_lag_seconds histogram.
