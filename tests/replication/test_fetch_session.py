@@ -174,6 +174,7 @@ def test_a_partition_listed_again_after_an_error_is_still_forgotten_when_no_long
     handler.resend(("t", 1))
     listed = handler.plan(wanted)
     assert listed.to_send == {("t", 1): FetchPosition(20, 1, 0)}
+    handler.answered(listed, ErrorCode.none, session_id=9)
     handler.resend(("t", 1))  # its answer was an error again
     handler.forget(("t", 1))
     forgetting = handler.plan({("t", 0): FetchPosition(10, 1, 0)})
