@@ -30,6 +30,7 @@ from protocol.framing import (
     encode_response_buffers,
     parse_request,
 )
+from replication.frame_reader import FrameReader, FrameSizeError
 
 from .broker_metrics import RequestMetrics, api_name
 from .handlers import HANDLERS, RequestContext
@@ -63,7 +64,7 @@ class Connection:
     def __init__(self, services: "BrokerServices", traffic: "NetworkTraffic",
                  responses: ConnectionResponses, credentials: ClusterCredentials,
                  requests: RequestMetrics,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 reader: FrameReader, writer: asyncio.StreamWriter,
                  listener: "ListenerSecurity | None" = None, principal: str = "User:ANONYMOUS",
                  ) -> None:
         """``listener``: the listener accepted on (None: an unnamed plaintext one);
@@ -123,37 +124,10 @@ class Connection:
         read_timeout = self.config.request_read_timeout_ms / 1000
         max_size = self.config.max_request_bytes
         while not self.writer.is_closing():
-            try:
-                # asyncio.timeout rather than wait_for, which ran the read as a task of its
-                # own: a task and a turn of the event loop more per request.
-                async with asyncio.timeout(idle_timeout):
-                    first = await self.reader.readexactly(1)
-            except TimeoutError:
-                log.info("closing %s: idle for %.0f s", self.peer, idle_timeout)
+            frame = await self._read_frame(idle_timeout, read_timeout, max_size)
+            if frame is None:
                 return
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            try:
-                # Idle time ends with a request's first byte; from there the whole frame
-                # has a deadline, or a client trickling bytes would hold the connection.
-                async with asyncio.timeout(read_timeout):
-                    (size,) = _SIZE.unpack(first + await self.reader.readexactly(3))
-                    if size <= 0 or size > max_size:
-                        log.warning("closing %s: request size %d outside 1..%d bytes",
-                                    self.peer, size, max_size)
-                        return
-                    frame = await self.reader.readexactly(size)
-            except TimeoutError:
-                log.warning("closing %s: a request was still incomplete after %.0f s",
-                            self.peer, read_timeout)
-                return
-            except asyncio.IncompleteReadError as e:
-                if e.partial:
-                    log.warning("closing %s: connection ended inside a request (%d bytes of "
-                                "%s)", self.peer, len(e.partial), e.expected)
-                return
-            except ConnectionError:
-                return
+            size = len(frame)
             received_at = time.perf_counter()
             if self.sasl is not None and self.sasl.bare_tokens:
                 if not await self._bare_sasl_token(frame):
@@ -198,6 +172,43 @@ class Connection:
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
             await self._responses.put(task)
+
+    async def _read_frame(self, idle_timeout: float, read_timeout: float,
+                          max_size: int) -> bytes | None:
+        """The next request's frame; None when the connection is to close (logged)."""
+        reader = self.reader
+        try:
+            frame = reader.next_frame(max_size)
+            if frame is not None:
+                return frame  # already here: no timer to arm, as for most pipelined requests
+            if not reader.started:
+                try:
+                    # asyncio.timeout rather than wait_for, which ran the read as a task of
+                    # its own: a task and a turn of the event loop more per request.
+                    async with asyncio.timeout(idle_timeout):
+                        await reader.wait_for_data()
+                except TimeoutError:
+                    log.info("closing %s: idle for %.0f s", self.peer, idle_timeout)
+                    return None
+            try:
+                # Idle time ends with a request's first byte; from there the whole frame
+                # has a deadline, or a client trickling bytes would hold the connection.
+                async with asyncio.timeout(read_timeout):
+                    return await reader.read_frame(max_size)
+            except TimeoutError:
+                log.warning("closing %s: a request was still incomplete after %.0f s",
+                            self.peer, read_timeout)
+                return None
+        except FrameSizeError as e:
+            log.warning("closing %s: request size %d outside 1..%d bytes",
+                        self.peer, e.size, max_size)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.warning("closing %s: connection ended inside a request (%d bytes of "
+                            "%s)", self.peer, len(e.partial), e.expected)
+        except ConnectionError:
+            pass
+        return None
 
     async def _authenticate(self, header: RequestHeader, body: object,
                             traffic_class: str) -> bool:

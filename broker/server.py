@@ -38,6 +38,7 @@ from replication.active_tiered import BrokerReplicaLink
 from replication.shared_streams import BrokerStreamMetadata
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.fetch_session import FetchSessionCache
+from replication.frame_reader import FrameReader, frame_protocol, start_frame_server
 from replication.node_client import NodeClient
 from replication.raft import QuorumSettings, parse_voters
 from replication.raft.leader_connection import ActiveController
@@ -269,9 +270,9 @@ class Broker:
             flag = "--listeners" if self.config.listeners else "--listener"
             with binding(listener.address, flag):
                 if security.tls is None:
-                    server = await asyncio.start_server(
+                    server = await start_frame_server(
                         functools.partial(self._accept, security, principal="User:ANONYMOUS"),
-                        listener.bind_host, listener.port, limit=1 << 20)
+                        listener.bind_host, listener.port)
                     ports[listener.name] = server.sockets[0].getsockname()[1]
                 else:
                     server = await SocketAcceptor.bind(
@@ -547,8 +548,8 @@ class Broker:
         logged (one line) and counted, and the connection closed. Then it is served as the
         principal of its client certificate (SSL) or as SASL decides (SASL_SSL)."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 20)
-        protocol = asyncio.StreamReaderProtocol(reader)
+        protocol = frame_protocol()
+        reader = protocol.reader
         try:
             peer = "%s:%s" % connection.getpeername()[:2]
         except OSError:
@@ -557,7 +558,7 @@ class Broker:
             transport, _ = await loop.connect_accepted_socket(
                 lambda: protocol, connection, ssl=security.tls,
                 ssl_handshake_timeout=self.config.ssl_handshake_timeout_ms / 1000)
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            writer = protocol.writer(transport)
             principal = "User:ANONYMOUS"  # SASL_SSL: SASL decides
             if security.protocol is SecurityProtocol.SSL:
                 principal = peer_principal(writer.get_extra_info("ssl_object"),
@@ -573,7 +574,7 @@ class Broker:
             return
         await self._accept(security, reader, writer, principal=principal)
 
-    async def _accept(self, security: ListenerSecurity, reader: asyncio.StreamReader,
+    async def _accept(self, security: ListenerSecurity, reader: FrameReader,
                       writer: asyncio.StreamWriter, principal: str) -> None:
         task = asyncio.current_task()
         self._connections.add(task)

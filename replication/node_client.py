@@ -36,6 +36,7 @@ from protocol.build import make, millis
 from protocol.framing import decode_response, encode_request
 from protocol.internal import ClusterCredentials, InternalApiKey, JsonBody, is_internal
 
+from .frame_reader import FrameReader, FrameSizeError, open_frame_connection
 from .partition import PartitionError
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ class NodeConnection:
             # arrives as the call completes, and a cancelled replica fetcher or metadata
             # loop then runs on, which kept brokers from stopping.
             async with asyncio.timeout(timeout):
-                reader, self._writer = await asyncio.open_connection(
+                reader, self._writer = await open_frame_connection(
                     self.host, self.port, ssl=self.security.tls,
                     ssl_handshake_timeout=timeout if self.security.tls else None)
             self._reader_task = asyncio.create_task(self._read_responses(reader))
@@ -211,11 +212,11 @@ class NodeConnection:
                 raise refused from None
             raise
 
-    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+    async def _read_responses(self, reader: FrameReader) -> None:
         try:
             while True:
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
-                frame = await reader.readexactly(size)
+                frame = await reader.read_frame()
+                size = len(frame)
                 (correlation_id,) = _SIZE.unpack_from(frame, 0)
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:
@@ -227,7 +228,7 @@ class NodeConnection:
                         future.set_result(decode_response(frame, api_key, version)[1])
                     except Exception as e:  # a response we cannot decode ends this call only
                         future.set_exception(e)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, FrameSizeError) as e:
             self._fail_pending(ConnectionError(f"connection to {self.host}:{self.port} lost: {e}"))
         except asyncio.CancelledError:
             self._fail_pending(ConnectionError("connection closed"))

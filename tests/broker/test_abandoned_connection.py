@@ -26,6 +26,7 @@ from protocol.apis import ApiKey
 from protocol.framing import encode_request
 from protocol.internal import ClusterCredentials
 from replication.cluster_metadata import MetadataImage
+from replication.frame_reader import start_frame_server
 
 MiB = 1 << 20
 RESPONSE_BYTES = 4 * MiB
@@ -70,7 +71,7 @@ async def test_an_abandoned_connection_frees_its_responses_without_a_collection(
             ended.set()
 
     gc.disable()
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await start_frame_server(serve, "127.0.0.1", 0)
     client = socket.create_connection(server.sockets[0].getsockname()[:2])
     try:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

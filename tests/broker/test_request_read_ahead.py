@@ -22,6 +22,7 @@ from protocol.build import make
 from protocol.framing import encode_request
 from protocol.internal import ClusterCredentials
 from replication.cluster_metadata import MetadataImage
+from replication.frame_reader import start_frame_server
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 MiB = 1 << 20
@@ -59,7 +60,7 @@ async def held_connection(tmp_path, monkeypatch):
                          memory.connection(CONNECTION_LIMIT), ClusterCredentials(1, "unused"),
                          RequestMetrics(), reader, writer).run()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await start_frame_server(serve, "127.0.0.1", 0)
     reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
     yield started, release, writer, memory
     release.set()
