@@ -65,7 +65,11 @@ class ProduceDroppingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            broker = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                broker = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the broker stopped first (teardown): the client sees a close
+                client.close()
+                continue
             self._sockets += [client, broker]
             doomed: set[int] = set()
             threading.Thread(target=self._requests, args=(client, broker, doomed),
