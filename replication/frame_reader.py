@@ -2,9 +2,9 @@
 
 asyncio's StreamReader appends every chunk received to one bytearray (a copy, and a new
 allocation whenever it grows) and copies a frame out of it twice (a slice, then ``bytes``).
-On a broker taking 1 GB of produce requests over 10 partitions that was 45 % of its CPU
-(py-spy, one broker). ``FrameReader`` keeps the chunks as received and cuts each frame
-out with one copy, or none when a chunk is exactly one frame.
+On a broker taking 1 GB of produce requests over 10 partitions that was 47 % of its py-spy
+samples (bench/README.md, session 24). ``FrameReader`` keeps the chunks as received and cuts
+each frame out with one copy, or none when a chunk is exactly one frame.
 
 It stands in for the StreamReader that ``asyncio.StreamReaderProtocol`` feeds, so the
 writing side (``asyncio.StreamWriter`` and its flow control) stays asyncio's. Like
