@@ -121,9 +121,9 @@ def consumer_fetch_bytes(cluster: LocalCluster) -> Counter:
 
 
 def wait_for_assignment_within_azs(bootstrap: str, group: str, topic: str) -> None:
-    """Until each member (client id ``name,az=AZ``) is assigned only partitions led in its AZ.
-    The coordinator assigns by rack once the new topic's leaders have reached it; under load a
-    first assignment can come before, and the rack-aware one replaces it a little later."""
+    """Until each member (client id ``name,az=AZ``) is assigned only partitions led in its AZ:
+    the state the test measures. Under full-suite load, waiting only for every member to hold
+    its target assignment twice left about a fifth of the bytes read across AZs."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
     def within_azs() -> bool:
