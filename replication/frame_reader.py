@@ -50,7 +50,7 @@ class FrameReader:
         self._transport: asyncio.Transport | None = None
         self._paused = False
 
-    # -- what asyncio.StreamReaderProtocol and StreamWriter call -------------------------
+    # -- what asyncio.StreamReaderProtocol calls, and the connection's error -------------
 
     def set_transport(self, transport: asyncio.Transport) -> None:
         self._transport = transport
