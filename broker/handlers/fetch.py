@@ -213,10 +213,9 @@ class _Reads:
         read, which would otherwise read the partition once more for every acks=all append
         (the last follower's acknowledgement moves the high watermark)."""
         session = self.session
-        if session is None or key in session.changed:
-            return partition.record_follower_fetch(self.replica_id, fetch_offset)
+        changed_before = session is None or key in session.changed
         answer_now = partition.record_follower_fetch(self.replica_id, fetch_offset)
-        if key in session.changed:
+        if not changed_before and key in session.changed:
             session.answered_here(key)
         return answer_now
 
