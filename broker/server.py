@@ -38,7 +38,7 @@ from replication.active_tiered import BrokerReplicaLink
 from replication.shared_streams import BrokerStreamMetadata
 from replication.cluster_metadata import DISKLESS_METADATA_TOPIC, MetadataImage
 from replication.fetch_session import FetchSessionCache
-from replication.frame_reader import FrameReader, frame_protocol, start_frame_server
+from replication.frame_reader import FrameProtocol, FrameReader, start_frame_server
 from replication.node_client import NodeClient
 from replication.raft import QuorumSettings, parse_voters
 from replication.raft.leader_connection import ActiveController
@@ -548,7 +548,7 @@ class Broker:
         logged (one line) and counted, and the connection closed. Then it is served as the
         principal of its client certificate (SSL) or as SASL decides (SASL_SSL)."""
         loop = asyncio.get_running_loop()
-        protocol = frame_protocol()
+        protocol = FrameProtocol()
         reader = protocol.reader
         try:
             peer = "%s:%s" % connection.getpeername()[:2]

@@ -195,9 +195,10 @@ class FrameProtocol(asyncio.StreamReaderProtocol):
     """asyncio.StreamReaderProtocol feeding a FrameReader. A server's ``on_connected`` is
     run as a task with the reader and an asyncio.StreamWriter, as start_server's callback."""
 
-    def __init__(self, reader: FrameReader,
-                 on_connected: Callable[[FrameReader, asyncio.StreamWriter],
-                                        Awaitable[None]] | None = None) -> None:
+    def __init__(self, on_connected: Callable[[FrameReader, asyncio.StreamWriter],
+                                              Awaitable[None]] | None = None,
+                 limit: int = 1 << 20) -> None:
+        reader = FrameReader(limit)
         super().__init__(reader)
         # Strong until the connection is lost: StreamReaderProtocol's own is weak.
         self.reader: FrameReader | None = reader
@@ -227,25 +228,19 @@ def _close_on_error(transport: asyncio.BaseTransport, task: asyncio.Task) -> Non
         transport.close()
 
 
-def frame_protocol(on_connected: Callable[[FrameReader, asyncio.StreamWriter],
-                                          Awaitable[None]] | None = None,
-                   limit: int = 1 << 20) -> FrameProtocol:
-    return FrameProtocol(FrameReader(limit), on_connected)
-
-
 async def start_frame_server(on_connected: Callable[[FrameReader, asyncio.StreamWriter],
                                                     Awaitable[None]],
                              host: str | None, port: int, *, limit: int = 1 << 20,
                              **kwargs) -> asyncio.Server:
     """``asyncio.start_server`` whose callback gets a FrameReader."""
     return await asyncio.get_running_loop().create_server(
-        lambda: frame_protocol(on_connected, limit), host, port, **kwargs)
+        lambda: FrameProtocol(on_connected, limit), host, port, **kwargs)
 
 
 async def open_frame_connection(host: str, port: int, *, limit: int = 1 << 20,
                                 **kwargs) -> tuple[FrameReader, asyncio.StreamWriter]:
     """``asyncio.open_connection`` reading frames."""
-    protocol = frame_protocol(limit=limit)
+    protocol = FrameProtocol(limit=limit)
     reader = protocol.reader
     transport, _ = await asyncio.get_running_loop().create_connection(
         lambda: protocol, host, port, **kwargs)
