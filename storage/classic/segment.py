@@ -23,7 +23,6 @@ process's budget of open segment files, ``open_files``) and is reopened on next 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import logging
 import os
@@ -443,7 +442,7 @@ class LogSegment:
         if self._recent and self._recent[0][0].base_offset <= offset:
             for batch, position in self._recent:
                 if batch.last_offset >= offset:
-                    return dataclasses.replace(batch, position=position)
+                    return batch.at(position)
             return None
         for batch in self._scan(self._index_position(offset)):
             if batch.last_offset >= offset:

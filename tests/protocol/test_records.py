@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -36,6 +38,11 @@ def test_header_fields_of_a_client_built_batch():
     assert header.max_timestamp == 1_700_000_000_004
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 1, 10)
     assert header.last_sequence == 14
+
+
+def test_a_header_moved_to_another_position_keeps_every_other_field():
+    (header,) = validate_produce_records(build_batch(producer_id=7, base_sequence=10))
+    assert header.at(4096) == dataclasses.replace(header, position=4096)
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
