@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import heapq
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -205,6 +207,15 @@ class ReplicatedPartition(Partition):
         self._isr_change: asyncio.Task | None = None
         # Appends between the seal check and the log (an engine's append may await).
         self._appending = 0
+        # acks=all appends waiting for the high watermark: (offset it must reach, order,
+        # waiter), a heap, so that a change wakes only the appends it commits. Woken by
+        # every change, the thousands of pipelined requests a producer has in flight to one
+        # partition each went back to sleep on every append and every follower fetch:
+        # a third of the leader's time, with 10,000 in flight.
+        self._commit_waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._commit_order = itertools.count()
+        # Waiters that stopped waiting (timed out, cancelled) but are still in the heap.
+        self._abandoned_waiters = 0
         self._high_watermark = max(log.log_start_offset, committed_offset)
         self.update_info(info)
 
@@ -274,7 +285,7 @@ class ReplicatedPartition(Partition):
         finally:
             self._appending -= 1
         self.maybe_advance_high_watermark()
-        self.notify_waiters()  # followers long-polling for new data
+        self._notify_progress()  # followers long-polling for new data
         if required_acks == -1:
             await self._wait_committed(result.last_offset + 1, timeout_s, min_isr)
         return result
@@ -292,18 +303,64 @@ class ReplicatedPartition(Partition):
             await self.wait_for_change(min(remaining, 0.1))
 
     async def _wait_committed(self, offset: int, timeout_s: float, min_isr: int) -> None:
-        deadline = time.monotonic() + timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         epoch = self.leader_epoch
+        waiter = None
         while self.high_watermark < offset:
             if not self.is_leader or self.leader_epoch != epoch:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
-            remaining = deadline - time.monotonic()
+            remaining = deadline - loop.time()
             if remaining <= 0:
+                if waiter is not None:  # ended by its timer: still in the heap
+                    self._abandon_commit_waiter()
                 raise PartitionError(ErrorCode.request_timed_out,
                                      "the ISR did not acknowledge the records in time")
-            await self.wait_for_change(remaining)
+            waiter = loop.create_future()
+            heapq.heappush(self._commit_waiters, (offset, next(self._commit_order), waiter))
+            timer = loop.call_later(remaining, _end_wait, waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._abandon_commit_waiter()
+                raise
+            finally:
+                timer.cancel()
         if len(self.isr) < min_isr:
             raise PartitionError(ErrorCode.not_enough_replicas_after_append)
+
+    def notify_waiters(self) -> None:
+        """Everything waiting here looks again, the acks=all appends too: leadership, the
+        ISR or the partition's place on this broker changed."""
+        super().notify_waiters()
+        self._release_commit_waiters(everyone=True)
+
+    def _notify_progress(self) -> None:
+        """New records or a higher high watermark: long polls look again, and of the acks=all
+        appends those it commits."""
+        super().notify_waiters()
+        self._release_commit_waiters(everyone=False)
+
+    def _release_commit_waiters(self, *, everyone: bool) -> None:
+        waiters = self._commit_waiters
+        if everyone:
+            self._commit_waiters, self._abandoned_waiters = [], 0
+            for _, _, waiter in waiters:
+                _end_wait(waiter)
+            return
+        while waiters and waiters[0][0] <= self.high_watermark:
+            _end_wait(heapq.heappop(waiters)[2])
+
+    def _abandon_commit_waiter(self) -> None:
+        """A waiter timed out or was cancelled (its connection closed) and may still be in the
+        heap until the high watermark passes it: the heap is rebuilt without such waiters
+        once they are half of it, so a stuck high watermark does not keep them all."""
+        self._abandoned_waiters += 1
+        if self._abandoned_waiters * 2 > len(self._commit_waiters):
+            self._commit_waiters = [entry for entry in self._commit_waiters
+                                    if not entry[2].done()]
+            heapq.heapify(self._commit_waiters)
+            self._abandoned_waiters = 0
 
     def read_replicas(self, image: MetadataImage) -> list[int]:
         return list(self.isr)
@@ -341,7 +398,7 @@ class ReplicatedPartition(Partition):
         if new_hw > self._high_watermark:
             self._high_watermark = new_hw
             self.log.on_high_watermark_updated(new_hw)
-            self.notify_waiters()
+            self._notify_progress()
 
     def maybe_shrink_isr(self, max_lag_s: float) -> None:
         if not self.is_leader:
@@ -400,7 +457,7 @@ class ReplicatedPartition(Partition):
         if new_hw != self._high_watermark:
             self._high_watermark = new_hw
             self.log.on_high_watermark_updated(new_hw)
-            self.notify_waiters()
+            self._notify_progress()
 
 
 async def wait_for_any_change(partitions: list[Watchable], timeout_s: float) -> None:
