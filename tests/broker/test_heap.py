@@ -1,9 +1,10 @@
 """broker.heap: the heap is frozen after a large metadata change or many logs opened, and
-collected whole once many partitions were dropped."""
+collected whole once many partitions were dropped; glibc keeps large freed blocks."""
 
 from __future__ import annotations
 
 import gc
+import platform
 import weakref
 
 import pytest
@@ -13,6 +14,7 @@ from broker.heap import (
     FULL_COLLECTION_AFTER_DROPS,
     Heap,
     full_collection,
+    keep_freed_memory,
 )
 
 
@@ -74,3 +76,8 @@ def test_a_full_collection_reaches_frozen_cycles_and_keeps_the_rest_frozen():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_glibc_takes_the_allocator_settings():
+    assert keep_freed_memory()
