@@ -94,14 +94,19 @@ async def _smallest_cpu(services: BrokerServices, frames: list[bytes], runs: int
     return best
 
 
+def produce_frame(topic: str, partition: int, batch: bytes, acks: int,
+                  correlation_id: int) -> bytes:
+    """A one-partition Produce v9 frame, as librdkafka sends them."""
+    return encode_request(ApiKey.PRODUCE, 9, correlation_id, "bench", make(
+        ProduceRequest, transactional_id=None, acks=acks, timeout=30_000, topic_data=(make(
+            TopicProduceData, name=topic, partition_data=(make(
+                PartitionProduceData, index=partition, records=batch),)),)))
+
+
 def _produce_frames(partitions: int, records: int) -> list[bytes]:
     batch = bytes(build_batch([(None, os.urandom(1024)) for _ in range(records)],
                               int(time.time() * 1000)))
-    return [encode_request(ApiKey.PRODUCE, 9, p, "bench", make(
-        ProduceRequest, transactional_id=None, acks=1, timeout=5000, topic_data=(make(
-            TopicProduceData, name=TOPIC, partition_data=(make(
-                PartitionProduceData, index=p, records=batch),)),)))
-        for p in range(partitions)]
+    return [produce_frame(TOPIC, p, batch, 1, p) for p in range(partitions)]
 
 
 def _fetch_frame(partitions: int, offset: int) -> bytes:

@@ -189,18 +189,27 @@ def kafkajs_produce(bootstrap: str, topic: str, partitions: int, mb: float) -> P
 
 def sustained_rounds(bootstrap: str, partitions: int, mb: float, rounds: int,
                      ) -> list[tuple[Produced, Produced]]:
-    """Producing ``mb`` over 10 partitions, then over ``partitions``, ``rounds`` times. Each
-    phase starts with the page cache written back (``sync``), rather than paying for the
-    phase before it (gigabytes at RF=3). One round's ratio is not enough: in identical
-    rounds on one cluster it moved between 0.33x and 0.58x, as the kernel's time writing
-    the same bytes over 10 partitions doubled from one round to the next."""
+    """Producing ``mb`` over 10 partitions and over ``partitions``, ``rounds`` times, the
+    phase over 10 first in even rounds and last in odd ones. Each phase starts with the page
+    cache written back (``sync``), rather than paying for the phase before it (gigabytes at
+    RF=3). One round's ratio is not enough: in identical rounds on one cluster it moved
+    between 0.33x and 0.58x, as the kernel's time writing the same bytes over 10 partitions
+    doubled from one round to the next. That time grows with what the cluster wrote before,
+    whichever the partitions: the same 520 MB of requests over 10 partitions cost the
+    brokers 1.5-2.1 s of system CPU on a new cluster and 4.8-5.1 s after three rounds of
+    them over 10,000 (bench/produce_pipeline_bench.py, either order), so a fixed order
+    charged the phase over many partitions for it in every round."""
     results = []
-    for _ in range(rounds):
-        os.sync()
-        few, _ = produce_and_consume(bootstrap, "scale-classic-10", 10, mb, consume=False)
-        os.sync()
-        many, _ = produce_and_consume(bootstrap, "scale-classic", partitions, mb,
-                                      consume=False)
+    for round_index in range(rounds):
+        phases = [("scale-classic-10", 10), ("scale-classic", partitions)]
+        if round_index % 2:
+            phases.reverse()
+        produced = {}
+        for topic, count in phases:
+            os.sync()
+            produced[count], _ = produce_and_consume(bootstrap, topic, count, mb,
+                                                     consume=False)
+        few, many = produced[10], produced[partitions]
         print(f"sustained round, {mb:g} MB: over 10 partitions {few.mb_per_s:.1f} MB/s, "
               f"over {partitions} {many.mb_per_s:.1f} MB/s", flush=True)
         results.append((few, many))
