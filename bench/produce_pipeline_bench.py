@@ -43,6 +43,10 @@ from .request_cost_bench import produce_frame
 from .scale_bench import create
 
 PRODUCE_VERSION = 9
+# At most this many rounds of warm_up before giving up.
+WARM_UP_ATTEMPTS = 10
+# Frames written to the socket at a time.
+FRAMES_PER_WRITE = 64
 _SIZE = struct.Struct(">i")
 
 
@@ -70,12 +74,8 @@ def _process_counters(pid: int) -> tuple[float, float, int]:
 
 
 def _counters(pids: list[int]) -> tuple[float, float, int]:
-    per_process = [_process_counters(pid) for pid in pids]
-    return tuple(sum(values) for values in zip(*per_process))  # type: ignore[return-value]
-
-
-# Rounds of one request to every partition before the measured ones (see warm_up).
-WARM_UP_ATTEMPTS = 10
+    user, system, faults = zip(*(_process_counters(pid) for pid in pids))
+    return sum(user), sum(system), sum(faults)
 
 
 def _frames_by_leader(admin: AdminClient, topic: str, partitions: int, requests: int,
@@ -94,8 +94,12 @@ def _frames_by_leader(admin: AdminClient, topic: str, partitions: int, requests:
 
 def _pipeline(address: tuple[str, int], frames: list[bytes], errors: Counter) -> None:
     """Write every frame down one connection while reading the answers."""
+    def write(sock: socket.socket) -> None:
+        for start in range(0, len(frames), FRAMES_PER_WRITE):
+            sock.sendall(b"".join(frames[start:start + FRAMES_PER_WRITE]))
+
     with socket.create_connection(address) as sock:
-        writer = threading.Thread(target=sock.sendall, args=(b"".join(frames),))
+        writer = threading.Thread(target=write, args=(sock,))
         writer.start()
         with sock.makefile("rb", buffering=1 << 20) as answers:
             for _ in frames:
