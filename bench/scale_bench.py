@@ -197,7 +197,7 @@ def sustained_rounds(bootstrap: str, partitions: int, mb: float, rounds: int,
     doubled from one round to the next. That time grows with what the cluster wrote before,
     whichever the partitions: the same 520 MB of requests over 10 partitions cost the
     brokers 1.5-2.1 s of system CPU on a new cluster and 4.8-5.1 s after three rounds of
-    them over 10,000 (bench/produce_pipeline_bench.py, either order), so a fixed order
+    them over 10,000 (bench/produce_pipeline_bench.py run in both orders), so a fixed order
     charged the phase over many partitions for it in every round."""
     results = []
     for round_index in range(rounds):
