@@ -270,14 +270,21 @@ def consume(args: argparse.Namespace, bootstrap: str, topic: str, expected: int)
                        client_cpu=self_cpu() - cpu_before)
 
 
+def process_counters(pid: int) -> tuple[float, float, int]:
+    """User and system CPU seconds and minor page faults of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
+
+
 def process_cpu(pid: int) -> float:
     """user+sys CPU seconds of a process (Linux /proc), 0.0 where unavailable."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        user, system, _ = process_counters(pid)
     except (OSError, IndexError, ValueError):
         return 0.0
+    return user + system
 
 
 def self_cpu() -> float:

@@ -34,15 +34,15 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from protocol.apis import ApiKey
 from protocol.framing import decode_response
 from protocol.records import build_batch
 
-from .broker_bench import wait_until_listable
+from .broker_bench import process_counters, wait_until_listable
 from .local_cluster import LocalCluster
-from .request_cost_bench import produce_frame
+from .request_cost_bench import PRODUCE_VERSION, produce_frame
 from .scale_bench import create
 
-PRODUCE_VERSION = 9
 # At most this many rounds of warm_up before giving up.
 WARM_UP_ATTEMPTS = 10
 # Frames written to the socket at a time.
@@ -65,16 +65,8 @@ class Round:
         return (self.user_s + self.system_s) / self.requests * 1e6
 
 
-def _process_counters(pid: int) -> tuple[float, float, int]:
-    """user and system CPU seconds and minor page faults of a process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks, int(fields[7])
-
-
 def _counters(pids: list[int]) -> tuple[float, float, int]:
-    user, system, faults = zip(*(_process_counters(pid) for pid in pids))
+    user, system, faults = zip(*(process_counters(pid) for pid in pids))
     return sum(user), sum(system), sum(faults)
 
 
@@ -104,7 +96,7 @@ def _pipeline(address: tuple[str, int], frames: list[bytes], errors: Counter) ->
         with sock.makefile("rb", buffering=1 << 20) as answers:
             for _ in frames:
                 (size,) = _SIZE.unpack(answers.read(_SIZE.size))
-                _, body = decode_response(answers.read(size), 0, PRODUCE_VERSION)
+                _, body = decode_response(answers.read(size), ApiKey.PRODUCE, PRODUCE_VERSION)
                 for topic in body.responses:
                     for partition in topic.partition_responses:
                         if partition.error_code != 0:

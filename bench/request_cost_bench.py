@@ -48,6 +48,8 @@ from storage.manager import LogManager
 
 NODE = 1
 TOPIC = "cost"
+# The Produce version librdkafka sends.
+PRODUCE_VERSION = 9
 
 
 async def _no_producer_ids() -> range:
@@ -97,7 +99,7 @@ async def _smallest_cpu(services: BrokerServices, frames: list[bytes], runs: int
 def produce_frame(topic: str, partition: int, batch: bytes, acks: int,
                   correlation_id: int) -> bytes:
     """A one-partition Produce v9 frame, as librdkafka sends them."""
-    return encode_request(ApiKey.PRODUCE, 9, correlation_id, "bench", make(
+    return encode_request(ApiKey.PRODUCE, PRODUCE_VERSION, correlation_id, "bench", make(
         ProduceRequest, transactional_id=None, acks=acks, timeout=30_000, topic_data=(make(
             TopicProduceData, name=topic, partition_data=(make(
                 PartitionProduceData, index=partition, records=batch),)),)))

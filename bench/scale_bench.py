@@ -207,9 +207,9 @@ def sustained_rounds(bootstrap: str, partitions: int, mb: float, rounds: int,
         produced = {}
         for topic, count in phases:
             os.sync()
-            produced[count], _ = produce_and_consume(bootstrap, topic, count, mb,
+            produced[topic], _ = produce_and_consume(bootstrap, topic, count, mb,
                                                      consume=False)
-        few, many = produced[10], produced[partitions]
+        few, many = produced["scale-classic-10"], produced["scale-classic"]
         print(f"sustained round, {mb:g} MB: over 10 partitions {few.mb_per_s:.1f} MB/s, "
               f"over {partitions} {many.mb_per_s:.1f} MB/s", flush=True)
         results.append((few, many))
