@@ -112,6 +112,7 @@ def _run_node(args: argparse.Namespace) -> NoReturn:
     sys.setswitchinterval(0.001)
     _raise_open_file_limit()
     heap.keep_freed_memory()
+    heap.collect_young_less_often()
     # The node has stopped and everything it keeps is durable.
     exit_without_teardown(uvloop.run(_run_broker(args)))
 

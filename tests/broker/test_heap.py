@@ -1,5 +1,6 @@
 """broker.heap: the heap is frozen after a large metadata change or many logs opened, and
-collected whole once many partitions were dropped; glibc keeps large freed blocks."""
+collected whole once many partitions were dropped; young objects are collected after 5,000;
+glibc keeps large freed blocks."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from broker.heap import (
     FREEZE_AFTER_ADDITIONS,
     FULL_COLLECTION_AFTER_DROPS,
+    YOUNG_COLLECTION_AFTER,
     Heap,
+    collect_young_less_often,
     full_collection,
     keep_freed_memory,
 )
@@ -81,3 +84,13 @@ def test_a_full_collection_reaches_frozen_cycles_and_keeps_the_rest_frozen():
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_glibc_takes_the_allocator_settings():
     assert keep_freed_memory()
+
+
+def test_young_objects_collected_less_often():
+    """Only the youngest generation's threshold changes; the older ones keep Python's."""
+    before = gc.get_threshold()
+    try:
+        collect_young_less_often()
+        assert gc.get_threshold() == (YOUNG_COLLECTION_AFTER, *before[1:])
+    finally:
+        gc.set_threshold(*before)
