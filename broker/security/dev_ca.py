@@ -205,9 +205,12 @@ def _reusable(paths: IssuedCertificate, ca_certificate: x509.Certificate,
     except (ValueError, TypeError, InvalidSignature):
         return False  # another CA's, or a key under another password
     try:
-        named = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        named = list(certificate.extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value)
     except x509.ExtensionNotFound:
-        named = x509.SubjectAlternativeName([])
+        # A client's certificate names no host. (Not an empty SubjectAlternativeName:
+        # cryptography 51 refuses to make one.)
+        named = []
     return not _expiring(certificate) and all(name in named for name in alternative_names)
 
 
