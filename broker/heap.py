@@ -77,12 +77,12 @@ def collect_young_less_often() -> None:
     collections followed. 20,000 produce requests on three brokers, RF=3
     (bench/produce_pipeline_bench.py's method), per broker and round:
 
-    - over 10 partitions: 170-235 young collections, 0.4-0.5 s collecting of a 6 s round;
+    - over 10 partitions: 155-235 young collections, 0.35-0.52 s collecting of a 6 s round;
       at 5,000: 3-4 and 0.01-0.07 s;
-    - over 10,000: 340-390 young collections and 3 full ones of 100-150 ms each, 1.0-1.2 s
+    - over 10,000: 334-392 young collections and 3 full ones of 90-150 ms each, 1.0-1.2 s
       of a 12 s round; at 5,000: 14-24 young ones, no full one, 0.3-0.6 s.
 
-    A young collection then takes longer (over 10,000 partitions 1 ms -> 10-20 ms), well
+    A young collection then takes longer (over 10,000 partitions 1 ms -> 14-22 ms), well
     inside the event loop's 50 ms."""
     gc.set_threshold(YOUNG_COLLECTION_AFTER, *gc.get_threshold()[1:])
 
