@@ -27,10 +27,12 @@ TOPIC = "isr-proposals"
 
 
 class Controller:
-    """Accepts every ISR change, as the controller would, and keeps the requests."""
+    """Accepts every ISR change, as the controller would (or refuses each with ``error``),
+    and keeps the requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: ErrorCode = ErrorCode.none) -> None:
         self.requests: list = []
+        self.error = error
 
     async def call(self, api_key, request, timeout: float):
         assert api_key == ApiKey.ALTER_PARTITION
@@ -39,7 +41,7 @@ class Controller:
         return make(AlterPartitionResponse, throttle_time=0, error_code=ErrorCode.none, topics=tuple(
             make(TopicData, topic_id=topic.topic_id, partitions=tuple(
                 make(PartitionData, partition_index=asked.partition_index,
-                     error_code=ErrorCode.none, leader_id=LEADER,
+                     error_code=self.error, leader_id=LEADER,
                      leader_epoch=asked.leader_epoch,
                      isr=tuple(b.broker_id for b in asked.new_isr_with_epochs),
                      leader_recovery_state=0, partition_epoch=asked.partition_epoch + 1)
@@ -53,9 +55,10 @@ class Leader:
     partitions replicated on both, led here, the follower not in the ISR yet."""
 
     def __init__(self, tmp_path: Path, partitions: int,
-                 fenced: frozenset[int] = frozenset()) -> None:
+                 fenced: frozenset[int] = frozenset(),
+                 controller: Controller | None = None) -> None:
         self.image = MetadataImage()
-        self.controller = Controller()
+        self.controller = controller or Controller()
         config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
         self.replicas = ReplicaManager(
             LEADER, self.image, LogManager(tmp_path), dynamic_configs(config, self.image),
@@ -110,5 +113,28 @@ async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
         # Unfenced: the leader proposes it at once, not at its next periodic check.
         leader.apply({"type": "unfence_broker", "node_id": FOLLOWER})
         await leader.until_in_sync(5)
+    finally:
+        await leader.replicas.close()
+
+
+async def test_refused_changes_of_many_partitions_are_logged_in_one_line(
+        tmp_path: Path, caplog):
+    """A cluster that stops refuses the ISR changes of thousands of partitions at once
+    (NOT_LEADER_OR_FOLLOWER): one line per answer and error, not one per partition."""
+    leader = Leader(tmp_path, 50, controller=Controller(ErrorCode.not_leader_or_follower))
+    try:
+        caplog.set_level("INFO", "replication.replica_manager")
+        for partition in leader.partitions:
+            partition.record_follower_fetch(FOLLOWER, partition.log.log_end_offset)
+        async with asyncio.timeout(10):
+            while not leader.controller.requests:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(refused) == 1, refused
+        assert refused[0].startswith(
+            "ISR change of 50 partition(s) refused (not_leader_or_follower): isr-proposals-")
+        assert refused[0].endswith(", ...")
+        assert all(partition.isr == [LEADER] for partition in leader.partitions)
     finally:
         await leader.replicas.close()
