@@ -578,8 +578,12 @@ class RaftNode:
         mine = (self.log.last_epoch(), self.log.log_end_offset)
         if request.pre_vote:
             # Changes nothing here. No while this voter leads, or follows a leader that
-            # works (answered a fetch within the fetch timeout).
-            granted = (request.epoch > self.epoch and not self._leader_works()
+            # works (answered a fetch within the fetch timeout); the leader itself asking
+            # does not work: it stopped leading (restarted, it never resumes its epoch), and
+            # waiting out the fetch timeout for it cost every restarted cluster a second.
+            leader_asks = request.candidate_id == self.leader_id
+            granted = (request.epoch > self.epoch
+                       and (leader_asks or not self._leader_works())
                        and (request.last_epoch, request.end_offset) >= mine)
             return VoteResponse(ErrorCode.none, self.leader_id, self.epoch, granted)
         if request.epoch > self.epoch:

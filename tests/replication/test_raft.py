@@ -174,6 +174,29 @@ async def test_a_leader_that_resigns_is_replaced_within_one_round_of_votes():
     assert elapsed < net.settings.election_timeout_s / 2, elapsed
 
 
+async def test_a_whole_quorum_restarted_elects_without_waiting_out_a_fetch_timeout():
+    """Every voter stopped and started again (a cluster restarted): the followers resume
+    following the old leader, which resumes as a voter of no leader and asks for a
+    pre-vote. Its own pre-vote tells them it no longer leads: they grant it at once instead
+    of vouching for it until their fetch timeout (1-1.3 s of every restart)."""
+    net = SimNetwork([0, 1, 2], seed=10)
+    await net.start_all()
+    old = await net.run_until_stable()
+    for node in list(net.nodes):
+        net.crash(node)
+    net.in_flight.clear()
+    await net.start_all()
+    elapsed = 0.0
+    while (new := net.leader()) is None and elapsed < 5:
+        await net.tick(0.01)
+        await net.deliver_all()
+        elapsed += 0.01
+    assert new is not None and new.epoch == old.epoch + 1
+    # The old leader's election timeout (0.3-0.6 s) and a round of pre-votes and votes.
+    assert elapsed < 2 * net.settings.election_timeout_s, elapsed
+    assert elapsed < net.settings.fetch_timeout_s, elapsed
+
+
 async def test_a_voter_below_the_log_start_loads_the_snapshot():
     net = SimNetwork([0, 1, 2], seed=5)
     await net.start_all()
