@@ -192,10 +192,14 @@ class ReplicatedPartition(Partition):
                  isr_changes: IsrChanges | None = None,
                  last_fetch_by: Callable[[int], float] = lambda replica_id: 0.0,
                  committed_offset: int = 0,
-                 isr_eligible: Callable[[int], bool] = lambda replica_id: True) -> None:
+                 isr_eligible: Callable[[int], bool] = lambda replica_id: True,
+                 unsettled: Callable[["ReplicatedPartition"], None] = lambda partition: None,
+                 ) -> None:
         """``last_fetch_by``: when a follower broker last fetched anything from this one.
         ``isr_eligible``: whether a follower's broker may join an ISR (not fenced, as
         Kafka's leader checks before it proposes: the controller refuses it otherwise).
+        ``unsettled``: called when this partition, led here, may stop being ``isr_settled``
+        (leadership or ISR changed, an append, a follower behind).
         ``committed_offset``: what is committed already (the base of a span that follows a
         diskless one: everything below it was committed by the batch coordinator)."""
         super().__init__(node_id, log, info)
@@ -203,6 +207,7 @@ class ReplicatedPartition(Partition):
         self.isr_changes = isr_changes
         self.last_fetch_by = last_fetch_by
         self.isr_eligible = isr_eligible
+        self.unsettled = unsettled
         self._followers: dict[int, FollowerState] = {}
         self._isr_change: asyncio.Task | None = None
         # Appends between the seal check and the log (an engine's append may await).
@@ -249,6 +254,7 @@ class ReplicatedPartition(Partition):
                 Leadership.LEADER if became_leader else Leadership.FOLLOWER, self.leader_epoch)
         if self.is_leader:
             self.maybe_advance_high_watermark()
+            self.unsettled(self)
         self.notify_waiters()  # fetches waiting here re-check their leader/epoch
 
     @property
@@ -285,6 +291,7 @@ class ReplicatedPartition(Partition):
         finally:
             self._appending -= 1
         self.maybe_advance_high_watermark()
+        self.unsettled(self)  # its followers are behind until they fetch the append
         self._notify_progress()  # followers long-polling for new data
         if required_acks == -1:
             await self._wait_committed(result.last_offset + 1, timeout_s, min_isr)
@@ -380,6 +387,8 @@ class ReplicatedPartition(Partition):
         state.log_end_offset = fetch_offset
         if fetch_offset >= self.log.log_end_offset:
             state.caught_up_at = time.monotonic()
+        else:  # behind, whatever appended what it lacks
+            self.unsettled(self)
         if self._joins_isr(replica_id, fetch_offset):
             self._propose(self.isr + [replica_id])
         if fetch_offset > self._high_watermark:  # else it cannot be what holds it back
@@ -409,15 +418,29 @@ class ReplicatedPartition(Partition):
         if lagging:
             self._propose([r for r in self.isr if r not in lagging])
 
-    def maybe_expand_isr(self) -> None:
+    def isr_settled(self) -> bool:
+        """Nothing for the periodic ISR check to do here as long as the follower brokers
+        keep fetching (from any partition: see ``_caught_up_at``): not led here, or every
+        replica in the ISR holding the whole log."""
+        if not self.is_leader:
+            return True
+        end = self.log.log_end_offset
+        return (set(self.isr) == set(self.replicas)
+                and all(state.log_end_offset >= end for state in self._followers.values()))
+
+    def maybe_expand_isr(self, max_lag_s: float) -> None:
         """Propose a caught-up follower for the ISR. A fetch that lists the partition does
         that too, but a partition idle in the follower's fetch session (KIP-227) is no
         longer listed once caught up, so a proposal that could not be sent then (another
-        ISR change in flight) is made here, periodically."""
+        ISR change in flight) is made here, periodically. Only a follower caught up within
+        ``max_lag_s``: one that stopped fetching still holds what it fetched, and was
+        proposed again at every check after the one that removed it."""
         if not self.is_leader:
             return
+        now = time.monotonic()
         for replica_id, state in self._followers.items():
-            if self._joins_isr(replica_id, state.log_end_offset):
+            if (self._joins_isr(replica_id, state.log_end_offset)
+                    and now - self._caught_up_at(replica_id) <= max_lag_s):
                 self._propose(self.isr + [replica_id])
                 return
 

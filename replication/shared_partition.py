@@ -79,5 +79,8 @@ class SharedPartition(ReplicatedPartition):
     def maybe_shrink_isr(self, max_lag_s: float) -> None:
         """The controller keeps the ISR (every live replica): nothing to shrink."""
 
-    def maybe_expand_isr(self) -> None:
+    def maybe_expand_isr(self, max_lag_s: float) -> None:
         """Nor to expand."""
+
+    def isr_settled(self) -> bool:
+        return True

@@ -17,6 +17,7 @@ from broker.static_configs import dynamic_configs
 from protocol.apis import ApiKey
 from protocol.build import make
 from protocol.internal import ClusterCredentials
+from protocol.records import build_batch, validate_produce_records
 from replication.cluster_metadata import MetadataImage
 from replication.node_client import NodeClient
 from replication.replica_manager import ISR_PROPOSALS_PER_REQUEST, ReplicaManager
@@ -56,14 +57,15 @@ class Leader:
 
     def __init__(self, tmp_path: Path, partitions: int,
                  fenced: frozenset[int] = frozenset(),
-                 controller: Controller | None = None) -> None:
+                 controller: Controller | None = None,
+                 replica_lag_time_max_ms: int = 30_000) -> None:
         self.image = MetadataImage()
         self.controller = controller or Controller()
         config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
         self.replicas = ReplicaManager(
             LEADER, self.image, LogManager(tmp_path), dynamic_configs(config, self.image),
             NodeClient("test", ClusterCredentials(LEADER, "unused"), traffic=None),
-            self.controller)
+            self.controller, replica_lag_time_max_ms)
         self.apply(*({"type": "broker", "node_id": node, "host": "127.0.0.1",
                       "port": 9000 + node, "epoch": 1, "fenced": node in fenced}
                      for node in (LEADER, FOLLOWER)),
@@ -107,7 +109,7 @@ async def test_a_fenced_follower_is_not_proposed_for_the_isr(tmp_path: Path):
     try:
         (partition,) = leader.partitions
         partition.record_follower_fetch(FOLLOWER, 0)
-        partition.maybe_expand_isr()
+        partition.maybe_expand_isr(30)
         await asyncio.sleep(0.05)
         assert leader.controller.requests == [] and partition.isr == [LEADER]
         # Unfenced: the leader proposes it at once, not at its next periodic check.
@@ -136,5 +138,41 @@ async def test_refused_changes_of_many_partitions_are_logged_in_one_line(
             "ISR change of 50 partition(s) refused (not_leader_or_follower): isr-proposals-")
         assert refused[0].endswith(", ...")
         assert all(partition.isr == [LEADER] for partition in leader.partitions)
+    finally:
+        await leader.replicas.close()
+
+
+async def test_the_periodic_isr_check_skips_settled_partitions_yet_shrinks_what_it_must(
+        tmp_path: Path):
+    """With 10,000 partitions, walking every one led here each replica_lag_time_max_ms / 2
+    was a sixth of an idle broker's CPU. Only partitions that may need an ISR change are
+    looked at: a follower stuck behind on one partition still leaves its ISR, and one that
+    stops fetching altogether still leaves every ISR, caught up or not, and is not proposed
+    back while it stays silent (it was, at every check after the one that removed it)."""
+    lag_ms = 400
+    leader = Leader(tmp_path, 3, replica_lag_time_max_ms=lag_ms)
+    replicas = leader.replicas
+    try:
+        for partition in leader.partitions:
+            partition.record_follower_fetch(FOLLOWER, partition.log.log_end_offset)
+        replicas.follower_fetched(FOLLOWER)
+        await leader.until_in_sync(10)
+        replicas.start()
+        behind, *idle = leader.partitions
+        records = build_batch([(None, b"v")], 0)
+        await behind.append_as_leader(records, validate_produce_records(records), 1)
+        behind.record_follower_fetch(FOLLOWER, 0)  # fetches, never gets past the append
+
+        async def fetching(seconds: float) -> None:  # the follower broker fetches on
+            for _ in range(int(seconds / 0.05)):
+                replicas.follower_fetched(FOLLOWER)
+                await asyncio.sleep(0.05)
+
+        await fetching(3 * lag_ms / 1000)
+        assert behind.isr == [LEADER]
+        assert [partition.isr for partition in idle] == [[LEADER, FOLLOWER]] * 2
+        assert replicas._isr_unsettled == {behind}  # the idle ones are no longer looked at
+        await asyncio.sleep(3 * lag_ms / 1000)  # it stops fetching: out of every ISR
+        assert [partition.isr for partition in idle] == [[LEADER]] * 2
     finally:
         await leader.replicas.close()
