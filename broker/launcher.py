@@ -78,7 +78,10 @@ log = logging.getLogger("kipper.cluster")
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
-STOP_GRACE_S = 20.0
+# Between SIGTERM and SIGKILL, as docker-compose.yml's stop_grace_period: a broker that
+# closes 10,000 logs just filled (the page cache still writing back what they took) took
+# over 20 s, and a broker killed recovers every log at its next start.
+STOP_GRACE_S = 60.0
 # While stopping: how often the active controller's broker is asked whether the other voters
 # handed over (each answer is a Metadata response of no topic).
 HANDOVER_POLL_S = 0.05

@@ -525,6 +525,15 @@ class ClassicLog(PartitionLog):
         self._last_flush_ms = now
 
     async def close(self, *, sync: bool = True) -> None:
+        # Off the event loop, and several at once (LogManager.close_all): a broker stopping
+        # closes thousands of logs, and each rewrites small files (a rename over an existing
+        # file took 0.4-0.6 ms on ext4). With 10,000 partitions holding data, closing them
+        # one after another on the loop took over 20 s: the launcher killed the brokers
+        # (no clean shutdown, every log recovered at the next start) and the loop answered
+        # nothing meanwhile.
+        await asyncio.to_thread(self._close_files, sync)
+
+    def _close_files(self, sync: bool) -> None:
         with storage_io(f"close {self.directory}"):
             # Every change of producer state appends (moving the log end) or truncates (which
             # writes a snapshot), so a snapshot at the log end is current.
