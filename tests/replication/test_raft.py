@@ -167,11 +167,7 @@ async def test_a_leader_that_resigns_is_replaced_within_one_round_of_votes():
     await old.resign()
     await net.deliver_all()
     net.crash(old.node_id)
-    elapsed = 0.0
-    while (new := net.leader()) is None and elapsed < 5:
-        await net.tick(0.01)
-        await net.deliver_all()
-        elapsed += 0.01
+    new, elapsed = await net.until_a_leader()
     assert new is not None and new.epoch == old.epoch + 1
     # Less than the election timeout: a tick, a pre-vote round and a vote round.
     assert elapsed < net.settings.election_timeout_s / 2, elapsed
@@ -189,11 +185,7 @@ async def test_a_whole_quorum_restarted_elects_without_waiting_out_a_fetch_timeo
         net.crash(node)
     net.in_flight.clear()
     await net.start_all()
-    elapsed = 0.0
-    while (new := net.leader()) is None and elapsed < 5:
-        await net.tick(0.01)
-        await net.deliver_all()
-        elapsed += 0.01
+    new, elapsed = await net.until_a_leader()
     assert new is not None and new.epoch == old.epoch + 1
     # The old leader's election timeout (0.3-0.6 s) and a round of pre-votes and votes.
     assert elapsed < 2 * net.settings.election_timeout_s, elapsed

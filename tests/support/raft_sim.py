@@ -217,6 +217,17 @@ class SimNetwork:
         leaders = [n for n in self.nodes.values() if n.is_leader]
         return max(leaders, key=lambda n: n.epoch) if leaders else None
 
+    async def until_a_leader(self, step: float = 0.01, limit: float = 5.0,
+                             ) -> tuple[RaftNode | None, float]:
+        """Tick ``step`` at a time, delivering everything, until a voter leads (or
+        ``limit`` seconds passed): that leader, and the simulated seconds it took."""
+        elapsed = 0.0
+        while (leader := self.leader()) is None and elapsed < limit:
+            await self.tick(step)
+            await self.deliver_all()
+            elapsed += step
+        return leader, elapsed
+
     async def run_until_stable(self, max_steps: int = 2000) -> RaftNode:
         """Deliver everything and tick until every live voter follows one leader and holds
         its whole log, committed."""
