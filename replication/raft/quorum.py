@@ -694,34 +694,6 @@ class RaftNode:
                 return response
             await self.wait_for_change(remaining)
 
-    async def read_committed(self, offset: int, max_bytes: int,
-                             max_wait_s: float) -> RaftFetchResponse:
-        """What this voter's own replica holds committed from ``offset`` (up to its high
-        watermark, so nothing read is ever truncated), or the snapshot to load first when
-        ``offset`` is below the log start; held up to ``max_wait_s`` for news. The broker of
-        a combined node applies its metadata from here, as KRaft's does from its local raft
-        client, rather than fetching the same records again from the leader."""
-        deadline = self.clock() + max_wait_s
-        while True:
-            async with self._lock:
-                start = self.log.log_start_offset
-                snapshot = self.log.latest_snapshot()
-                if snapshot is not None and (offset < start or (
-                        offset == 0 and snapshot.end_offset > 0)):
-                    return RaftFetchResponse(ErrorCode.none, self.leader_id, self.epoch,
-                                             self.high_watermark, snapshot=snapshot,
-                                             log_start_offset=start)
-                if offset < self.high_watermark:
-                    return RaftFetchResponse(
-                        ErrorCode.none, self.leader_id, self.epoch, self.high_watermark,
-                        await self.log.read(offset, max_bytes, self.high_watermark),
-                        log_start_offset=start)
-            remaining = deadline - self.clock()
-            if remaining <= 0:
-                return RaftFetchResponse(ErrorCode.none, self.leader_id, self.epoch,
-                                         self.high_watermark, log_start_offset=start)
-            await self.wait_for_change(remaining)
-
     # --- answers to this voter's requests ---------------------------------------------
 
     async def on_response(self, source: int, request: object, response: object | None) -> None:

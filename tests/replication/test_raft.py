@@ -4,9 +4,6 @@ duplication and crashes. No sockets, no sleeps: the test owns the clock and the 
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -190,41 +187,6 @@ async def test_a_whole_quorum_restarted_elects_without_waiting_out_a_fetch_timeo
     # The old leader's election timeout (0.3-0.6 s) and a round of pre-votes and votes.
     assert elapsed < 2 * net.settings.election_timeout_s, elapsed
     assert elapsed < net.settings.fetch_timeout_s, elapsed
-
-
-async def test_a_voter_reads_its_own_replica_committed_only_and_snapshots_below_its_start():
-    """What a combined node's broker applies from its own voter (read_committed): never
-    the uncommitted tail (it may be truncated), the snapshot when asked below the log
-    start, and a read waiting for news is answered by the commit that brings it."""
-    net = SimNetwork([0, 1, 2], seed=11)
-    await net.start_all()
-    leader = await net.run_until_stable()
-    follower = next(n for n in net.nodes.values() if n is not leader)
-    committed = follower.high_watermark
-    first = await follower.read_committed(0, 1 << 20, 0)
-    assert first.snapshot is None and first.records
-    assert (await follower.read_committed(committed, 1 << 20, 0)).records == b""
-
-    # (The simulated clock runs ahead of the real one the wait uses: no deadline here.)
-    waiting = asyncio.ensure_future(follower.read_committed(committed, 1 << 20, 1e9))
-    await leader.append([{"type": "x", "n": 1}])
-    # The follower holds it as its fetch would give it, not committed yet.
-    await follower.log.append_as_follower(
-        await leader.log.read(committed, 1 << 20, leader.log.log_end_offset))
-    assert follower.log.log_end_offset > committed and follower.high_watermark == committed
-    assert (await follower.read_committed(committed, 1 << 20, 0)).records == b""
-    await asyncio.sleep(0)
-    assert not waiting.done()
-    await net.run_until_stable()
-    answer = await asyncio.wait_for(waiting, 5)
-    assert [record for _, _, record in json.loads(answer.records)] == [{"type": "x", "n": 1}]
-
-    for n in range(4):
-        await leader.append([{"type": "x", "n": n}])
-        await net.run_until_stable()
-    follower.log.take_snapshot(follower.high_watermark - 1)
-    below = await follower.read_committed(0, 1 << 20, 0)
-    assert below.snapshot == follower.log.latest_snapshot() and below.records == b""
 
 
 async def test_a_voter_below_the_log_start_loads_the_snapshot():
