@@ -3,8 +3,10 @@
 The broker keeps no metadata of its own: it fetches ``__cluster_metadata`` from the active
 controller (the quorum's leader, which sends observers committed records only) with
 ordinary Fetch requests, applies each record to its image (coordinator.state_machine) and
-tells the replica manager, exactly like a KRaft observer. Its connections follow the
-active controller when it changes (replication.raft.leader_connection).
+tells the replica manager, exactly like a KRaft observer. On a node that is also a voter
+it reads the committed records of its own voter's replica instead (``LocalReplica``), as
+KRaft's combined nodes do. Its connections follow the active controller when it changes
+(replication.raft.leader_connection).
 
 Its lifecycle is KRaft's too: it registers, and heartbeats from then on, fenced (leading
 nothing) while it catches up with the metadata (the replica manager notes the partitions it
@@ -19,7 +21,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v3.request import BrokerRegistrationRequest, Listener
@@ -38,6 +40,8 @@ from protocol.build import make
 from protocol.records import decode_json_records, json_record_chunks
 from replication.cluster_metadata import METADATA_TOPIC, MetadataImage
 from replication.partition import PartitionError
+from replication.raft import RaftFetchResponse
+from replication.raft import SnapshotId as RaftSnapshotId
 from replication.raft.leader_connection import LeaderConnection
 
 from .heap import Heap
@@ -58,6 +62,20 @@ class Endpoint:
     security_protocol: int  # Kafka's id: PLAINTEXT 0, SSL 1, SASL_PLAINTEXT 2, SASL_SSL 3
 
 FETCH_MAX_WAIT_MS = 500
+# How long a read of this node's own quorum replica waits for news (nothing is sent: a
+# long wait costs nothing, and a short one only wakes the loop).
+LOCAL_READ_WAIT_S = 10.0
+
+
+class LocalReplica(Protocol):
+    """This node's own voter replica of the metadata log (coordinator.controller.Controller
+    on a combined node)."""
+
+    async def read_committed(self, offset: int, max_bytes: int,
+                             max_wait_s: float) -> RaftFetchResponse: ...
+
+    def snapshot_records(self, snapshot: RaftSnapshotId) -> list[dict]: ...
+
 # Snapshot records loaded between two yields to the event loop (the log's records are applied
 # in slices of time, Applier.apply_in_turns).
 APPLY_SLICE = 8
@@ -74,11 +92,17 @@ class MetadataFollower:
                  image: MetadataImage, listener: Callable[[dict], None],
                  heartbeat_interval_s: float = 2.0,
                  log_dir_full: Callable[[], bool] = lambda: False,
-                 quorum_fetch_timeout_s: float = 1.0) -> None:
+                 quorum_fetch_timeout_s: float = 1.0,
+                 local: LocalReplica | None = None) -> None:
+        """``local``: on a node that is also a voter, its replica, which the metadata is
+        read from instead of fetched from the active controller: each voter replicates
+        the log already, and fetching it again made the active controller answer every
+        record once more per broker (and, idle, two more long polls a second each)."""
         self.node_id = node_id
         self.controller = controller
         # Long polls get their own connection so heartbeats are never queued behind them.
         self.metadata_fetches = metadata_fetches
+        self.local = local
         self.image = image
         self.heartbeat_interval_s = heartbeat_interval_s
         # A metadata fetch unanswered for this long after its long poll: the voter asked may
@@ -199,6 +223,9 @@ class MetadataFollower:
                              log_start_offset=-1, partition_max_bytes=max_bytes),)),))
 
     async def _fetch_loop(self) -> None:
+        if self.local is not None:
+            await self._read_loop(self.local)
+            return
         while True:
             request = self._fetch_request(FETCH_MAX_WAIT_MS, 16 << 20)
             try:
@@ -219,6 +246,24 @@ class MetadataFollower:
                 continue
             await self.applier.apply_in_turns(json_record_chunks(data.records or b"",
                                                                  DECODE_CHUNK))
+
+    async def _read_loop(self, local: LocalReplica) -> None:
+        """The metadata from this node's own replica: committed records, or the snapshot
+        below its log start."""
+        while True:
+            answer = await local.read_committed(self.image.next_offset, 16 << 20,
+                                                LOCAL_READ_WAIT_S)
+            if answer.snapshot is not None:
+                try:
+                    records = local.snapshot_records(answer.snapshot)
+                except (OSError, ValueError) as e:  # replaced by a newer one meanwhile
+                    log.warning("metadata snapshot not read: %s", e)
+                    await asyncio.sleep(0.5)
+                    continue
+                await self._apply_snapshot(answer.snapshot.end_offset, records)
+            elif answer.records:
+                await self.applier.apply_in_turns(json_record_chunks(answer.records,
+                                                                     DECODE_CHUNK))
 
     async def _load_snapshot(self, snapshot_id) -> None:
         """Fetch the snapshot the controller named (KIP-630 FetchSnapshot, a chunk at a time)
@@ -243,11 +288,13 @@ class MetadataFollower:
             data += chunk.unaligned_records
             if len(data) >= chunk.size or not chunk.unaligned_records:
                 break
-        records = self.image.snapshot_delta(
-            [record for _, record in decode_json_records(bytes(data))])
-        end = snapshot_id.end_offset
-        log.info("loading metadata snapshot ending at %d (%d records, %d bytes)", end,
-                 len(records), len(data))
+        await self._apply_snapshot(snapshot_id.end_offset,
+                                   [record for _, record in decode_json_records(bytes(data))])
+
+    async def _apply_snapshot(self, end: int, snapshot: list[dict]) -> None:
+        """Apply a snapshot ending at ``end`` in place of the log below it."""
+        records = self.image.snapshot_delta(snapshot)
+        log.info("loading metadata snapshot ending at %d (%d records)", end, len(records))
         for start in range(0, len(records), APPLY_SLICE):
             last = start + APPLY_SLICE >= len(records)
             # The image reaches the snapshot's end offset with the last slice only, so no

@@ -316,7 +316,8 @@ class Broker:
                 min(self.config.broker_heartbeat_interval_ms,
                     self.config.broker_session_timeout_ms / 4) / 1000,
                 log_dir_full=self.logs.disk_space.is_full,
-                quorum_fetch_timeout_s=self.config.controller_quorum_fetch_timeout_ms / 1000)
+                quorum_fetch_timeout_s=self.config.controller_quorum_fetch_timeout_ms / 1000,
+                local=self.controller)
             self.replicas.opened_listeners.append(self.follower.heap.added)
             self.replicas.dropped_listeners.append(self.follower.heap.dropped)
         self.controller_channel = ControllerChannel(

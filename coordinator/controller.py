@@ -43,7 +43,7 @@ from replication.cluster_metadata import (
 )
 from replication.loop_slice import LoopSlice
 from replication.node_client import NodeClient
-from replication.raft import QUORUM_STATE_FILE, NotLeader, QuorumSettings
+from replication.raft import QUORUM_STATE_FILE, NotLeader, QuorumSettings, RaftFetchResponse
 from replication.raft.driver import QuorumDriver
 from replication.scram_credentials import (
     InvalidScramCredential,
@@ -284,6 +284,15 @@ class Controller:
             except Exception:  # the log stays as it is: the next start replays it
                 log.exception("the metadata snapshot of a clean stop failed")
         await self.log.log.close()
+
+    # --- this node's broker (combined mode: broker.metadata_follower.LocalReplica) ------
+
+    async def read_committed(self, offset: int, max_bytes: int,
+                             max_wait_s: float) -> RaftFetchResponse:
+        return await self.raft.read_committed(offset, max_bytes, max_wait_s)
+
+    def snapshot_records(self, snapshot: SnapshotId) -> list[dict]:
+        return self.log.read_snapshot(snapshot)
 
     # --- the quorum: leadership and commits ----------------------------------------------
 

@@ -231,6 +231,8 @@ class _LeaderState:
     fetched_at: dict[int, float] = field(default_factory=dict)
     began: set[int] = field(default_factory=set)  # voters that acknowledged BeginQuorumEpoch
     begin_sent_at: float = 0.0
+    # Per voter: the high watermark the latest answer to its long-polled fetch carried.
+    told_high_watermark: dict[int, int] = field(default_factory=dict)
 
 
 class RaftNode:
@@ -683,15 +685,55 @@ class RaftNode:
         snapshot, or a high watermark moved, by this very fetch too), otherwise held until
         something changes or ``max_wait_s`` passes."""
         known = self.high_watermark
+        leader = self._leader
+        voter = request.replica_id in self.voters and request.replica_id != self.node_id
+        if leader is not None and voter:
+            # A voter learns the high watermark only from the answers to its fetches. One
+            # told less than the current one (the commit it helped make came with another
+            # voter's fetch) is answered at once rather than held: its node's broker
+            # applies the metadata from that voter's replica. KIP-1166 has the fetch carry
+            # the follower's high watermark for this; kipper's Fetch v12 has no such field.
+            known = min(known, leader.told_high_watermark.get(request.replica_id, -1))
         deadline = self.clock() + max_wait_s
         while True:
             response = await self.handle(request)
             if (response.records or response.error != ErrorCode.none or response.diverging
                     or response.snapshot or response.high_watermark != known):
+                if voter and self._leader is not None and response.epoch == self.epoch:
+                    self._leader.told_high_watermark[request.replica_id] = \
+                        response.high_watermark
                 return response
             remaining = deadline - self.clock()
             if remaining <= 0:
                 return response
+            await self.wait_for_change(remaining)
+
+    async def read_committed(self, offset: int, max_bytes: int,
+                             max_wait_s: float) -> RaftFetchResponse:
+        """What this voter's own replica holds committed from ``offset`` (up to its high
+        watermark, so nothing read is ever truncated), or the snapshot to load first when
+        ``offset`` is below the log start; held up to ``max_wait_s`` for news. The broker of
+        a combined node applies its metadata from here, as KRaft's does from its local raft
+        client, rather than fetching the same records again from the leader."""
+        deadline = self.clock() + max_wait_s
+        while True:
+            async with self._lock:
+                start = self.log.log_start_offset
+                snapshot = self.log.latest_snapshot()
+                if snapshot is not None and (offset < start or (
+                        offset == 0 and snapshot.end_offset > 0)):
+                    return RaftFetchResponse(ErrorCode.none, self.leader_id, self.epoch,
+                                             self.high_watermark, snapshot=snapshot,
+                                             log_start_offset=start)
+                if offset < self.high_watermark:
+                    return RaftFetchResponse(
+                        ErrorCode.none, self.leader_id, self.epoch, self.high_watermark,
+                        await self.log.read(offset, max_bytes, self.high_watermark),
+                        log_start_offset=start)
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return RaftFetchResponse(ErrorCode.none, self.leader_id, self.epoch,
+                                         self.high_watermark, log_start_offset=start)
             await self.wait_for_change(remaining)
 
     # --- answers to this voter's requests ---------------------------------------------

@@ -4,6 +4,9 @@ duplication and crashes. No sockets, no sleeps: the test owns the clock and the 
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -187,6 +190,74 @@ async def test_a_whole_quorum_restarted_elects_without_waiting_out_a_fetch_timeo
     # The old leader's election timeout (0.3-0.6 s) and a round of pre-votes and votes.
     assert elapsed < 2 * net.settings.election_timeout_s, elapsed
     assert elapsed < net.settings.fetch_timeout_s, elapsed
+
+
+async def test_a_voter_reads_its_own_replica_committed_only_and_snapshots_below_its_start():
+    """What a combined node's broker applies from its own voter (read_committed): never
+    the uncommitted tail (it may be truncated), the snapshot when asked below the log
+    start, and a read waiting for news is answered by the commit that brings it."""
+    net = SimNetwork([0, 1, 2], seed=11)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    follower = next(n for n in net.nodes.values() if n is not leader)
+    committed = follower.high_watermark
+    first = await follower.read_committed(0, 1 << 20, 0)
+    assert first.snapshot is None and first.records
+    assert (await follower.read_committed(committed, 1 << 20, 0)).records == b""
+
+    # (The simulated clock runs ahead of the real one the wait uses: no deadline here.)
+    waiting = asyncio.ensure_future(follower.read_committed(committed, 1 << 20, 1e9))
+    await leader.append([{"type": "x", "n": 1}])
+    # The follower holds it as its fetch would give it, not committed yet.
+    await follower.log.append_as_follower(
+        await leader.log.read(committed, 1 << 20, leader.log.log_end_offset))
+    assert follower.log.log_end_offset > committed and follower.high_watermark == committed
+    assert (await follower.read_committed(committed, 1 << 20, 0)).records == b""
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await net.run_until_stable()
+    answer = await asyncio.wait_for(waiting, 5)
+    assert [record for _, _, record in json.loads(answer.records)] == [{"type": "x", "n": 1}]
+
+    for n in range(4):
+        await leader.append([{"type": "x", "n": n}])
+        await net.run_until_stable()
+    follower.log.take_snapshot(follower.high_watermark - 1)
+    below = await follower.read_committed(0, 1 << 20, 0)
+    assert below.snapshot == follower.log.latest_snapshot() and below.records == b""
+
+
+async def test_a_voter_told_less_than_the_high_watermark_is_answered_at_once():
+    """A commit reaches every voter in one round, so a combined node's broker, which
+    applies what its voter holds committed, learns new metadata as fast as one fetching it
+    from the leader: the voter whose fetch comes after the one that committed is not held
+    for a long poll, because its last answer told it less."""
+    net = SimNetwork([0, 1, 2], seed=12)
+    await net.start_all()
+    leader = await net.run_until_stable()
+    first, second = (n.node_id for n in net.nodes.values() if n is not leader)
+    end = leader.log.log_end_offset
+
+    def fetch(voter: int, offset: int) -> RaftFetch:
+        return RaftFetch(voter, leader.epoch, offset, leader.log.last_epoch())
+
+    held_for_news = 1e9  # the simulated clock runs ahead of the real one: no deadline
+    for voter in (first, second):
+        told = await leader.long_poll_fetch(fetch(voter, end), 0)
+        assert told.high_watermark == end
+    offset = await leader.append([{"type": "x"}])
+    for voter in (first, second):
+        assert (await leader.long_poll_fetch(fetch(voter, end), held_for_news)).records
+    committing = await leader.long_poll_fetch(fetch(first, offset + 1), held_for_news)
+    assert committing.high_watermark == leader.high_watermark == offset + 1
+    late = await asyncio.wait_for(
+        leader.long_poll_fetch(fetch(second, offset + 1), held_for_news), 5)
+    assert late.high_watermark == offset + 1 and late.records == b""
+    # Told it now: its next fetch waits for news again.
+    waiting = asyncio.ensure_future(leader.long_poll_fetch(fetch(second, offset + 1), 1e9))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    waiting.cancel()
 
 
 async def test_a_voter_below_the_log_start_loads_the_snapshot():
