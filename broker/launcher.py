@@ -52,13 +52,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import uvloop
 
-from protocol.internal import ClusterCredentials
-from replication.cluster_metadata import MetadataImage
-from replication.node_client import NodeClient, NodeSecurity
 from replication.raft import QUORUM_STATE_FILE, QuorumStateFile
 from storage.objectstore.embedded import ACCESS_KEY as S3_ACCESS_KEY
 from storage.objectstore.embedded import SECRET_KEY as S3_SECRET_KEY
@@ -68,10 +65,14 @@ from . import az_network, az_network_cli, az_relay
 from .config import split_host_port
 from .listening import metrics_url, node_listening, s3_url
 from .process_exit import exit_without_teardown
-from .readiness import live_brokers, wait_until_usable
-from .security.dev_ca import DevCa, create_dev_ca, write_client_properties
-from .security.tls import TlsSettings, client_context
-from .traffic import NetworkTraffic
+
+# Imported where they are used, after the children were spawned: what talks to the nodes
+# (kio's schemas, the metadata image; broker.readiness) and the dev CA took the launcher
+# 0.8 s of CPU before it started any child, at every cluster start.
+if TYPE_CHECKING:
+    from replication.node_client import NodeClient, NodeSecurity
+
+    from .security.dev_ca import DevCa
 
 log = logging.getLogger("kipper.cluster")
 
@@ -115,6 +116,7 @@ class SecureCluster:
     @classmethod
     def create(cls, data_dir: Path, protocol: str, brokers: int,
                host_names: tuple[str, ...] = ()) -> SecureCluster:
+        from .security.dev_ca import create_dev_ca
         ca = create_dev_ca(data_dir / "tls", range(brokers), host_names, users=[ADMIN_USER])
         path = data_dir / "passwords.json"
         if path.exists():
@@ -148,6 +150,9 @@ class SecureCluster:
     def node_security(self) -> NodeSecurity:
         """How the launcher itself connects (to wait until the cluster is usable): as a
         broker would, with the admin's certificate on SSL."""
+        from replication.node_client import NodeSecurity
+
+        from .security.tls import TlsSettings, client_context
         certificate = self.ca.clients[ADMIN_USER].keystore if self.protocol == "SSL" else None
         context = client_context(TlsSettings(certificate=certificate, ca=self.ca.ca_certificate))
         if self.protocol == "SSL":
@@ -156,6 +161,7 @@ class SecureCluster:
                             self.passwords[BROKER_USER])
 
     def write_client_properties(self, data_dir: Path, bootstrap: str) -> Path:
+        from .security.dev_ca import write_client_properties
         if self.protocol == "SSL":
             return write_client_properties(
                 data_dir / "client.properties", bootstrap, "SSL",
@@ -324,13 +330,14 @@ class Cluster:
 
     def _node_client(self) -> NodeClient:
         """A connection to the brokers as the cluster's own (their secret, their TLS)."""
-        return NodeClient("kipper-cluster-up", ClusterCredentials(
-            -1, self.broker_env["KIPPER_CLUSTER_SECRET"]), NetworkTraffic(None, MetadataImage()),
-            self.secure.node_security() if self.secure is not None else NodeSecurity())
+        from .readiness import cluster_client
+        return cluster_client(self.broker_env["KIPPER_CLUSTER_SECRET"],
+                              self.secure.node_security() if self.secure is not None else None)
 
     async def _wait_until_usable(self, bootstrap: str) -> None:
         """Brokers listen before every partition has a leader that can answer (a restart
         with thousands of partitions): wait, asking as a client would."""
+        from .readiness import wait_until_usable
         nodes = self._node_client()
         try:
             await wait_until_usable(nodes, split_host_port(bootstrap), READY_TIMEOUT_S)
@@ -433,6 +440,7 @@ class Cluster:
         """Until the active controller's broker no longer reports ``others`` live (their
         controlled shutdowns are committed; they go on closing their logs) or they have
         exited."""
+        from .readiness import live_brokers
         address = (self._host(active), self.ports[active])
         nodes = self._node_client()
         try:

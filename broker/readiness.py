@@ -21,7 +21,11 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from protocol.apis import ApiKey
 from protocol.build import make
-from replication.node_client import NodeClient
+from protocol.internal import ClusterCredentials
+from replication.cluster_metadata import MetadataImage
+from replication.node_client import NodeClient, NodeSecurity
+
+from .traffic import NetworkTraffic
 
 # Partitions of one leader: topic -> partition indexes.
 Partitions = dict[str, list[int]]
@@ -29,6 +33,13 @@ Partitions = dict[str, list[int]]
 LIST_OFFSETS_CHUNK = 1000
 # The longest pause between two rounds.
 MAX_PAUSE_S = 1.0
+
+
+def cluster_client(secret: str, security: NodeSecurity | None) -> NodeClient:
+    """A client of the nodes as the cluster's own (its secret; ``security``: the brokers'
+    TLS and SASL, None for plaintext), such as `kipper cluster up` asks them with."""
+    return NodeClient("kipper-cluster-up", ClusterCredentials(-1, secret),
+                      NetworkTraffic(None, MetadataImage()), security or NodeSecurity())
 
 
 async def unusable_partitions(nodes: NodeClient, bootstrap: tuple[str, int],

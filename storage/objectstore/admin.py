@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .faults import FaultInjector
-
-ADMIN_PATH = "/admin/s3-faults"
+from .faults import ADMIN_PATH, FaultInjector
 
 
 def fault_admin_routes(faults: FaultInjector) -> list[web.RouteDef]:

@@ -20,8 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from .admin import ADMIN_PATH
-from .faults import ALL
+from .faults import ADMIN_PATH, ALL
 from .names import KINDS
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")

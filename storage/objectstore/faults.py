@@ -24,6 +24,8 @@ from typing import Any, Callable, Mapping
 from .names import KINDS
 
 ALL = "all"
+# Where a node serves its faults over HTTP (storage.objectstore.admin).
+ADMIN_PATH = "/admin/s3-faults"
 OUTAGE_MODES = ("fail", "hang")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from broker.listening import metrics_url, node_listening
-from storage.objectstore.admin import ADMIN_PATH as FAULT_ADMIN_PATH
+from storage.objectstore.faults import ADMIN_PATH as FAULT_ADMIN_PATH
 
 from .s3 import S3Endpoint
 from .topics import partition_metadata
