@@ -444,6 +444,20 @@ class ReplicatedPartition(Partition):
                 self._propose(self.isr + [replica_id])
                 return
 
+    def isr_to_send(self, new_isr: list[int], max_lag_s: float) -> list[int]:
+        """A proposed ISR as it is sent, maybe later than proposed: an expansion takes in
+        every other follower that may join by then. After a restart the leader proposes
+        each partition's first caught-up follower, and the second follower's proposal had
+        to wait for that change: 20,000 ISR changes for 10,000 partitions RF=3, queued on
+        one broker at the controller while it also served the clients."""
+        if not set(self.isr) <= set(new_isr):
+            return new_isr  # a shrink, as proposed
+        now = time.monotonic()
+        return new_isr + [
+            replica_id for replica_id, state in self._followers.items()
+            if replica_id not in new_isr and self._joins_isr(replica_id, state.log_end_offset)
+            and now - self._caught_up_at(replica_id) <= max_lag_s]
+
     def _joins_isr(self, replica_id: int, log_end_offset: int) -> bool:
         """A follower out of the ISR holding everything, on an eligible broker: a fenced
         one's empty replica of an empty partition "holds everything" too, and its

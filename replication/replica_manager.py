@@ -424,6 +424,9 @@ class ReplicaManager:
         while self._isr_proposals:
             keys = list(self._isr_proposals)[:ISR_PROPOSALS_PER_REQUEST]
             proposals = [self._isr_proposals.pop(key) for key in keys]
+            for proposal in proposals:
+                proposal.new_isr = proposal.partition.isr_to_send(proposal.new_isr,
+                                                                  self.replica_lag_time_max_s)
             try:
                 await self._alter_partitions(proposals)
             except Exception:

@@ -23,7 +23,7 @@ from replication.node_client import NodeClient
 from replication.replica_manager import ISR_PROPOSALS_PER_REQUEST, ReplicaManager
 from storage.manager import LogManager
 
-LEADER, FOLLOWER = 1, 2
+LEADER, FOLLOWER, SECOND_FOLLOWER = 1, 2, 3
 TOPIC = "isr-proposals"
 
 
@@ -52,13 +52,16 @@ class Controller:
 
 class Leader:
     """Broker LEADER's ReplicaManager fed metadata records as its follower would apply them:
-    both brokers registered (``fenced``: those fenced), one topic of ``partitions``
-    partitions replicated on both, led here, the follower not in the ISR yet."""
+    the brokers registered (``fenced``: those fenced), one topic of ``partitions``
+    partitions replicated on the leader and ``followers``, led here, the followers not in
+    the ISR yet."""
 
     def __init__(self, tmp_path: Path, partitions: int,
                  fenced: frozenset[int] = frozenset(),
                  controller: Controller | None = None,
-                 replica_lag_time_max_ms: int = 30_000) -> None:
+                 replica_lag_time_max_ms: int = 30_000,
+                 followers: tuple[int, ...] = (FOLLOWER,)) -> None:
+        self.in_sync = [LEADER, *followers]
         self.image = MetadataImage()
         self.controller = controller or Controller()
         config = BrokerConfig(node_id=LEADER, data_dir=tmp_path)
@@ -68,10 +71,10 @@ class Leader:
             self.controller, replica_lag_time_max_ms)
         self.apply(*({"type": "broker", "node_id": node, "host": "127.0.0.1",
                       "port": 9000 + node, "epoch": 1, "fenced": node in fenced}
-                     for node in (LEADER, FOLLOWER)),
+                     for node in self.in_sync),
                    {"type": "topic", "name": TOPIC, "id": str(uuid.uuid4()), "configs": {}},
                    *({"type": "partition", "topic": TOPIC, "partition": index,
-                      "replicas": [LEADER, FOLLOWER], "isr": [LEADER], "leader": LEADER,
+                      "replicas": self.in_sync, "isr": [LEADER], "leader": LEADER,
                       "leader_epoch": 0, "partition_epoch": 0} for index in range(partitions)))
         self.partitions = [self.replicas.get(TOPIC, index) for index in range(partitions)]
 
@@ -82,7 +85,7 @@ class Leader:
 
     async def until_in_sync(self, timeout_s: float) -> None:
         async with asyncio.timeout(timeout_s):
-            while any(partition.isr != [LEADER, FOLLOWER] for partition in self.partitions):
+            while any(partition.isr != self.in_sync for partition in self.partitions):
                 await asyncio.sleep(0.01)
 
 
@@ -96,6 +99,25 @@ async def test_caught_up_followers_of_many_partitions_join_their_isrs_in_few_req
         assert [sum(len(t.partitions) for t in r.topics) for r in leader.controller.requests] == [
             ISR_PROPOSALS_PER_REQUEST, 100]
         assert all(partition.partition_epoch == 1 for partition in leader.partitions)
+    finally:
+        await leader.replicas.close()
+
+
+async def test_an_expansion_waiting_its_turn_takes_in_every_follower_caught_up_meanwhile(
+        tmp_path: Path):
+    """After a restart both followers of each partition catch up at about the same time,
+    the second while the first one's ISR change waits to be sent: it is sent with both,
+    one change per partition rather than one per follower (20,000 of them for 10,000
+    partitions RF=3, on the broker that also answered the clients)."""
+    partitions = ISR_PROPOSALS_PER_REQUEST + 100
+    leader = Leader(tmp_path, partitions, followers=(FOLLOWER, SECOND_FOLLOWER))
+    try:
+        for follower in (FOLLOWER, SECOND_FOLLOWER):  # before any change is sent
+            for partition in leader.partitions:
+                partition.record_follower_fetch(follower, partition.log.log_end_offset)
+        await leader.until_in_sync(10)
+        assert sum(len(t.partitions) for r in leader.controller.requests
+                   for t in r.topics) == partitions
     finally:
         await leader.replicas.close()
 
