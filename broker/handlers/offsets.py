@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -24,9 +25,28 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
-# How long ListOffsets answers partitions before it yields to the event loop (each answer
-# may open the partition's log: every partition is asked at start-up).
+# How long ListOffsets and OffsetForLeaderEpoch answer partitions before they yield to the
+# event loop (_answers_in_turns).
 ANSWER_SLICE_S = 0.005
+
+
+async def _answers_in_turns(topics, topic_name: Callable[[object], str],
+                            answer: Callable[[str, object], Awaitable[object]],
+                            ) -> list[tuple[str, tuple]]:
+    """(topic name, its partitions' answers) of each topic asked, answered in turns of the
+    event loop: an answer may open the partition's log, and at start-up every partition is
+    asked at once (ListOffsets by clients and `kipper cluster up`, OffsetForLeaderEpoch by
+    each follower for all it follows: a leader that opened 10,000 logs in one turn held its
+    loop for seconds, and as the active controller its voters elected another)."""
+    turns = LoopSlice(ANSWER_SLICE_S)
+    answered = []
+    for topic in topics:
+        name, entries = topic_name(topic), []
+        for asked in topic.partitions:
+            await turns.pause()
+            entries.append(await answer(name, asked))
+        answered.append((name, tuple(entries)))
+    return answered
 
 
 async def _list_offset(ctx: RequestContext, request, topic: str, asked,
@@ -64,16 +84,12 @@ async def _list_offset(ctx: RequestContext, request, topic: str, asked,
 @handles(ApiKey.LIST_OFFSETS)
 async def list_offsets(ctx: RequestContext, request) -> object:
     received_at = time.monotonic()
-    topics = []
-    turns = LoopSlice(ANSWER_SLICE_S)
-    for topic in request.topics:
-        entries = []
-        for asked in topic.partitions:
-            await turns.pause()
-            entries.append(await _list_offset(ctx, request, topic.name, asked, received_at))
-        topics.append(ctx.response("ListOffsetsTopicResponse", name=topic.name,
-                                   partitions=tuple(entries)))
-    return ctx.response("ListOffsetsResponse", throttle_time=0, topics=tuple(topics))
+    answered = await _answers_in_turns(
+        request.topics, lambda topic: topic.name,
+        lambda name, asked: _list_offset(ctx, request, name, asked, received_at))
+    return ctx.response("ListOffsetsResponse", throttle_time=0, topics=tuple(
+        ctx.response("ListOffsetsTopicResponse", name=name, partitions=entries)
+        for name, entries in answered))
 
 
 async def _delete_records(ctx: RequestContext, topic: str, asked, received_at: float) -> object:
@@ -113,7 +129,7 @@ async def delete_records(ctx: RequestContext, request) -> object:
     return ctx.response("DeleteRecordsResponse", throttle_time=0, topics=tuple(topics))
 
 
-def _epoch_end_offset(ctx: RequestContext, topic: str, asked) -> object:
+async def _epoch_end_offset(ctx: RequestContext, topic: str, asked) -> object:
     def answer(error=ErrorCode.none, epoch=-1, end_offset=-1) -> object:
         return ctx.response("EpochEndOffset", error_code=error, partition=asked.partition,
                             leader_epoch=epoch, end_offset=end_offset)
@@ -132,8 +148,8 @@ def _epoch_end_offset(ctx: RequestContext, topic: str, asked) -> object:
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
 async def offset_for_leader_epoch(ctx: RequestContext, request) -> object:
-    topics = tuple(
-        ctx.response("OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(
-            _epoch_end_offset(ctx, topic.topic, p) for p in topic.partitions))
-        for topic in request.topics)
-    return ctx.response("OffsetForLeaderEpochResponse", throttle_time=0, topics=topics)
+    answered = await _answers_in_turns(request.topics, lambda topic: topic.topic,
+                                       lambda name, asked: _epoch_end_offset(ctx, name, asked))
+    return ctx.response("OffsetForLeaderEpochResponse", throttle_time=0, topics=tuple(
+        ctx.response("OffsetForLeaderTopicResult", topic=name, partitions=entries)
+        for name, entries in answered))

@@ -3,6 +3,7 @@ no process. The node here leads one classic partition, so no replica fetcher is 
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import uuid
 from pathlib import Path
@@ -10,7 +11,17 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from broker.config import BrokerConfig
@@ -108,8 +119,6 @@ async def test_metadata_partitions_at_every_version(services, version):
 async def test_metadata_of_a_topic_deleted_between_turns(services, monkeypatch):
     """Entries are built between turns of the event loop; a topic deleted meanwhile is
     answered as it was (it raised KeyError, and the client's connection was closed)."""
-    import asyncio
-
     from broker.handlers import metadata
     monkeypatch.setattr(metadata, "ENTRY_SLICE_S", 0.0)  # a turn before every partition
     image = services.image
@@ -249,3 +258,49 @@ async def test_a_leader_holds_back_throttled_followers_over_the_quota(services):
 
     assert len(await follower_fetch()) > 30_000  # nothing measured yet: under the quota
     assert await follower_fetch() == b""
+
+
+def offset_questions(api_key: ApiKey, partitions: range):
+    """ListOffsets (latest) or OffsetForLeaderEpoch (epoch 0) of ``partitions`` of TOPIC."""
+    if api_key == ApiKey.LIST_OFFSETS:
+        return make(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=(make(
+            ListOffsetsTopic, name=TOPIC, partitions=tuple(make(
+                ListOffsetsPartition, partition_index=index, current_leader_epoch=-1,
+                timestamp=-1) for index in partitions)),))
+    return make(OffsetForLeaderEpochRequest, replica_id=-1, topics=(make(
+        OffsetForLeaderTopic, topic=TOPIC, partitions=tuple(make(
+            OffsetForLeaderPartition, partition=index, current_leader_epoch=-1,
+            leader_epoch=0) for index in partitions)),))
+
+
+@pytest.mark.parametrize("api_key", [ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH])
+async def test_offset_questions_about_many_partitions_are_answered_in_turns(
+        services, monkeypatch, api_key):
+    """An answer may open the partition's log, and after a restart every partition is asked
+    at once (by each follower, OffsetForLeaderEpoch): the event loop turns between them. A
+    leader that opened 10,000 logs in one turn held its loop for seconds; being the active
+    controller, its voters elected another."""
+    from broker.handlers import offsets
+    monkeypatch.setattr(offsets, "ANSWER_SLICE_S", 0.0)  # a turn before every partition
+    image = services.image
+    for index in range(1, 4):
+        record = {"type": "partition", "topic": TOPIC, "partition": index, "replicas": [NODE],
+                  "isr": [NODE], "leader": NODE, "leader_epoch": 0, "partition_epoch": 0}
+        image.apply(image.next_offset, record)
+        services.replicas.on_metadata_record(record)
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    counting = asyncio.ensure_future(count_turns())
+    await asyncio.sleep(0)
+    before = turns
+    response = await call(services, api_key, 4, offset_questions(api_key, range(4)))
+    counting.cancel()
+    assert turns - before >= 4
+    (topic,) = response.topics
+    assert [p.error_code for p in topic.partitions] == [ErrorCode.none] * 4
