@@ -429,20 +429,12 @@ class ReplicatedPartition(Partition):
                 and all(state.log_end_offset >= end for state in self._followers.values()))
 
     def maybe_expand_isr(self, max_lag_s: float) -> None:
-        """Propose a caught-up follower for the ISR. A fetch that lists the partition does
-        that too, but a partition idle in the follower's fetch session (KIP-227) is no
+        """Propose the caught-up followers for the ISR. A fetch that lists the partition
+        does that too, but a partition idle in the follower's fetch session (KIP-227) is no
         longer listed once caught up, so a proposal that could not be sent then (another
-        ISR change in flight) is made here, periodically. Only a follower caught up within
-        ``max_lag_s``: one that stopped fetching still holds what it fetched, and was
-        proposed again at every check after the one that removed it."""
-        if not self.is_leader:
-            return
-        now = time.monotonic()
-        for replica_id, state in self._followers.items():
-            if (self._joins_isr(replica_id, state.log_end_offset)
-                    and now - self._caught_up_at(replica_id) <= max_lag_s):
-                self._propose(self.isr + [replica_id])
-                return
+        ISR change in flight) is made here, periodically."""
+        if self.is_leader and (joiners := self._joiners(max_lag_s)):
+            self._propose(self.isr + joiners)
 
     def isr_to_send(self, new_isr: list[int], max_lag_s: float) -> list[int]:
         """A proposed ISR as it is sent, maybe later than proposed: an expansion takes in
@@ -452,11 +444,16 @@ class ReplicatedPartition(Partition):
         one broker at the controller while it also served the clients."""
         if not set(self.isr) <= set(new_isr):
             return new_isr  # a shrink, as proposed
+        return new_isr + [r for r in self._joiners(max_lag_s) if r not in new_isr]
+
+    def _joiners(self, max_lag_s: float) -> list[int]:
+        """The followers that may join the ISR: holding everything, and caught up within
+        ``max_lag_s`` (one that stopped fetching still holds what it fetched, and was
+        proposed again at every check after the one that removed it)."""
         now = time.monotonic()
-        return new_isr + [
-            replica_id for replica_id, state in self._followers.items()
-            if replica_id not in new_isr and self._joins_isr(replica_id, state.log_end_offset)
-            and now - self._caught_up_at(replica_id) <= max_lag_s]
+        return [replica_id for replica_id, state in self._followers.items()
+                if self._joins_isr(replica_id, state.log_end_offset)
+                and now - self._caught_up_at(replica_id) <= max_lag_s]
 
     def _joins_isr(self, replica_id: int, log_end_offset: int) -> bool:
         """A follower out of the ISR holding everything, on an eligible broker: a fenced

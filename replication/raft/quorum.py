@@ -231,8 +231,9 @@ class _LeaderState:
     fetched_at: dict[int, float] = field(default_factory=dict)
     began: set[int] = field(default_factory=set)  # voters that acknowledged BeginQuorumEpoch
     begin_sent_at: float = 0.0
-    # Per voter: the high watermark the latest answer to its long-polled fetch carried.
-    told_high_watermark: dict[int, int] = field(default_factory=dict)
+    # Per voter: the high watermark the latest answer to its long-polled fetch carried (as
+    # replication.partition's FollowerState.high_watermark_sent for a partition's followers).
+    high_watermark_sent: dict[int, int] = field(default_factory=dict)
 
 
 class RaftNode:
@@ -693,14 +694,14 @@ class RaftNode:
             # voter's fetch) is answered at once rather than held: its node's broker
             # applies the metadata from that voter's replica. KIP-1166 has the fetch carry
             # the follower's high watermark for this; kipper's Fetch v12 has no such field.
-            known = min(known, leader.told_high_watermark.get(request.replica_id, -1))
+            known = min(known, leader.high_watermark_sent.get(request.replica_id, -1))
         deadline = self.clock() + max_wait_s
         while True:
             response = await self.handle(request)
             if (response.records or response.error != ErrorCode.none or response.diverging
                     or response.snapshot or response.high_watermark != known):
                 if voter and self._leader is not None and response.epoch == self.epoch:
-                    self._leader.told_high_watermark[request.replica_id] = \
+                    self._leader.high_watermark_sent[request.replica_id] = \
                         response.high_watermark
                 return response
             remaining = deadline - self.clock()
