@@ -14,7 +14,7 @@ from pathlib import Path
 from .classic import ClassicLog
 from .classic.checkpoint import DELETED_DIR_SUFFIX, move_aside_for_deletion, sync_file_system
 from .classic.clean_shutdown import CleanShutdown
-from .classic.local_log import make_new_log_dir
+from .classic.directories import TRASH, make_log_dirs
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
@@ -40,14 +40,6 @@ ProducerExpiration = Callable[[int, int], Awaitable[int]]
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _make_log_dirs(paths: list[str]) -> None:
-    for path in paths:
-        try:
-            make_new_log_dir(path)
-        except OSError as e:  # e.g. a full disk: the log's open meets it, and reports it
-            logger.debug("making %s ahead of its open failed: %s", path, e)
 
 
 def is_internal_topic(topic: str) -> bool:
@@ -101,15 +93,15 @@ class LogManager:
     async def make_directories(self, logs: list[tuple[str, int, str]]) -> None:
         """Make the directories of the logs ``logs`` (topic, partition, storage mode) about
         to be opened for the first time, with the files their first open would make, in one
-        job off the event loop: made by the open, on the loop, each one held it for tens of
-        ms on a busy disk (thousands of partitions created at once). Those of classic logs
+        child process (classic.directories): made by the open, on the loop, each one held it
+        for tens of ms on a busy disk (thousands of partitions created at once). Those of classic logs
         only; an existing directory is left as it is. A deletion of one of them meanwhile
         waits for the job, so that what it deletes is not made after."""
         paths = {(topic, partition): os.fspath(self.partition_dir(topic, partition))
                  for topic, partition, mode in logs if self.engines.get(mode) is ClassicLog}
         if not paths:
             return
-        job = asyncio.ensure_future(asyncio.to_thread(_make_log_dirs, list(paths.values())))
+        job = asyncio.ensure_future(asyncio.to_thread(make_log_dirs, list(paths.values())))
         for key in paths:
             self._making[key] = job
 
@@ -200,7 +192,7 @@ class LogManager:
         if log is not None:
             await self.delete_detached(log)
         elif (doomed := move_aside_for_deletion(self.partition_dir(topic, partition))) is not None:
-            await asyncio.to_thread(shutil.rmtree, doomed, ignore_errors=True)
+            TRASH.add(doomed)
 
     def detach(self, topic: str, partition: int) -> PartitionLog | None:
         """Stop serving the partition's log (None if not open), to be deleted later with
@@ -255,6 +247,7 @@ class LogManager:
             await asyncio.gather(*(close(key, log) for key, log in batch))
         await asyncio.to_thread(sync_file_system, self.data_dir)
         self.clean_shutdown.write(closed)
+        await TRASH.emptied()
 
     async def run_retention(self, interval_s: float) -> None:
         """Apply retention to every log, whatever its engine, every ``interval_s`` (the

@@ -62,23 +62,6 @@ def list_log_dir(directory: Path | str) -> set[str]:
         return set()
 
 
-def make_new_log_dir(directory: str) -> bool:
-    """Make the directory of a log not opened yet, and the file of its first segment, as the
-    first open would (an empty log starts at offset 0); False, making nothing, when the
-    directory exists (a log's data, or one being made). For a caller that makes them off
-    the event loop: each new file-system entry blocked it for tens of ms on a busy disk."""
-    try:
-        os.mkdir(directory)
-    except FileExistsError:
-        return False
-    try:  # O_EXCL: a concurrent open may have made it first, and must keep what it made
-        os.close(os.open(log_file(Path(directory), 0), os.O_RDWR | os.O_CREAT | os.O_EXCL,
-                         0o644))
-    except FileExistsError:
-        pass
-    return True
-
-
 class LocalLog:
     def __init__(self, directory: Path, config: LogConfig, *, start_offset: int = 0,
                  on_recovered_batch: Callable[[BatchHeader], None] | None = None,

@@ -20,7 +20,6 @@ import base64
 import binascii
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +55,7 @@ from ..producer_state import (
 )
 from .checkpoint import read_offset, read_small_file, write_atomically, write_offset
 from .cleaner import CleaningPlan, SegmentView, max_index_entries
+from .directories import TRASH
 from .leader_epoch import LEADER_EPOCH_FILE, LeaderEpochCache
 from .local_log import LocalLog, list_log_dir
 from .segment import LogSegment
@@ -552,5 +552,5 @@ class ClassicLog(PartitionLog):
 
     async def delete(self) -> None:
         self.release_directory()
-        if self._doomed is not None:  # thousands at once (a topic deleted): off the loop
-            await asyncio.to_thread(shutil.rmtree, self._doomed, ignore_errors=True)
+        if self._doomed is not None:  # thousands at once (a topic deleted): removed together
+            TRASH.add(self._doomed)

@@ -131,7 +131,7 @@ async def test_a_new_topics_directories_are_made_before_its_logs_are_opened(tmp_
 async def test_a_topic_deleted_while_its_directories_are_made_leaves_none(
         tmp_path: Path, monkeypatch):
     making, release, made = threading.Event(), threading.Event(), threading.Event()
-    make_all = storage.manager._make_log_dirs
+    make_all = storage.manager.make_log_dirs
 
     def held_back(paths: list[str]) -> None:
         making.set()
@@ -139,7 +139,7 @@ async def test_a_topic_deleted_while_its_directories_are_made_leaves_none(
         make_all(paths)
         made.set()
 
-    monkeypatch.setattr(storage.manager, "_make_log_dirs", held_back)
+    monkeypatch.setattr(storage.manager, "make_log_dirs", held_back)
     replicas, logs = hosting(tmp_path, str(uuid.uuid4()), started=True)
     try:
         assert await asyncio.to_thread(making.wait, 10)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from storage.classic import ClassicLog
+from storage.classic.directories import TRASH
 from storage.config import InvalidConfig, LogConfig
 from storage.manager import LogManager
 
@@ -92,6 +93,7 @@ async def test_a_detached_log_is_deleted_later_without_touching_its_successor(tm
     new = logs.open("t", 0, LogConfig())
     await produce(new, [b"new", b"newer"])
     await logs.delete_detached(old)
+    await TRASH.emptied()
     assert new.log_end_offset == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("t-")] == ["t-0"]
     logs.detach("t", 0).release_directory()  # a crash before its removal
