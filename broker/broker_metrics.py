@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,6 +26,7 @@ from protocol.apis import ApiKey
 from protocol.internal import InternalApiKey
 from replication.cluster_metadata import METADATA_TOPIC, NO_LEADER, MetadataImage
 from replication.fetch_session import FetchSessionCache
+from replication.loop_slice import LoopSlice
 from replication.node_client import NodeClient
 from replication.partition import PartitionError, ReplicatedPartition
 from replication.replica_manager import ReplicaManager
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 LOOP_PROBE_INTERVAL_S = 0.1
 # How long a scrape waits for a partition leader's high watermark (consumer lag).
 END_OFFSET_TIMEOUT_S = 2.0
+# How long a walk over every partition for a scrape holds the event loop before it yields.
+HEALTH_SLICE_S = 0.005
 
 
 def api_name(api_key: int) -> str:
@@ -120,26 +123,38 @@ class PartitionHealth:
     at_min_isr: int
 
 
-def partition_health(replicas: ReplicaManager) -> PartitionHealth:
+async def partition_health(replicas: ReplicaManager) -> PartitionHealth:
     """Counted over the partitions this broker leads, as Kafka's leaders count them. The
     controller's metadata log, served as a partition, is not one (Kafka's is not either)."""
-    hosted = [p for (topic, _), p in replicas.partitions.items() if topic != METADATA_TOPIC]
-    led = [p for p in hosted if isinstance(p, ReplicatedPartition) and p.is_leader]
-    isr_sizes = [(len(p.isr), len(p.replicas), p.log.config.min_insync_replicas) for p in led]
-    return PartitionHealth(
-        partitions=len(hosted),
-        leader_partitions=len(led),
-        under_replicated=sum(isr < replicas_ for isr, replicas_, _ in isr_sizes),
-        under_min_isr=sum(isr < min_isr for isr, _, min_isr in isr_sizes),
-        at_min_isr=sum(isr == min_isr for isr, _, min_isr in isr_sizes))
+    turns = LoopSlice(HEALTH_SLICE_S)
+    hosted = led = under_replicated = under_min_isr = at_min_isr = 0
+    # A copy: the partitions may change between two turns.
+    for (topic, _), p in list(replicas.partitions.items()):
+        await turns.pause()
+        if topic == METADATA_TOPIC:
+            continue
+        hosted += 1
+        if not (isinstance(p, ReplicatedPartition) and p.is_leader):
+            continue
+        led += 1
+        isr, min_isr = len(p.isr), p.log.config.min_insync_replicas
+        under_replicated += isr < len(p.replicas)
+        under_min_isr += isr < min_isr
+        at_min_isr += isr == min_isr
+    return PartitionHealth(hosted, led, under_replicated, under_min_isr, at_min_isr)
 
 
-def offline_partitions(image: MetadataImage) -> int:
+async def offline_partitions(image: MetadataImage) -> int:
     """Partitions without a live leader in the controller's image (Kafka's controller
     reports OfflinePartitionsCount, every other node 0)."""
+    turns = LoopSlice(HEALTH_SLICE_S)
     live = {broker.node_id for broker in image.live_brokers()}
-    return sum(info.leader == NO_LEADER or info.leader not in live
-               for topic in image.topics.values() for info in topic.partitions.values())
+    offline = 0
+    for topic in list(image.topics.values()):
+        for info in list(topic.partitions.values()):
+            await turns.pause()
+            offline += info.leader == NO_LEADER or info.leader not in live
+    return offline
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +294,21 @@ class BrokerMetrics(Collector):
     fetch_sessions: FetchSessionCache
     failed_authentications: AuthenticationFailures
 
+    # What the walks over every partition found before the last scrape (refresh).
+    _health: PartitionHealth | None = field(default=None, init=False)
+    _offline: int = field(default=0, init=False)
+
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
+
+    async def refresh(self) -> None:
+        """The partition-health and offline-partition counts, walked in turns of the event
+        loop before a scrape: the 20,000 partitions of a broker walked in one step held it
+        for 40-50 ms on a loaded machine."""
+        replicas = self.replicas()
+        self._health = None if replicas is None else await partition_health(replicas)
+        self._offline = (0 if self.controller is None
+                         else await offline_partitions(self.controller.image))
 
     def _unlabelled(self) -> dict[catalog.MetricSpec, float]:
         values = {
@@ -289,16 +317,14 @@ class BrokerMetrics(Collector):
             catalog.RESPONSE_MEMORY_USED: self.response_memory.used,
             catalog.RESPONSE_MEMORY_LIMIT: self.response_memory.limit,
             catalog.ACTIVE_CONTROLLER: int(self.controller is not None and self.controller.active),
-            catalog.OFFLINE_PARTITIONS:
-                0 if self.controller is None else offline_partitions(self.controller.image),
+            catalog.OFFLINE_PARTITIONS: self._offline,
             catalog.FETCH_SESSIONS: len(self.fetch_sessions.sessions),
             catalog.FETCH_SESSION_EVICTIONS: self.fetch_sessions.evictions,
             catalog.OPEN_SEGMENT_FILES: len(SEGMENT_FILES),
             catalog.SEGMENT_FILES_CLOSED_IDLE: SEGMENT_FILES.closed_idle,
         }
-        replicas = self.replicas()
-        if replicas is not None:  # None until the node has started
-            health = partition_health(replicas)
+        replicas, health = self.replicas(), self._health
+        if replicas is not None and health is not None:  # None until the node has started
             values.update({
                 catalog.PARTITIONS: health.partitions,
                 catalog.LEADER_PARTITIONS: health.leader_partitions,

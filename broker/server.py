@@ -219,10 +219,12 @@ class Broker:
             lag = ConsumerLag(lambda: self.group_coordinator, lambda: self.replicas, self.image,
                               self.nodes)
             self.metrics.refresh_before_scrape(lag.refresh)
-            self.metrics.add_source("broker", BrokerMetrics(
+            broker_metrics = BrokerMetrics(
                 self.request_metrics, self.topic_metrics, lag, self.loop_lag,
                 self.response_memory, lambda: len(self._connections), lambda: self.replicas,
-                self.controller, self.fetch_sessions, self.failed_authentications))
+                self.controller, self.fetch_sessions, self.failed_authentications)
+            self.metrics.refresh_before_scrape(broker_metrics.refresh)
+            self.metrics.add_source("broker", broker_metrics)
             self.metrics.add_source("log_cleaner", LogCleanerMetrics(self.logs.cleaner.metrics))
 
     def _controller(self) -> Controller:
