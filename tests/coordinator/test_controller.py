@@ -8,6 +8,7 @@ import logging
 import pytest
 from kio.schema.errors import ErrorCode
 
+import coordinator.controller as controller_module
 from coordinator.metadata_log import MetadataLog
 from coordinator.controller import (
     FIRST_PRODUCER_ID,
@@ -185,3 +186,38 @@ async def test_a_new_active_controller_elects_leaders_its_predecessor_left_out(t
         assert [(p.leader, p.isr) for p in partitions.values()] == [(0, [0]), (0, [0])]
     finally:
         await restarted.stop()
+
+
+async def test_a_topic_of_many_partitions_is_made_with_turns_in_between(tmp_path, monkeypatch):
+    """Its partition records are made a slice at a time: 5,000 in one step held the
+    controller's event loop 60 ms and more."""
+    monkeypatch.setattr(controller_module, "WALK_SLICE_S", 0.0)  # a turn after every one
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    turns_at_record: list[int] = []
+    make_record = controller_module.partition_record
+
+    def counted(info):
+        turns_at_record.append(turns)
+        return make_record(info)
+
+    monkeypatch.setattr(controller_module, "partition_record", counted)
+    controller = Controller(tmp_path, ControllerSettings())
+    await controller.start()
+    counter = asyncio.create_task(count_turns())
+    try:
+        epoch = await controller.register_broker(0, "127.0.0.1", 9092, "az1")
+        await controller.heartbeat(0, epoch, want_fence=False, want_shut_down=False)
+        await controller.create_topic("t", 50, 1, {})
+        assert len(controller.image.topics["t"].partitions) == 50
+        assert len(turns_at_record) == 50
+        assert len(set(turns_at_record)) > 25
+    finally:
+        counter.cancel()
+        await controller.stop()
