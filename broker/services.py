@@ -37,6 +37,7 @@ from replication.replica_manager import ReplicaManager
 
 from .broker_metrics import TopicMetrics
 from .config import BrokerConfig
+from .metadata_entries import MetadataEntries
 from .metadata_follower import MetadataFollower
 from .producer_ids import ProducerIdAllocator, ProducerIdsUnavailable
 from .security.authorize import configure
@@ -168,6 +169,8 @@ class BrokerServices:
     storage_modes: Collection[str]
     # Bytes and records per topic, counted by Produce and Fetch.
     topic_metrics: TopicMetrics = field(default_factory=TopicMetrics)
+    # Metadata answers' partition entries, per topic (broker/metadata_entries.py).
+    metadata_entries: MetadataEntries = field(default_factory=MetadataEntries)
     # Incremental fetch sessions (KIP-227) of consumers and followers fetching here.
     fetch_sessions: FetchSessionCache = field(default_factory=lambda: FetchSessionCache(1000))
     # How this broker, as a partition leader, adds partitions to transactions of producers

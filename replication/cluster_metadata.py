@@ -80,6 +80,9 @@ class TopicInfo:
     topic_id: uuid.UUID
     configs: dict[str, str] = field(default_factory=dict)
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    # Changes applied to it (a partition record, its configs): what was worked out from it
+    # (Metadata answers' entries, broker.metadata_entries) holds while this is unchanged.
+    version: int = field(default=0, compare=False)
 
 
 @dataclass
@@ -234,6 +237,7 @@ class MetadataImage:
             self.topics_by_id[topic.topic_id] = topic
         elif kind == "partition":
             topic = self.topics[record["topic"]]
+            topic.version += 1
             topic.partitions[record["partition"]] = PartitionInfo(
                 record["topic"], record["partition"], list(record["replicas"]),
                 list(record["isr"]), record["leader"], record["leader_epoch"],
@@ -242,7 +246,9 @@ class MetadataImage:
                 [StorageSpan(mode, base) for mode, base in record.get("spans", ())],
                 record.get("switch_to"))
         elif kind == "config":
-            self.topics[record["topic"]].configs = dict(record["configs"])
+            topic = self.topics[record["topic"]]
+            topic.version += 1
+            topic.configs = dict(record["configs"])
         elif kind == "broker_config":
             if record["configs"]:
                 self.broker_configs[record["resource"]] = dict(record["configs"])

@@ -143,6 +143,26 @@ async def test_metadata_of_a_topic_deleted_between_turns(services, monkeypatch):
     assert [p.partition_index for p in topic.partitions] == [0, 1]
 
 
+async def test_metadata_entries_are_kept_until_their_topic_changes(services):
+    """An answer reuses the entries of the last one for the same version while the topic is
+    unchanged; a partition change (a new leader epoch here) is answered at once."""
+    def ask(version: int = 12):
+        schema = importlib.import_module(f"kio.schema.metadata.v{version}.request")
+        return call(services, ApiKey.METADATA, version, make(
+            schema.MetadataRequest, topics=None, allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+            include_cluster_authorized_operations=False))
+
+    first, again, older = await ask(), await ask(), await ask(9)
+    assert again.topics[0].partitions is first.topics[0].partitions
+    assert older.topics[0].partitions is not first.topics[0].partitions  # another version
+    services.image.apply(services.image.next_offset, {
+        "type": "partition", "topic": TOPIC, "partition": 0, "replicas": [NODE],
+        "isr": [NODE], "leader": NODE, "leader_epoch": 1, "partition_epoch": 1})
+    changed = await ask()
+    assert [p.leader_epoch for p in changed.topics[0].partitions] == [1]
+
+
 @pytest.mark.parametrize("partitions", [1, 2])
 async def test_a_metadata_answer_of_many_partitions_is_encoded_off_the_event_loop(
         services, monkeypatch, partitions):
