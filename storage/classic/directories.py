@@ -29,8 +29,15 @@ REMOVAL_COLLECT_S = 0.1
 
 
 def _run(command: list[str], what: str) -> None:
-    result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    """Run ``command``; what it says on stderr, or why it could not start, is logged (a log
+    whose directory was not made makes it as it opens; one not removed is removed at the
+    next start)."""
+    try:
+        result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        log.warning("%s: %s", what, e)
+        return
     for line in result.stderr.splitlines():
         log.warning("%s: %s", what, line)
 

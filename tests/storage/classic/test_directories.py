@@ -42,3 +42,12 @@ async def test_a_directory_that_cannot_be_made_is_logged_and_the_others_are_made
     assert [p.name for p in (tmp_path / "c-0").iterdir()] == [f"{0:020d}.log"]
     [record] = caplog.records
     assert "missing/b-0" in record.getMessage()
+
+
+async def test_a_child_that_cannot_start_is_logged(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(directories.sys, "executable", str(tmp_path / "no-python"))
+    with caplog.at_level(logging.WARNING, logger=directories.__name__):
+        await asyncio.to_thread(make_log_dirs, [str(tmp_path / "a-0")])
+    assert not (tmp_path / "a-0").exists()
+    [record] = caplog.records
+    assert "no-python" in record.getMessage()
