@@ -94,9 +94,9 @@ class LogManager:
         """Make the directories of the logs ``logs`` (topic, partition, storage mode) about
         to be opened for the first time, with the files their first open would make, in one
         child process (classic.directories): made by the open, on the loop, each one held it
-        for tens of ms on a busy disk (thousands of partitions created at once). Those of classic logs
-        only; an existing directory is left as it is. A deletion of one of them meanwhile
-        waits for the job, so that what it deletes is not made after."""
+        for tens of ms on a busy disk (thousands of partitions created at once). Those of
+        classic logs only; an existing directory is left as it is. A deletion of one of them
+        meanwhile waits for the job, so that what it deletes is not made after."""
         paths = {(topic, partition): os.fspath(self.partition_dir(topic, partition))
                  for topic, partition, mode in logs if self.engines.get(mode) is ClassicLog}
         if not paths:
