@@ -18,7 +18,8 @@ Durability bookkeeping:
   swap is completed (the segments it covers deleted, then renamed).
 * Segments before the one holding the recovery point (all but the active one after a
   clean shutdown) were flushed with their indexes: they are opened lazily, their indexes
-  read on first use (Kafka's LazyIndex).
+  read on first use (Kafka's LazyIndex). After a clean shutdown of the whole data directory
+  the active segment is too: the checkpoint gives its end.
 * ``.kipper_clean_shutdown``: written by ``close`` after everything is flushed; its presence
   on open means no recovery is needed. (A broker's logs are closed together and share one
   marker and recovery-point checkpoint per data directory instead: clean_shutdown.py.) It is removed as soon as the log is loaded, and that
@@ -118,6 +119,15 @@ class LocalLog:
                 # Flushed and sealed: its indexes are read when it is first used.
                 self._segments.append(self._new_segment(base, lazy=True))
                 continue
+            if i == last and indexed and closed_cleanly and self.recovery_point > base:
+                # The active segment of a log closed cleanly: its end is the checkpoint's,
+                # and its indexes are read when first used. Most of a restarting broker's
+                # logs are asked for their end (ListOffsets, a follower's fetch at the end)
+                # long before anything else; reading every one's indexes and last batches
+                # was a third of opening it.
+                self._segments.append(self._new_segment(base, lazy=True,
+                                                        next_offset=self.recovery_point))
+                continue
             segment = self._new_segment(base)
             self._segments.append(segment)
             # Without index files (an empty segment has none) ``load`` cannot succeed: not
@@ -167,12 +177,12 @@ class LocalLog:
             swap.rename(log_file(self.dir, base))
         fsync_dir(self.dir)
 
-    def _new_segment(self, base_offset: int, suffix: str = "", *,
-                     lazy: bool = False) -> LogSegment:
+    def _new_segment(self, base_offset: int, suffix: str = "", *, lazy: bool = False,
+                     next_offset: int | None = None) -> LogSegment:
         return LogSegment(self._dir, base_offset,
                           index_interval_bytes=self.config.index_interval_bytes,
                           index_max_bytes=self.config.segment_index_bytes, suffix=suffix,
-                          lazy=lazy)
+                          lazy=lazy, next_offset=next_offset)
 
     def cleaned_segment(self, base_offset: int) -> LogSegment:
         """A new ``.cleaned`` segment for the cleaner to write (see ``replace_segments``)."""

@@ -90,9 +90,12 @@ log = logging.getLogger(__name__)
 
 class LogSegment:
     def __init__(self, directory: Path | str, base_offset: int, *, index_interval_bytes: int,
-                 index_max_bytes: int, suffix: str = "", lazy: bool = False) -> None:
+                 index_max_bytes: int, suffix: str = "", lazy: bool = False,
+                 next_offset: int | None = None) -> None:
         """``lazy``: the segment's index files are trusted and read on first use (see
-        _INDEX_STATE); otherwise the caller ``load``s or ``recover``s it, or it is new."""
+        _INDEX_STATE); otherwise the caller ``load``s or ``recover``s it, or it is new.
+        ``next_offset``: of a lazy segment, known without its indexes (a clean shutdown
+        recorded it), so asking for it reads nothing."""
         self.base_offset = base_offset
         # Strings, not Paths: a broker opens thousands of segments at start-up, and pathlib
         # was a quarter of the cost of opening one.
@@ -119,6 +122,8 @@ class LogSegment:
         self._unflushed = False
         if not lazy:
             self._reset_index_state()
+        elif next_offset is not None:
+            self.next_offset = next_offset
 
     def _reset_index_state(self) -> None:
         self.next_offset = self.base_offset

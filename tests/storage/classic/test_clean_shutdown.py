@@ -117,3 +117,27 @@ def test_kill_9_between_the_checkpoint_and_the_marker_recovers_every_log(tmp_pat
     logs = LogManager(tmp_path)
     # Partition 0 was recovered (its one batch cut), the others kept every record.
     assert [logs.open("t", p, LogConfig()).log_end_offset for p in range(5)] == [0, 3, 3, 3, 3]
+
+
+async def test_the_active_segment_of_a_clean_log_is_read_when_first_used(
+        tmp_path, produce, read_all):
+    """A restarting broker is asked the end of most of its logs (ListOffsets, its followers'
+    fetches at the end) before anything else: a log the checkpoint says was closed cleanly
+    takes its end from it, and its active segment's indexes are read on first use."""
+    config = LogConfig(segment_bytes=400)
+    logs = LogManager(tmp_path)
+    log = logs.open("t", 0, config)
+    for i in range(8):
+        await produce(log, [b"x%d" % i] * 3, timestamps=[1000 + i] * 3)
+    expected = await read_all(log)
+    assert len(log._local.segments) > 1
+    await logs.close_all()
+
+    reopened = LogManager(tmp_path).open("t", 0, config)
+    active = reopened._local.active
+    assert (reopened.log_end_offset, active.indexes_loaded) == (24, False)
+    assert await read_all(reopened) == expected
+    assert (await reopened.max_timestamp()).offset == 21
+    assert (await reopened.offset_for_timestamp(1006)).offset == 18
+    assert (await produce(reopened, [b"y"])).base_offset == 24
+    assert [value for _, _, value in await read_all(reopened, 24)] == [b"y"]
