@@ -283,7 +283,7 @@ class Controller:
                 await self._write_snapshot(*self._take_snapshot())
             except Exception:  # the log stays as it is: the next start replays it
                 log.exception("the metadata snapshot of a clean stop failed")
-        await self.log.log.close()
+        await self.log.close()
 
     # --- this node's broker (combined mode: broker.metadata_follower.LocalReplica) ------
 

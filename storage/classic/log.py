@@ -512,6 +512,11 @@ class ClassicLog(PartitionLog):
     async def flush(self) -> None:
         self._flush(_now_ms())
 
+    def flush_blocking(self) -> None:
+        """``flush`` for a caller that runs it on a thread and lets nothing change the log
+        until it returns (coordinator.metadata_log)."""
+        self._flush(_now_ms())
+
     def _flush(self, now: int) -> None:
         with storage_io(f"flush {self.directory}"):
             self._epochs.save(sync=True)  # durable before the recovery point passes its entries
