@@ -7,14 +7,20 @@ import asyncio
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .classic import ClassicLog
-from .classic.checkpoint import DELETED_DIR_SUFFIX, move_aside_for_deletion, sync_file_system
+from .classic.checkpoint import (
+    DELETED_DIR_SUFFIX,
+    deletion_name,
+    move_aside_for_deletion,
+    sync_file_system,
+)
 from .classic.clean_shutdown import CleanShutdown
-from .classic.directories import TRASH, make_log_dirs
+from .classic.directories import TRASH, make_log_dirs, move_log_dirs_aside
 from .config import InvalidConfig, LogConfig
 from .disk_space import DiskFull, DiskSpace
 from .log import PartitionLog
@@ -74,6 +80,9 @@ class LogManager:
         self._detached: dict[tuple[str, int], list[PartitionLog]] = {}
         # The job making the directories of partitions (make_directories) while it runs.
         self._making: dict[tuple[str, int], asyncio.Future] = {}
+        # Set once the job renaming the directories of deleted partitions aside
+        # (delete_unopened) is done, by partition, while it runs.
+        self._moving: dict[tuple[str, int], threading.Event] = {}
         self.cleaner = LogCleaner(self.data_dir, lambda: self._logs, cleaner or CleanerSettings())
 
     def register_engine(self, mode: str, factory: EngineFactory,
@@ -101,6 +110,9 @@ class LogManager:
                  for topic, partition, mode in logs if self.engines.get(mode) is ClassicLog}
         if not paths:
             return
+        for key in paths:
+            if (moving := self._moving.get(key)) is not None:  # its old directory goes first
+                await asyncio.to_thread(moving.wait)
         job = asyncio.ensure_future(asyncio.to_thread(make_log_dirs, list(paths.values())))
         for key in paths:
             self._making[key] = job
@@ -145,6 +157,11 @@ class LogManager:
                 f"kipper.storage.mode={mode!r} of {topic} has no storage engine "
                 f"in this broker (available: {', '.join(sorted(self.engines))})")
         if not by_mode:
+            moving = self._moving.get(key)
+            if moving is not None:
+                # A partition of the same name deleted moments ago (the topic made again):
+                # its old directory must be gone before this one is made. Rare and short.
+                moving.wait()
             for old in self._detached.get(key, ()):
                 old.release_directory()  # a deleted log of the same name not yet removed
         log = by_mode[mode] = factory(
@@ -193,6 +210,46 @@ class LogManager:
             await self.delete_detached(log)
         elif (doomed := move_aside_for_deletion(self.partition_dir(topic, partition))) is not None:
             TRASH.add(doomed)
+
+    async def delete_unopened(self, partitions: list[tuple[str, int]]) -> None:
+        """``delete_partition`` of partitions whose logs were never opened here (a topic
+        deleted soon after it was created), their directories renamed aside by one child
+        process: renamed on the event loop, one at a time, a rename waited up to half a
+        second for a busy file system (``rm -rf`` on every broker at once), and the loop
+        with it. An open of one of them meanwhile waits for the child."""
+        moves: dict[tuple[str, int], tuple[str, str]] = {}
+        for key in partitions:
+            if key in self._moving:  # deleted again before the first child is done
+                await asyncio.to_thread(self._moving[key].wait)
+            log = self.detach(*key)
+            self.clean_shutdown.take(*key)  # never opened: its entry goes with it
+            await self._made(*key)
+            if log is not None:  # opened meanwhile
+                await self.delete_detached(log)
+                continue
+            directory = self.partition_dir(*key)
+            moves[key] = (os.fspath(directory), os.fspath(deletion_name(directory)))
+        if not moves:
+            return
+        done = threading.Event()
+        for key in moves:
+            self._moving[key] = done
+
+        def move() -> None:
+            try:
+                move_log_dirs_aside(list(moves.values()))
+            finally:
+                done.set()
+
+        try:
+            await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(move)))
+        finally:
+            await asyncio.to_thread(done.wait)  # cancelled or not: the child runs on
+            for key in moves:
+                if self._moving.get(key) is done:
+                    del self._moving[key]
+            for _, doomed in moves.values():
+                TRASH.add(Path(doomed))  # one never made is skipped by ``rm -rf``
 
     def detach(self, topic: str, partition: int) -> PartitionLog | None:
         """Stop serving the partition's log (None if not open), to be deleted later with

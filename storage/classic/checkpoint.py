@@ -29,9 +29,15 @@ def fsync_dir(directory: Path | str) -> None:
 DELETED_DIR_SUFFIX = "-delete"
 
 
+def deletion_name(directory: Path) -> Path:
+    """The name ``directory`` is renamed to for deletion (unique: a partition of the same
+    name may be deleted again before the first is removed)."""
+    return directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
+
+
 def move_aside_for_deletion(directory: Path) -> Path | None:
     """Rename ``directory`` for deletion; the new path (None: there was none)."""
-    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
+    doomed = deletion_name(directory)
     try:
         os.rename(directory, doomed)
     except FileNotFoundError:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import new_log_dirs
+from . import move_log_dirs, new_log_dirs
 
 log = logging.getLogger(__name__)
 # Directories one ``rm`` removes at most (its arguments stay far below the system's limit).
@@ -52,6 +52,13 @@ def make_log_dirs(paths: list[str]) -> None:
     from a thread). A path that fails is logged; its log's open meets the error."""
     _run([sys.executable, "-I", "-S", new_log_dirs.__file__, *paths],
          "making log directories")
+
+
+def move_log_dirs_aside(moves: list[tuple[str, str]]) -> None:
+    """Rename each (directory, new name), in a child process; blocks. A directory missing is
+    skipped; one that cannot be renamed is logged and stays."""
+    _run([sys.executable, "-I", "-S", move_log_dirs.__file__,
+          *(name for move in moves for name in move)], "moving deleted log directories aside")
 
 
 def remove_trees(paths: list[str]) -> None:

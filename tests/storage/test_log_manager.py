@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
+
+from storage import manager
 
 from storage.classic import ClassicLog
 from storage.classic.directories import TRASH
@@ -80,6 +84,37 @@ async def test_delete_partition_open_or_not(tmp_path, produce):
     await logs.close_all()
     await LogManager(tmp_path).delete_partition("b", 0)
     assert not (tmp_path / "b-0").exists()
+
+
+async def test_unopened_partitions_are_moved_aside_by_one_child_and_a_reopen_waits(
+        tmp_path, produce, monkeypatch):
+    """A deleted topic's partitions never opened here have their directories renamed aside
+    by one child process, off the event loop; a partition of the same name opened meanwhile
+    (the topic made again) waits for it, and starts empty."""
+    logs = LogManager(tmp_path)
+    for partition in range(3):
+        await produce(logs.open("t", partition, LogConfig()), [b"old"])
+    await logs.close_all()
+    logs = LogManager(tmp_path)
+    jobs, moved = [], threading.Event()
+
+    def slow_move(moves):  # a busy file system
+        jobs.append(moves)
+        time.sleep(0.2)
+        move_all(moves)
+        moved.set()
+
+    move_all = manager.move_log_dirs_aside
+    monkeypatch.setattr(manager, "move_log_dirs_aside", slow_move)
+    deleting = asyncio.create_task(logs.delete_unopened([("t", p) for p in range(4)]))
+    while not jobs:
+        await asyncio.sleep(0.01)
+    assert len(jobs) == 1 and len(jobs[0]) == 4  # t-3 was never made: skipped by the child
+    again = logs.open("t", 0, LogConfig())  # waits for the child
+    assert moved.is_set() and again.log_end_offset == 0
+    await deleting
+    await TRASH.emptied()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("t-")) == ["t-0"]
 
 
 async def test_a_detached_log_is_deleted_later_without_touching_its_successor(tmp_path,
