@@ -38,8 +38,8 @@ def _run(command: list[str], what: str) -> None:
     whose directory was not made makes it as it opens; one not removed is removed at the
     next start)."""
     try:
-        result = subprocess.run(_LOWEST_PRIORITY + command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        result = subprocess.run(_LOWEST_PRIORITY + command, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     except OSError as e:
         log.warning("%s: %s", what, e)
         return

@@ -510,7 +510,7 @@ class ClassicLog(PartitionLog):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def flush(self) -> None:
-        self._flush(_now_ms())
+        self.flush_blocking()
 
     def flush_blocking(self) -> None:
         """``flush`` for a caller that runs it on a thread and lets nothing change the log
