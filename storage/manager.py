@@ -203,13 +203,22 @@ class LogManager:
 
     async def delete_partition(self, topic: str, partition: int) -> None:
         """Remove the partition's data, whether or not its log is open."""
-        log = self.detach(topic, partition)
-        self.clean_shutdown.take(topic, partition)  # never opened: its entry goes with it
-        await self._made(topic, partition)
+        log = await self._detach_for_deletion((topic, partition))
         if log is not None:
             await self.delete_detached(log)
         elif (doomed := move_aside_for_deletion(self.partition_dir(topic, partition))) is not None:
             TRASH.add(doomed)
+
+    async def _detach_for_deletion(self, key: tuple[str, int]) -> PartitionLog | None:
+        """``detach`` the partition to delete it (its log, None if not open), once no job is
+        making its directory or renaming an older one aside (deleted again before that
+        child is done)."""
+        if (moving := self._moving.get(key)) is not None:
+            await asyncio.to_thread(moving.wait)
+        log = self.detach(*key)
+        self.clean_shutdown.take(*key)  # never opened: its entry goes with it
+        await self._made(*key)
+        return log
 
     async def delete_unopened(self, partitions: list[tuple[str, int]]) -> None:
         """``delete_partition`` of partitions whose logs were never opened here (a topic
@@ -219,11 +228,7 @@ class LogManager:
         with it. An open of one of them meanwhile waits for the child."""
         moves: dict[tuple[str, int], tuple[str, str]] = {}
         for key in partitions:
-            if key in self._moving:  # deleted again before the first child is done
-                await asyncio.to_thread(self._moving[key].wait)
-            log = self.detach(*key)
-            self.clean_shutdown.take(*key)  # never opened: its entry goes with it
-            await self._made(*key)
+            log = await self._detach_for_deletion(key)
             if log is not None:  # opened meanwhile
                 await self.delete_detached(log)
                 continue

@@ -1,4 +1,5 @@
-"""Rename deleted logs' directories aside: run as a script by ``directories.move_log_dirs``.
+"""Rename deleted logs' directories aside: run as a script by
+``directories.move_log_dirs_aside``.
 
 Arguments: pairs of (directory, new name). Standard library only, like new_log_dirs.py.
 """
